@@ -1,0 +1,403 @@
+/* SPDX-License-Identifier: (GPL-2.0 WITH Linux-syscall-note) OR MIT */
+/*
+ * kvshare: cross-process arbitration of shared KV-cache pages.
+ *
+ * This header is the one ABI of kvshare.  The same request structs travel
+ * over ioctl(2) on /dev/kvshare, over io_uring IORING_OP_URING_CMD on the
+ * same device (cmd_op is the ioctl number), and over the kvshared daemon's
+ * unix socket.
+ *
+ * Conventions
+ * -----------
+ * - Every command number is _IOWR(KVS_IOC_MAGIC, nr, struct); the struct's
+ *   size is encoded in the number (_IOC_SIZE) and is the ABI's size field,
+ *   as in DRM.  An older, shorter struct is zero-extended; a longer struct
+ *   is accepted only if the bytes the arbiter does not know are zero, else
+ *   the call fails with E2BIG.  Only the struct size the caller passed is
+ *   copied back.
+ * - All fields are fixed-width and naturally aligned; every struct is a
+ *   multiple of 8 bytes with explicit padding.  Pointers are __u64.
+ * - Every flags field is checked against its *_VALID mask (EINVAL on an
+ *   unknown bit) and every pad/reserved field must be zero (EINVAL).
+ *   Fields marked "out" must be zero on input too (as dma-heap's fd is),
+ *   so that a later ABI version can give them a meaning as inputs.
+ * - Array counts: 0 is EINVAL, more than KVS_MAX_BATCH is E2BIG.
+ * - A failed call changes nothing: all-or-nothing unless a command says
+ *   otherwise.
+ * - Ownership: every page reference and every OWNED page belongs to the
+ *   open file description (or daemon connection) that took it, and is
+ *   released when that file is closed, however its process ended.  After
+ *   fork() parent and child share one file and so one set of holdings.
+ * - EFAULT while writing results back after a command took effect leaves
+ *   the effect in place, owned by the file (close releases it); the
+ *   arbiter checks that result buffers are writable before it acts, so
+ *   only a buffer unmapped concurrently can get there.
+ *
+ * Errors every command may return: ENOTTY (unknown command), EFAULT (bad
+ * pointer), EINVAL (flags, pads, reserved fields), E2BIG (struct or batch
+ * too large), ENOMEM (kernel or daemon out of memory).
+ *
+ * Page states (design.md section 3): FREE -> ALLOC -> OWNED -> PUBLISH ->
+ * SHARED (refcount = holders) -> last PUT -> CACHED (keyed, findable)
+ * -> LOOKUP hit -> SHARED, or eviction -> FREE.
+ */
+#ifndef _UAPI_LINUX_KVSHARE_H
+#define _UAPI_LINUX_KVSHARE_H
+
+#include <linux/ioctl.h>
+#include <linux/types.h>
+
+#define KVS_ABI_VERSION		1
+#define KVS_DEVICE_NAME		"kvshare"
+
+#define KVS_NAME_MAX		64	/* pool name buffer, NUL included */
+#define KVS_MAX_BATCH		65536	/* entries in one ALLOC/PUBLISH/LOOKUP/PUT */
+#define KVS_MAX_POOL_PAGES	(1u << 22)	/* hard cap, module may set lower */
+#define KVS_NO_PAGE		0xffffffffu	/* "no page": chain root parent */
+#define KVS_PARENT_PREV		0xfffffffeu	/* PUBLISH: previous entry's page */
+
+/* Element types of a pool's KV memory. */
+enum kvs_dtype {
+	KVS_DTYPE_F16	= 1,
+	KVS_DTYPE_BF16	= 2,
+	KVS_DTYPE_F32	= 3,
+	KVS_DTYPE_FP8	= 4,	/* e4m3 or e5m2: 1 byte, scale kept by the engine */
+};
+
+enum kvs_page_state {
+	KVS_PAGE_FREE	= 0,
+	KVS_PAGE_OWNED	= 1,
+	KVS_PAGE_SHARED	= 2,
+	KVS_PAGE_CACHED	= 3,
+};
+
+/*
+ * A page key: the chained block hash of design.md section 3, computed by
+ * the client (libkv).  256 bits so that a SHA-256 chain is kept whole.
+ * The arbiter treats it as opaque; it is compared together with the
+ * namespace of the file that published it.
+ */
+struct kvs_key {
+	__u64 w[4];
+};
+
+/*
+ * Page geometry: one page holds K and V of tokens_per_page tokens for
+ * every layer and KV head.  page_bytes is computed by the arbiter:
+ * 2 * n_layers * n_kv_heads * head_dim * tokens_per_page * sizeof(dtype).
+ * Limits: every dimension 1..65536, page_bytes <= 1 GiB.
+ */
+struct kvs_geometry {
+	__u32 n_layers;
+	__u32 n_kv_heads;
+	__u32 head_dim;
+	__u32 tokens_per_page;
+	__u32 dtype;		/* enum kvs_dtype */
+	__u32 pad;		/* must be 0 */
+	__u64 page_bytes;	/* out; must be 0 on input */
+};
+
+/*
+ * KVS_IOC_INFO: what this arbiter is.  No attachment needed.
+ * flags: must be 0.
+ * Errors: only the common ones.
+ */
+struct kvs_info {
+	__u32 abi_version;	/* out: KVS_ABI_VERSION */
+	__u32 flags;		/* in: must be 0 */
+	__u64 features;		/* out: KVS_FEAT_* */
+	__u64 max_pool_pages;	/* out: largest n_pages accepted */
+	__u32 max_batch;	/* out: KVS_MAX_BATCH */
+	__u32 max_pools;	/* out: pools that may exist at once */
+	__u32 n_pools;		/* out: pools that exist now */
+	__u32 pad;
+	__u64 n_objects;	/* out: live arbiter objects (pools, files, tables) */
+	__u64 reserved[4];	/* must be 0 */
+};
+
+#define KVS_FEAT_URING_CMD	(1ull << 0)	/* IORING_OP_URING_CMD accepted */
+#define KVS_FEAT_MEM_FD		(1ull << 1)	/* pools may carry a memory fd */
+
+/*
+ * KVS_IOC_POOL_CREATE: create a pool.  The pool lives until it is
+ * destroyed and its last attached file is closed; it is not attached to
+ * the creating file.  The caller becomes the pool's owner (uid, gid).
+ *
+ * name:   1..KVS_NAME_MAX-1 bytes of [A-Za-z0-9._-], NUL-terminated, the
+ *         rest of the buffer zero.  Unique among existing pools.
+ * mode:   permission bits (0..0777) checked as for a file: attaching needs
+ *         read and write for the caller's class, listing pages and stats
+ *         need read.  CAP_SYS_ADMIN bypasses them.
+ * mem_fd: -1, or an fd whose file the arbiter keeps and hands to every
+ *         attacher (KVS_ATTACH_MEM_FD): a memfd or a CUDA VMM export.
+ * max_pages_per_file: quota of pages (OWNED plus references) one file may
+ *         hold; 0 means n_pages.
+ * Errors: EINVAL bad name, geometry, mode, n_pages (0 or > max_pool_pages)
+ *         or quota > n_pages, or mem_fd is not a regular file (memfd, tmpfs,
+ *         hugetlbfs); EEXIST name in use; ENOSPC max_pools reached; EBADF
+ *         mem_fd is not an open fd.
+ */
+struct kvs_pool_create {
+	char name[KVS_NAME_MAX];
+	__u64 n_pages;
+	struct kvs_geometry geom;	/* page_bytes is written back */
+	__u32 mode;
+	__u32 flags;			/* KVS_POOL_* */
+	__s32 mem_fd;
+	__u32 max_pages_per_file;
+	__u32 pool_id;			/* out */
+	__u32 pad;
+	__u64 reserved[4];
+};
+
+/*
+ * Every file attached to the pool gets its own namespace from its uid,
+ * whatever it asks for: tenants of one pool never hit each other's pages.
+ */
+#define KVS_POOL_NS_PER_UID	(1u << 0)
+#define KVS_POOL_VALID		(KVS_POOL_NS_PER_UID)
+
+/*
+ * KVS_IOC_POOL_ATTACH: bind this file to a pool, by name.  A file is
+ * attached to at most one pool, for its whole life.
+ * ns:    the key namespace of every PUBLISH and LOOKUP through this file
+ *        (the cache salt).  Must be 0 on a KVS_POOL_NS_PER_UID pool, whose
+ *        namespace is the caller's uid.
+ * flags: KVS_ATTACH_MEM_FD asks for a new O_CLOEXEC fd of the pool memory.
+ * Errors: ENOENT no such pool (or being destroyed); EACCES mode forbids;
+ *         EBUSY file already attached; ENODATA MEM_FD asked but the pool
+ *         has no memory fd; EMFILE no fd free.
+ */
+struct kvs_pool_attach {
+	char name[KVS_NAME_MAX];
+	__u64 ns;
+	__u32 flags;			/* KVS_ATTACH_* */
+	__s32 mem_fd;			/* out: -1 unless KVS_ATTACH_MEM_FD */
+	__u32 pool_id;			/* out */
+	__u32 max_pages_per_file;	/* out */
+	__u64 n_pages;			/* out */
+	struct kvs_geometry geom;	/* out */
+	__u64 reserved[4];
+};
+
+#define KVS_ATTACH_MEM_FD	(1u << 0)
+#define KVS_ATTACH_VALID	(KVS_ATTACH_MEM_FD)
+
+/*
+ * KVS_IOC_POOL_DESTROY: remove a pool's name at once; its pages and memory
+ * go when the last attached file is closed (as IPC_RMID does).
+ * Errors: ENOENT no such pool; EPERM caller is neither owner nor admin.
+ */
+struct kvs_pool_destroy {
+	__u32 pool_id;
+	__u32 flags;			/* must be 0 */
+	__u64 reserved[2];
+};
+
+/*
+ * KVS_IOC_ALLOC: take count FREE pages as OWNED by this file, evicting
+ * CACHED pages (leaf first, least recently used first) when too few are
+ * free.  All or nothing.
+ * pages: out, __u32[count] page indices.
+ * Errors: EBADFD file not attached; EDQUOT the file's quota would be
+ *         exceeded; ENOSPC not enough free or evictable pages.
+ */
+struct kvs_alloc {
+	__u32 count;
+	__u32 flags;			/* must be 0 */
+	__u64 pages;			/* __u32 *, out */
+	__u64 reserved[2];
+};
+
+/*
+ * KVS_IOC_PUBLISH: make OWNED pages SHARED under their keys.  For each
+ * entry, in order:
+ *   page   an OWNED page of this file;
+ *   parent KVS_NO_PAGE for the first page of a chain, KVS_PARENT_PREV for
+ *          the page the previous entry resulted in, or a page this file
+ *          holds a reference on (SHARED).  A page with children is never
+ *          evicted before them.
+ *   key    the page's chained key, in this file's namespace.
+ * If the key already exists the entry is a duplicate: this file's page goes
+ * back to FREE and the file takes a reference on the canonical page
+ * instead.  Either way the file then holds one reference on `result`.
+ * All or nothing: entries are validated before any is applied.
+ * Errors: EBADFD not attached; ENOENT page not OWNED by this file, or
+ *         parent not held; EINVAL page listed twice, PARENT_PREV in entry 0,
+ *         or a reserved field set.
+ */
+struct kvs_publish_entry {
+	__u32 page;
+	__u32 parent;
+	struct kvs_key key;
+	__u32 result;			/* out: canonical page index */
+	__u32 flags;			/* out: KVS_PUBLISHED_*; must be 0 in */
+};
+
+#define KVS_PUBLISHED_DUP	(1u << 0)
+
+struct kvs_publish {
+	__u32 count;
+	__u32 flags;			/* must be 0 */
+	__u64 entries;			/* struct kvs_publish_entry *, in/out */
+	__u32 n_dup;			/* out: entries that were duplicates */
+	__u32 pad;
+	__u64 reserved[2];
+};
+
+/*
+ * KVS_IOC_LOOKUP: find the longest run of keys, from the first, that exist
+ * (SHARED or CACHED) in this file's namespace, and take one reference on
+ * each page of the run atomically with respect to eviction.
+ * keys:  in, struct kvs_key[count], the chain in order.
+ * pages: out, __u32[count]; the first n_hit are written.
+ * Errors: EBADFD not attached; EDQUOT the run would exceed the quota
+ *         (nothing is taken; a shorter chain may fit).
+ */
+struct kvs_lookup {
+	__u32 count;
+	__u32 flags;			/* must be 0 */
+	__u64 keys;			/* const struct kvs_key * */
+	__u64 pages;			/* __u32 *, out */
+	__u32 n_hit;			/* out */
+	__u32 pad;
+	__u64 reserved[2];
+};
+
+/*
+ * KVS_IOC_PUT: give back holdings.  For each page: an OWNED page of this
+ * file goes FREE; a reference is dropped, and the last reference turns a
+ * SHARED page CACHED.  A page may appear as often as the file holds it.
+ * All or nothing.
+ * Errors: EBADFD not attached; ENOENT a page this file does not hold (or
+ *         holds fewer times than listed).
+ */
+struct kvs_put {
+	__u32 count;
+	__u32 flags;			/* must be 0 */
+	__u64 pages;			/* const __u32 * */
+	__u64 reserved[2];
+};
+
+/*
+ * KVS_IOC_QUOTA: read, or with KVS_QUOTA_SET lower or raise, this file's
+ * quota, up to the pool's max_pages_per_file.
+ * Errors: EBADFD not attached; EINVAL max_pages above the pool's limit or
+ *         below what the file holds now.
+ */
+struct kvs_quota {
+	__u32 flags;			/* KVS_QUOTA_* */
+	__u32 max_pages;		/* in with SET; out: the quota */
+	__u32 held;			/* out: OWNED pages plus references */
+	__u32 pad;
+	__u64 reserved[2];
+};
+
+#define KVS_QUOTA_SET		(1u << 0)
+#define KVS_QUOTA_VALID		(KVS_QUOTA_SET)
+
+/*
+ * KVS_IOC_POOL_STATS: counters of a pool.  pool_id 0 means the attached
+ * pool.  With KVS_STATS_CHECK the arbiter also verifies the pool
+ * invariants (free + owned + shared + cached = n_pages; each refcount
+ * equals the references files hold; lists, index and child counts agree)
+ * and fails with EUCLEAN if any is broken.
+ * Errors: ENOENT no such pool; EACCES no read permission; EBADFD pool_id 0
+ *         and not attached; EUCLEAN invariant broken.
+ */
+struct kvs_pool_stats {
+	__u32 pool_id;
+	__u32 flags;			/* KVS_STATS_* */
+	__u64 n_pages;
+	__u64 n_free;
+	__u64 n_owned;
+	__u64 n_shared;
+	__u64 n_cached;
+	__u64 n_evictable;		/* CACHED with no child */
+	__u64 n_refs;			/* sum of SHARED refcounts */
+	__u64 n_held;			/* references + OWNED recorded in files */
+	__u64 n_files;			/* attached files */
+	__u64 allocs;			/* pages allocated */
+	__u64 alloc_fails;		/* ALLOC calls failed for lack of pages */
+	__u64 publishes;		/* entries published */
+	__u64 dup_publishes;		/* of which duplicates */
+	__u64 lookups;			/* keys asked */
+	__u64 hits;			/* keys found */
+	__u64 evictions;
+	__u64 reserved[4];
+};
+
+#define KVS_STATS_CHECK		(1u << 0)
+#define KVS_STATS_VALID		(KVS_STATS_CHECK)
+
+/*
+ * KVS_IOC_POOL_LIST: describe existing pools.  count is the capacity of
+ * `pools` in, and the number of pools that exist out; min of the two are
+ * written, in pool id order.  count 0 with pools 0 only counts.
+ */
+struct kvs_pool_desc {
+	char name[KVS_NAME_MAX];
+	__u32 pool_id;
+	__u32 mode;
+	__u32 uid;
+	__u32 gid;
+	__u64 n_pages;
+	struct kvs_geometry geom;
+	__u32 flags;			/* KVS_POOL_* */
+	__u32 n_files;
+	__u32 max_pages_per_file;
+	__u32 has_mem_fd;
+	__u64 reserved[2];
+};
+
+struct kvs_pool_list {
+	__u32 count;			/* in: capacity; out: pools existing */
+	__u32 flags;			/* must be 0 */
+	__u64 pools;			/* struct kvs_pool_desc *, out */
+	__u64 reserved[2];
+};
+
+/*
+ * KVS_IOC_PAGES: describe count pages of a pool from index start (for
+ * tools).  count in: capacity, out: entries written (fewer at the end of
+ * the pool).  pool_id 0 means the attached pool.
+ * Errors: ENOENT no such pool; EACCES no read permission; EINVAL start
+ *         beyond the pool.
+ */
+struct kvs_page_desc {
+	__u32 index;
+	__u32 state;			/* enum kvs_page_state */
+	__u32 refcount;
+	__u32 parent;			/* KVS_NO_PAGE if none */
+	__u32 n_children;
+	__u32 pad;
+	__u64 ns;
+	struct kvs_key key;		/* zero unless SHARED or CACHED */
+};
+
+struct kvs_pages {
+	__u32 pool_id;
+	__u32 flags;			/* must be 0 */
+	__u64 start;
+	__u32 count;			/* in: capacity; out: written */
+	__u32 pad;
+	__u64 pages;			/* struct kvs_page_desc *, out */
+	__u64 reserved[2];
+};
+
+#define KVS_IOC_MAGIC		0xB8
+
+#define KVS_IOC_INFO		_IOWR(KVS_IOC_MAGIC, 0x00, struct kvs_info)
+#define KVS_IOC_POOL_CREATE	_IOWR(KVS_IOC_MAGIC, 0x01, struct kvs_pool_create)
+#define KVS_IOC_POOL_ATTACH	_IOWR(KVS_IOC_MAGIC, 0x02, struct kvs_pool_attach)
+#define KVS_IOC_POOL_DESTROY	_IOWR(KVS_IOC_MAGIC, 0x03, struct kvs_pool_destroy)
+#define KVS_IOC_POOL_LIST	_IOWR(KVS_IOC_MAGIC, 0x04, struct kvs_pool_list)
+#define KVS_IOC_POOL_STATS	_IOWR(KVS_IOC_MAGIC, 0x05, struct kvs_pool_stats)
+#define KVS_IOC_PAGES		_IOWR(KVS_IOC_MAGIC, 0x06, struct kvs_pages)
+#define KVS_IOC_QUOTA		_IOWR(KVS_IOC_MAGIC, 0x07, struct kvs_quota)
+#define KVS_IOC_ALLOC		_IOWR(KVS_IOC_MAGIC, 0x10, struct kvs_alloc)
+#define KVS_IOC_PUBLISH		_IOWR(KVS_IOC_MAGIC, 0x11, struct kvs_publish)
+#define KVS_IOC_LOOKUP		_IOWR(KVS_IOC_MAGIC, 0x12, struct kvs_lookup)
+#define KVS_IOC_PUT		_IOWR(KVS_IOC_MAGIC, 0x13, struct kvs_put)
+
+#endif /* _UAPI_LINUX_KVSHARE_H */
