@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The kvshare arbiter core: the page state machine of design.md section 3,
+ * in plain C.  It is compiled twice: into kvshare.ko (host_kernel.h) and
+ * into user space (host_user.h) for the daemon, the unit tests and the
+ * benchmarks.  This interface uses no kernel-only type: a host is a thin
+ * layer that turns its transport (ioctl, uring_cmd, socket) into
+ * kvs_cmd() calls.
+ */
+#ifndef _KVS_CORE_H
+#define _KVS_CORE_H
+
+#include <linux/types.h>
+#include <linux/kvshare.h>
+
+struct kvs_client;
+
+/* Who is calling, as the host knows it. */
+struct kvs_cred {
+	__u32 uid;
+	__u32 gid;
+	int admin;			/* may bypass pool modes (CAP_SYS_ADMIN) */
+	const __u32 *groups;		/* user host only: supplementary groups */
+	__u32 n_groups;
+};
+
+/*
+ * One call of one command.  The host copies the command struct itself;
+ * the arrays it points to (pages, keys, entries, descriptors) are moved
+ * through copy_in/copy_out, so each host decides what a "pointer" is: a
+ * user address for the module, an offset in the request for the daemon.
+ * Both return 0 or -EFAULT.
+ */
+struct kvs_call {
+	const struct kvs_cred *cred;
+	int (*copy_in)(struct kvs_call *call, void *dst, __u64 src, __u64 len);
+	int (*copy_out)(struct kvs_call *call, __u64 dst, const void *src, __u64 len);
+	void *host;			/* host's own context for the copies */
+	void *mem_out;			/* out of ATTACH: pool memory to hand over */
+};
+
+/* Limits, set once by kvs_core_init(). */
+struct kvs_limits {
+	__u32 max_pools;		/* 1..KVS_MAX_POOLS_LIMIT */
+	__u64 max_pool_pages;		/* 1..KVS_MAX_POOL_PAGES */
+};
+
+#define KVS_MAX_POOLS_LIMIT	1024
+
+int kvs_core_init(const struct kvs_limits *limits);
+/* Destroys every pool; all clients must have been freed before. */
+void kvs_core_exit(void);
+
+/* Live core objects (pools, clients, tables): back to 0 when all is gone. */
+__u64 kvs_core_objects(void);
+
+struct kvs_client *kvs_client_new(void);
+/*
+ * Releases everything the client holds, then frees it.  Never fails.  No
+ * other call on the client may be in flight.
+ */
+void kvs_client_free(struct kvs_client *cl);
+
+/* Room for any command struct: hosts keep one on the stack. */
+union kvs_cmd_buf {
+	struct kvs_info info;
+	struct kvs_pool_create create;
+	struct kvs_pool_attach attach;
+	struct kvs_pool_destroy destroy;
+	struct kvs_pool_list list;
+	struct kvs_pool_stats stats;
+	struct kvs_pages pages;
+	struct kvs_quota quota;
+	struct kvs_alloc alloc;
+	struct kvs_publish publish;
+	struct kvs_lookup lookup;
+	struct kvs_put put;
+};
+
+/*
+ * Size of a command's struct as this core knows it, or 0 if @cmd (an
+ * ioctl number; its size bits are ignored) is not a kvshare command.
+ */
+__u32 kvs_cmd_size(unsigned int cmd);
+
+/*
+ * Run one command.  @arg is the host's zero-extended copy of the command
+ * struct (kvs_cmd_size(cmd) bytes), updated in place with the results.
+ * Returns 0 or a negative errno as documented in <linux/kvshare.h>.
+ */
+int kvs_cmd(struct kvs_client *cl, unsigned int cmd, void *arg, struct kvs_call *call);
+
+/*
+ * Host hooks, implemented once per host.
+ */
+int kvs_host_in_group(const struct kvs_cred *cred, __u32 gid);
+/* Take a reference on the memory behind @fd for a new pool. */
+int kvs_host_mem_get(int fd, void **mem);
+/* An extra reference on pool memory (for ATTACH's mem_out). */
+void kvs_host_mem_dup(void *mem);
+void kvs_host_mem_put(void *mem);
+__u64 kvs_host_random(void);
+
+#ifndef __KERNEL__
+/* User host: the descriptor behind a pool's memory (owned by the core). */
+int kvs_host_mem_fd(void *mem);
+#endif
+
+#endif /* _KVS_CORE_H */

@@ -1,0 +1,489 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The page state machine of design.md section 3:
+ *
+ *   FREE --ALLOC--> OWNED --PUBLISH--> SHARED --last PUT--> CACHED
+ *     ^               |                  ^                    |
+ *     +----PUT--------+                  +----LOOKUP hit------+
+ *     +------------------eviction (leaf, LRU)-----------------+
+ *
+ * Every command validates all of its entries before it changes anything,
+ * so a failed command leaves the pool as it found it.  Each holding (an
+ * OWNED page or one reference) is recorded in the client's table, which is
+ * what lets kvs_arb_release_all() undo a client that went away.
+ *
+ * All functions here run with pool->lock held.
+ */
+#include "core_internal.h"
+
+void kvs_arb_init_pages(struct kvs_pool *pool)
+{
+	u32 i;
+
+	kvs_ilist_init(&pool->free);
+	kvs_ilist_init(&pool->lru);
+	for (i = 0; i < pool->n_pages; i++) {
+		struct kvs_page *pg = &pool->pages[i];
+
+		pg->state = KVS_PAGE_FREE;
+		pg->parent = KVS_NO_PAGE;
+		kvs_ilist_push_tail(pool->pages, &pool->free, i);
+	}
+	pool->n_state[KVS_PAGE_FREE] = pool->n_pages;
+}
+
+static void kvs_set_state(struct kvs_pool *pool, struct kvs_page *pg, u32 state)
+{
+	pool->n_state[pg->state]--;
+	pool->n_state[state]++;
+	pg->state = state;
+}
+
+static bool kvs_evictable(const struct kvs_page *pg)
+{
+	return pg->state == KVS_PAGE_CACHED && !pg->n_children;
+}
+
+/* A page leaves the cache for good: unkey it, unlink it from its parent. */
+static void kvs_evict_one(struct kvs_pool *pool)
+{
+	u32 i = pool->lru.head;
+	struct kvs_page *pg = &pool->pages[i];
+	u32 parent = pg->parent;
+
+	kvs_ilist_del(pool->pages, &pool->lru, i);
+	kvs_index_remove(pool, i);
+	if (parent != KVS_NO_PAGE) {
+		struct kvs_page *pp = &pool->pages[parent];
+
+		pp->n_children--;
+		/*
+		 * The parent just became a leaf.  Its chain below was the
+		 * coldest thing in the cache, so it goes to the cold end and
+		 * the chain is taken from its tail up, leaf first.
+		 */
+		if (kvs_evictable(pp))
+			kvs_ilist_push_head(pool->pages, &pool->lru, parent);
+	}
+	memset(&pg->key, 0, sizeof(pg->key));
+	pg->ns = 0;
+	pg->parent = KVS_NO_PAGE;
+	kvs_set_state(pool, pg, KVS_PAGE_FREE);
+	kvs_ilist_push_head(pool->pages, &pool->free, i);
+	pool->evictions++;
+}
+
+/* The last reference went: the page stays findable, as CACHED. */
+static void kvs_unref(struct kvs_pool *pool, u32 i, u32 n)
+{
+	struct kvs_page *pg = &pool->pages[i];
+
+	pg->refcount -= n;
+	pool->n_refs -= n;
+	if (pg->refcount)
+		return;
+	kvs_set_state(pool, pg, KVS_PAGE_CACHED);
+	if (!pg->n_children)
+		kvs_ilist_push_tail(pool->pages, &pool->lru, i);
+}
+
+/* Take a reference on a keyed page, reviving it if it was CACHED. */
+static void kvs_ref(struct kvs_client *cl, u32 i)
+{
+	struct kvs_pool *pool = cl->pool;
+	struct kvs_page *pg = &pool->pages[i];
+
+	if (pg->state == KVS_PAGE_CACHED) {
+		if (!pg->n_children)
+			kvs_ilist_del(pool->pages, &pool->lru, i);
+		kvs_set_state(pool, pg, KVS_PAGE_SHARED);
+	}
+	pg->refcount++;
+	pool->n_refs++;
+	kvs_holds_add(&cl->holds, i, 1);
+}
+
+/* Give a page that was OWNED back to the free list. */
+static void kvs_free_owned(struct kvs_pool *pool, u32 i)
+{
+	struct kvs_page *pg = &pool->pages[i];
+
+	pg->owner = 0;
+	kvs_set_state(pool, pg, KVS_PAGE_FREE);
+	kvs_ilist_push_head(pool->pages, &pool->free, i);
+}
+
+/* Can this client take @n more holdings? */
+static int kvs_charge_check(struct kvs_client *cl, u32 n)
+{
+	if (cl->held + n > cl->quota)
+		return -EDQUOT;
+	if (cl->pool->n_held + n > KVS_POOL_MAX_HELD)
+		return -EDQUOT;
+	return kvs_holds_reserve(&cl->holds, n);
+}
+
+int kvs_arb_alloc(struct kvs_client *cl, u32 count, u32 *pages)
+{
+	struct kvs_pool *pool = cl->pool;
+	u32 k;
+	int ret;
+
+	ret = kvs_charge_check(cl, count);
+	if (ret)
+		return ret;
+	/* On failure the evicted pages stay evicted: the cache only shrank. */
+	while (pool->free.len < count && pool->lru.len)
+		kvs_evict_one(pool);
+	if (pool->free.len < count) {
+		pool->alloc_fails++;
+		return -ENOSPC;
+	}
+	for (k = 0; k < count; k++) {
+		u32 i = pool->free.head;
+		struct kvs_page *pg = &pool->pages[i];
+
+		kvs_ilist_del(pool->pages, &pool->free, i);
+		kvs_set_state(pool, pg, KVS_PAGE_OWNED);
+		pg->owner = cl->id;
+		kvs_holds_add(&cl->holds, i, 1);
+		pages[k] = i;
+	}
+	cl->held += count;
+	pool->n_held += count;
+	pool->allocs += count;
+	return 0;
+}
+
+/*
+ * While PUBLISH validates, each entry's page is marked by this owner value
+ * so that a page listed twice is caught; client ids never take it.
+ */
+#define KVS_OWNER_PENDING	U32_MAX
+
+static int kvs_publish_check(struct kvs_client *cl, struct kvs_publish_entry *e,
+			     u32 k)
+{
+	struct kvs_pool *pool = cl->pool;
+	struct kvs_page *pg;
+	u32 parent = e->parent;
+
+	if (e->flags || e->result)
+		return -EINVAL;
+	if (e->page >= pool->n_pages)
+		return -ENOENT;
+	e->page = array_index_nospec(e->page, pool->n_pages);
+	pg = &pool->pages[e->page];
+	if (pg->state != KVS_PAGE_OWNED)
+		return -ENOENT;
+	if (pg->owner == KVS_OWNER_PENDING)
+		return -EINVAL;
+	if (pg->owner != cl->id)
+		return -ENOENT;
+
+	if (parent == KVS_PARENT_PREV) {
+		if (!k)
+			return -EINVAL;
+	} else if (parent != KVS_NO_PAGE) {
+		if (parent >= pool->n_pages)
+			return -ENOENT;
+		e->parent = parent = array_index_nospec(parent, pool->n_pages);
+		if (pool->pages[parent].state != KVS_PAGE_SHARED ||
+		    !kvs_holds_get(&cl->holds, parent))
+			return -ENOENT;
+	}
+	pg->owner = KVS_OWNER_PENDING;
+	return 0;
+}
+
+int kvs_arb_publish(struct kvs_client *cl, struct kvs_publish_entry *ents,
+		    u32 count, u32 *n_dup)
+{
+	struct kvs_pool *pool = cl->pool;
+	u32 k, prev = KVS_NO_PAGE;
+	int ret = 0;
+
+	for (k = 0; k < count; k++) {
+		ret = kvs_publish_check(cl, &ents[k], k);
+		if (ret)
+			break;
+	}
+	if (!ret)
+		ret = kvs_holds_reserve(&cl->holds, count);
+	if (ret) {
+		while (k--)
+			pool->pages[ents[k].page].owner = cl->id;
+		return ret;
+	}
+
+	*n_dup = 0;
+	for (k = 0; k < count; k++) {
+		struct kvs_publish_entry *e = &ents[k];
+		struct kvs_page *pg = &pool->pages[e->page];
+		u32 canon, parent = e->parent;
+
+		if (parent == KVS_PARENT_PREV)
+			parent = prev;
+		/* Our holding of the OWNED page becomes a reference. */
+		kvs_holds_sub(&cl->holds, e->page, 1);
+		pg->owner = 0;
+
+		canon = kvs_index_find(pool, cl->ns, &e->key);
+		if (canon != KVS_NO_PAGE) {
+			/* Someone was first: use theirs, give ours back. */
+			kvs_free_owned(pool, e->page);
+			kvs_ref(cl, canon);
+			e->flags = KVS_PUBLISHED_DUP;
+			(*n_dup)++;
+			pool->dup_publishes++;
+		} else {
+			canon = e->page;
+			pg->key = e->key;
+			pg->ns = cl->ns;
+			pg->parent = parent;
+			if (parent != KVS_NO_PAGE)
+				pool->pages[parent].n_children++;
+			kvs_index_insert(pool, canon);
+			kvs_set_state(pool, pg, KVS_PAGE_SHARED);
+			pg->refcount = 1;
+			pool->n_refs++;
+			kvs_holds_add(&cl->holds, canon, 1);
+		}
+		e->result = canon;
+		prev = canon;
+		pool->publishes++;
+	}
+	return 0;
+}
+
+int kvs_arb_lookup(struct kvs_client *cl, const struct kvs_key *keys,
+		   u32 count, u32 *pages, u32 *n_hit)
+{
+	struct kvs_pool *pool = cl->pool;
+	u32 k, hits;
+	int ret;
+
+	for (hits = 0; hits < count; hits++) {
+		u32 i = kvs_index_find(pool, cl->ns, &keys[hits]);
+
+		if (i == KVS_NO_PAGE)
+			break;
+		pages[hits] = i;
+	}
+	pool->lookups += count;
+	pool->hits += hits;
+	ret = kvs_charge_check(cl, hits);
+	if (ret)
+		return ret;
+	for (k = 0; k < hits; k++)
+		kvs_ref(cl, pages[k]);
+	cl->held += hits;
+	pool->n_held += hits;
+	*n_hit = hits;
+	return 0;
+}
+
+int kvs_arb_put(struct kvs_client *cl, const u32 *pages, u32 count)
+{
+	struct kvs_pool *pool = cl->pool;
+	u32 k;
+
+	/*
+	 * Take the holdings out of the table first: a page listed more often
+	 * than it is held then fails, and nothing has touched a page yet.
+	 */
+	for (k = 0; k < count; k++) {
+		if (pages[k] >= pool->n_pages ||
+		    !kvs_holds_sub(&cl->holds, pages[k], 1))
+			break;
+	}
+	if (k < count) {
+		while (k--)
+			kvs_holds_add(&cl->holds, pages[k], 1);
+		return -ENOENT;
+	}
+
+	for (k = 0; k < count; k++) {
+		u32 i = array_index_nospec(pages[k], pool->n_pages);
+
+		if (pool->pages[i].state == KVS_PAGE_OWNED)
+			kvs_free_owned(pool, i);
+		else
+			kvs_unref(pool, i, 1);
+	}
+	cl->held -= count;
+	pool->n_held -= count;
+	return 0;
+}
+
+/* The client is going away: drop every holding it recorded. */
+void kvs_arb_release_all(struct kvs_client *cl)
+{
+	struct kvs_pool *pool = cl->pool;
+	struct kvs_hold_table *t = &cl->holds;
+	u32 s;
+
+	for (s = 0; t->slots && s <= t->mask; s++) {
+		struct kvs_hold *h = &t->slots[s];
+
+		if (h->page == KVS_NO_PAGE)
+			continue;
+		if (pool->pages[h->page].state == KVS_PAGE_OWNED)
+			kvs_free_owned(pool, h->page);
+		else
+			kvs_unref(pool, h->page, h->count);
+		pool->n_held -= h->count;
+		if (!(s & 1023))
+			cond_resched();
+	}
+	kvs_holds_free(t);
+	cl->held = 0;
+}
+
+static int kvs_check_fail(struct kvs_pool *pool, const char *what, u32 page)
+{
+	pr_warn("pool %s: invariant broken: %s (page %u)\n", pool->name, what, page);
+	return -EUCLEAN;
+}
+
+static int kvs_check_lists(struct kvs_pool *pool)
+{
+	u32 i, n;
+
+	for (n = 0, i = pool->free.head; i != KVS_NO_PAGE && n <= pool->n_pages;
+	     i = pool->pages[i].next, n++)
+		if (pool->pages[i].state != KVS_PAGE_FREE)
+			return kvs_check_fail(pool, "non-free page on free list", i);
+	if (n != pool->free.len || n != pool->n_state[KVS_PAGE_FREE])
+		return kvs_check_fail(pool, "free list length", n);
+
+	for (n = 0, i = pool->lru.head; i != KVS_NO_PAGE && n <= pool->n_pages;
+	     i = pool->pages[i].next, n++)
+		if (!kvs_evictable(&pool->pages[i]))
+			return kvs_check_fail(pool, "unevictable page on LRU", i);
+	if (n != pool->lru.len)
+		return kvs_check_fail(pool, "LRU length", n);
+	return 0;
+}
+
+/* Every recorded holding must match the page it names. */
+static int kvs_check_holds(struct kvs_pool *pool, u32 *refs)
+{
+	struct kvs_client *cl;
+	u64 held_total = 0;
+	u32 s;
+
+	list_for_each_entry(cl, &pool->clients, node) {
+		const struct kvs_hold_table *t = &cl->holds;
+		u64 held = 0;
+
+		for (s = 0; t->slots && s <= t->mask; s++) {
+			const struct kvs_hold *h = &t->slots[s];
+			const struct kvs_page *pg;
+
+			if (h->page == KVS_NO_PAGE)
+				continue;
+			if (h->page >= pool->n_pages || !h->count)
+				return kvs_check_fail(pool, "bad holding", h->page);
+			pg = &pool->pages[h->page];
+			if (pg->state == KVS_PAGE_OWNED) {
+				if (pg->owner != cl->id || h->count != 1)
+					return kvs_check_fail(pool, "owned page holding", h->page);
+			} else if (pg->state == KVS_PAGE_SHARED) {
+				refs[h->page] += h->count;
+			} else {
+				return kvs_check_fail(pool, "held page neither owned nor shared",
+						      h->page);
+			}
+			held += h->count;
+		}
+		if (held != cl->held)
+			return kvs_check_fail(pool, "client held count", cl->id);
+		held_total += held;
+	}
+	if (held_total != pool->n_held)
+		return kvs_check_fail(pool, "pool held count", 0);
+	return 0;
+}
+
+/*
+ * Verify the invariants of design.md section 3 and of this file's
+ * structures.  O(n_pages); for tests and tools, not for the fast path.
+ */
+int kvs_arb_check(struct kvs_pool *pool)
+{
+	u32 *refs, *children;
+	u64 count[4] = { 0 }, refsum = 0, keyed = 0, evictable = 0;
+	u32 i;
+	int ret;
+
+	refs = kvcalloc(pool->n_pages, sizeof(*refs), GFP_KERNEL_ACCOUNT);
+	children = kvcalloc(pool->n_pages, sizeof(*children), GFP_KERNEL_ACCOUNT);
+	ret = -ENOMEM;
+	if (!refs || !children)
+		goto out;
+
+	ret = kvs_check_holds(pool, refs);
+	if (ret)
+		goto out;
+	for (i = 0; i < pool->n_pages; i++) {
+		const struct kvs_page *pg = &pool->pages[i];
+		bool keyed_state = pg->state == KVS_PAGE_SHARED ||
+				   pg->state == KVS_PAGE_CACHED;
+
+		ret = -EUCLEAN;
+		if (pg->state > KVS_PAGE_CACHED)
+			goto fail;
+		count[pg->state]++;
+		if (pg->refcount != refs[i])
+			goto fail;
+		if ((pg->state == KVS_PAGE_SHARED) != (pg->refcount > 0))
+			goto fail;
+		if ((pg->state == KVS_PAGE_OWNED) != (pg->owner != 0))
+			goto fail;
+		if (keyed_state) {
+			keyed++;
+			if (kvs_index_find(pool, pg->ns, &pg->key) != i)
+				goto fail;
+			if (pg->parent != KVS_NO_PAGE) {
+				if (pg->parent >= pool->n_pages ||
+				    pool->pages[pg->parent].state < KVS_PAGE_SHARED)
+					goto fail;
+				children[pg->parent]++;
+			}
+		} else if (pg->parent != KVS_NO_PAGE) {
+			goto fail;
+		}
+		evictable += kvs_evictable(pg);
+		refsum += pg->refcount;
+		if (!(i & 4095))
+			cond_resched();
+	}
+	for (i = 0; i < pool->n_pages; i++) {
+		if (children[i] != pool->pages[i].n_children) {
+			ret = kvs_check_fail(pool, "child count", i);
+			goto out;
+		}
+	}
+	for (i = 0; i < 4; i++) {
+		if (count[i] != pool->n_state[i]) {
+			ret = kvs_check_fail(pool, "state count", i);
+			goto out;
+		}
+	}
+	for (i = 0; i <= pool->index_mask; i++)
+		keyed -= pool->index[i] != KVS_NO_PAGE;
+	if (keyed || refsum != pool->n_refs || evictable != pool->lru.len ||
+	    pool->n_held != pool->n_refs + pool->n_state[KVS_PAGE_OWNED]) {
+		ret = kvs_check_fail(pool, "totals", 0);
+		goto out;
+	}
+	ret = kvs_check_lists(pool);
+	goto out;
+fail:
+	ret = kvs_check_fail(pool, "page state", i);
+out:
+	kvfree(refs);
+	kvfree(children);
+	return ret;
+}

@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Internal structures of the arbiter core.  Everything about one pool is
+ * protected by pool->lock; the pool registry by the registry lock, which
+ * is never taken while a pool lock is held.
+ */
+#ifndef _KVS_CORE_INTERNAL_H
+#define _KVS_CORE_INTERNAL_H
+
+#include "host.h"
+#include "core.h"
+
+/*
+ * A list of pages linked through their indices (free list, eviction LRU).
+ * Indices instead of pointers keep a page at 64 bytes and let the whole
+ * page array be one allocation.
+ */
+struct kvs_ilist {
+	u32 head;			/* oldest / next to take */
+	u32 tail;
+	u32 len;
+};
+
+struct kvs_page {
+	struct kvs_key key;		/* valid while SHARED or CACHED */
+	u64 ns;
+	u32 state;			/* enum kvs_page_state */
+	u32 refcount;			/* references held by files */
+	u32 parent;			/* KVS_NO_PAGE for a chain root */
+	u32 n_children;			/* published pages naming us parent */
+	u32 prev, next;			/* free list or LRU links */
+	u32 owner;			/* client id while OWNED */
+	u32 pad;
+};
+
+/* Open-addressed page -> count table, one per client. */
+struct kvs_hold {
+	u32 page;			/* KVS_NO_PAGE: empty slot */
+	u32 count;
+};
+
+struct kvs_hold_table {
+	struct kvs_hold *slots;
+	u32 mask;			/* capacity - 1; capacity is 2^k */
+	u32 used;			/* occupied slots */
+};
+
+struct kvs_pool {
+	struct mutex lock;
+	refcount_t ref;			/* registry + attached clients */
+
+	/* Fixed at creation. */
+	u32 id;
+	char name[KVS_NAME_MAX];
+	u32 uid, gid, mode, flags;
+	u32 n_pages;
+	u32 max_per_file;
+	struct kvs_geometry geom;
+	void *mem;			/* host memory object, or NULL */
+	u64 seed;			/* keys -> index slots, per pool */
+
+	/* Under lock. */
+	struct kvs_page *pages;
+	u32 *index;			/* open-addressed key -> page */
+	u32 index_mask;
+	struct kvs_ilist free;
+	struct kvs_ilist lru;		/* CACHED pages without children */
+	struct list_head clients;
+	u64 n_state[4];			/* by enum kvs_page_state */
+	u64 n_refs;
+	u64 n_held;
+	u64 n_files;
+	u64 allocs, alloc_fails, publishes, dup_publishes;
+	u64 lookups, hits, evictions;
+};
+
+struct kvs_client {
+	struct kvs_pool *pool;		/* set once by ATTACH, then constant */
+	struct list_head node;		/* in pool->clients, under pool->lock */
+	u32 id;
+	u32 quota;
+	u64 ns;
+	u64 held;			/* OWNED pages plus references */
+	struct kvs_hold_table holds;
+};
+
+/* Most holdings any pool may record: keeps every u32 refcount far from wrap. */
+#define KVS_POOL_MAX_HELD	(1ull << 31)
+
+/* core_table.c */
+void kvs_ilist_init(struct kvs_ilist *l);
+void kvs_ilist_push_tail(struct kvs_page *pages, struct kvs_ilist *l, u32 i);
+void kvs_ilist_push_head(struct kvs_page *pages, struct kvs_ilist *l, u32 i);
+void kvs_ilist_del(struct kvs_page *pages, struct kvs_ilist *l, u32 i);
+
+int kvs_index_alloc(struct kvs_pool *pool);
+u32 kvs_index_find(const struct kvs_pool *pool, u64 ns, const struct kvs_key *key);
+void kvs_index_insert(struct kvs_pool *pool, u32 page);
+void kvs_index_remove(struct kvs_pool *pool, u32 page);
+
+int kvs_holds_reserve(struct kvs_hold_table *t, u32 more);
+u32 kvs_holds_get(const struct kvs_hold_table *t, u32 page);
+void kvs_holds_add(struct kvs_hold_table *t, u32 page, u32 n);
+bool kvs_holds_sub(struct kvs_hold_table *t, u32 page, u32 n);
+void kvs_holds_free(struct kvs_hold_table *t);
+
+/* core_arbiter.c: all called with pool->lock held. */
+int kvs_arb_alloc(struct kvs_client *cl, u32 count, u32 *pages);
+int kvs_arb_publish(struct kvs_client *cl, struct kvs_publish_entry *ents,
+		    u32 count, u32 *n_dup);
+int kvs_arb_lookup(struct kvs_client *cl, const struct kvs_key *keys,
+		   u32 count, u32 *pages, u32 *n_hit);
+int kvs_arb_put(struct kvs_client *cl, const u32 *pages, u32 count);
+void kvs_arb_release_all(struct kvs_client *cl);
+int kvs_arb_check(struct kvs_pool *pool);
+void kvs_arb_init_pages(struct kvs_pool *pool);
+
+/* core_pool.c */
+extern atomic64_t kvs_objects;
+int kvs_pool_create(struct kvs_pool_create *req, const struct kvs_cred *cred);
+int kvs_pool_attach(struct kvs_client *cl, struct kvs_pool_attach *req,
+		    struct kvs_call *call);
+int kvs_pool_destroy(const struct kvs_pool_destroy *req, const struct kvs_cred *cred);
+int kvs_pool_list(struct kvs_pool_list *req, struct kvs_call *call);
+struct kvs_pool *kvs_pool_get_readable(struct kvs_client *cl, u32 pool_id,
+				       const struct kvs_cred *cred, int *err);
+void kvs_pool_put(struct kvs_pool *pool);
+void kvs_fill_info(struct kvs_info *info);
+
+#endif /* _KVS_CORE_INTERNAL_H */

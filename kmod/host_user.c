@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The user-space host hooks of the arbiter core: group membership from
+ * the credentials the daemon read off its peer, pool memory as a
+ * duplicated file descriptor, randomness from getrandom(2).
+ */
+#include <fcntl.h>
+#include <sys/random.h>
+#include <unistd.h>
+#include "core_internal.h"
+
+int kvs_host_in_group(const struct kvs_cred *cred, u32 gid)
+{
+	u32 i;
+
+	if (cred->gid == gid)
+		return 1;
+	for (i = 0; i < cred->n_groups; i++)
+		if (cred->groups[i] == gid)
+			return 1;
+	return 0;
+}
+
+/*
+ * Memory is a reference-counted box around a private dup of the fd, so
+ * that the pool and every ATTACH that hands it out share one fd.
+ */
+struct kvs_umem {
+	refcount_t ref;
+	int fd;
+};
+
+int kvs_host_mem_get(int fd, void **mem)
+{
+	struct kvs_umem *m;
+	int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+
+	if (dup_fd < 0)
+		return -EBADF;
+	m = kzalloc(sizeof(*m), GFP_KERNEL);
+	if (!m) {
+		close(dup_fd);
+		return -ENOMEM;
+	}
+	refcount_set(&m->ref, 1);
+	m->fd = dup_fd;
+	*mem = m;
+	return 0;
+}
+
+void kvs_host_mem_dup(void *mem)
+{
+	refcount_inc(&((struct kvs_umem *)mem)->ref);
+}
+
+void kvs_host_mem_put(void *mem)
+{
+	struct kvs_umem *m = mem;
+
+	if (refcount_dec_and_test(&m->ref)) {
+		close(m->fd);
+		kfree(m);
+	}
+}
+
+int kvs_host_mem_fd(void *mem)
+{
+	return ((struct kvs_umem *)mem)->fd;
+}
+
+u64 kvs_host_random(void)
+{
+	u64 r = 0;
+
+	if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+		r = (u64)(uintptr_t)&r ^ 0x5bd1e995u;
+	return r;
+}

@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * User-space stand-ins for the kernel facilities the arbiter core uses.
+ * Each keeps the kernel's meaning: a WARN is a bug and aborts, so the unit
+ * tests and fuzzers notice it; refcount_t saturates instead of wrapping.
+ */
+#ifndef _KVS_HOST_USER_H
+#define _KVS_HOST_USER_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <linux/types.h>
+
+typedef __u8 u8;
+typedef __u16 u16;
+typedef __u32 u32;
+typedef __u64 u64;
+typedef __s32 s32;
+typedef __s64 s64;
+
+#ifndef EBADFD
+#define EBADFD 77
+#endif
+#ifndef EUCLEAN
+#define EUCLEAN 117
+#endif
+
+#define U32_MAX		((u32)~0U)
+#define likely(x)	__builtin_expect(!!(x), 1)
+#define unlikely(x)	__builtin_expect(!!(x), 0)
+#define READ_ONCE(x)	__atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define WRITE_ONCE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+#define smp_load_acquire(p)	__atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define smp_store_release(p, v)	__atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define min(a, b)	((a) < (b) ? (a) : (b))
+#define max(a, b)	((a) > (b) ? (a) : (b))
+#define min_t(t, a, b)	((t)(a) < (t)(b) ? (t)(a) : (t)(b))
+#define ARRAY_SIZE(a)	(sizeof(a) / sizeof((a)[0]))
+#define BUILD_BUG_ON(c)	_Static_assert(!(c), #c)
+#define container_of(ptr, type, member) \
+	((type *)((char *)(ptr) - offsetof(type, member)))
+
+#define check_add_overflow(a, b, d)	__builtin_add_overflow(a, b, d)
+#define check_mul_overflow(a, b, d)	__builtin_mul_overflow(a, b, d)
+/* No speculation barrier is needed against our own process. */
+#define array_index_nospec(index, size)	(index)
+
+#define pr_warn(...)	fprintf(stderr, "kvshare: " __VA_ARGS__)
+#define pr_info(...)	fprintf(stderr, "kvshare: " __VA_ARGS__)
+#define WARN_ON_ONCE(c) ({						\
+	bool __c = !!(c);						\
+	if (unlikely(__c)) {						\
+		fprintf(stderr, "WARNING: %s:%d: %s\n",			\
+			__FILE__, __LINE__, #c);			\
+		abort();						\
+	}								\
+	__c;								\
+})
+#define lockdep_assert_held(l)	do { (void)(l); } while (0)
+#define cond_resched()		do { } while (0)
+
+static inline void *memchr_inv(const void *p, int c, size_t n)
+{
+	const unsigned char *s = p;
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (s[i] != (unsigned char)c)
+			return (void *)(s + i);
+	return NULL;
+}
+
+/* Allocation: flags are accepted and ignored. */
+#define GFP_KERNEL		0
+#define GFP_KERNEL_ACCOUNT	0
+static inline void *kzalloc(size_t n, int gfp) { (void)gfp; return calloc(1, n); }
+static inline void kfree(const void *p) { free((void *)p); }
+static inline void *kvcalloc(size_t n, size_t size, int gfp)
+{
+	(void)gfp;
+	return calloc(n, size);
+}
+static inline void *kvmalloc_array(size_t n, size_t size, int gfp)
+{
+	size_t bytes;
+
+	(void)gfp;
+	if (check_mul_overflow(n, size, &bytes))
+		return NULL;
+	return malloc(bytes ? bytes : 1);
+}
+static inline void kvfree(const void *p) { free((void *)p); }
+
+struct mutex {
+	pthread_mutex_t m;
+};
+static inline void mutex_init(struct mutex *l) { pthread_mutex_init(&l->m, NULL); }
+static inline void mutex_destroy(struct mutex *l) { pthread_mutex_destroy(&l->m); }
+static inline void mutex_lock(struct mutex *l) { pthread_mutex_lock(&l->m); }
+static inline void mutex_unlock(struct mutex *l) { pthread_mutex_unlock(&l->m); }
+
+/* refcount_t: saturating, like lib/refcount.c. */
+typedef struct {
+	int refs;
+} refcount_t;
+static inline void refcount_set(refcount_t *r, int n) { __atomic_store_n(&r->refs, n, __ATOMIC_RELAXED); }
+static inline unsigned int refcount_read(const refcount_t *r)
+{
+	return __atomic_load_n(&r->refs, __ATOMIC_RELAXED);
+}
+static inline void refcount_inc(refcount_t *r)
+{
+	int old = __atomic_fetch_add(&r->refs, 1, __ATOMIC_RELAXED);
+
+	WARN_ON_ONCE(old <= 0);
+}
+static inline bool refcount_dec_and_test(refcount_t *r)
+{
+	int old = __atomic_fetch_sub(&r->refs, 1, __ATOMIC_ACQ_REL);
+
+	WARN_ON_ONCE(old <= 0);
+	return old == 1;
+}
+
+typedef struct {
+	s64 counter;
+} atomic64_t;
+static inline void atomic64_inc(atomic64_t *v) { __atomic_fetch_add(&v->counter, 1, __ATOMIC_RELAXED); }
+static inline void atomic64_dec(atomic64_t *v) { __atomic_fetch_sub(&v->counter, 1, __ATOMIC_RELAXED); }
+static inline s64 atomic64_read(const atomic64_t *v)
+{
+	return __atomic_load_n(&v->counter, __ATOMIC_RELAXED);
+}
+
+/* The part of <linux/list.h> the core uses. */
+struct list_head {
+	struct list_head *next, *prev;
+};
+static inline void INIT_LIST_HEAD(struct list_head *h) { h->next = h->prev = h; }
+static inline bool list_empty(const struct list_head *h) { return h->next == h; }
+static inline void list_add_tail(struct list_head *n, struct list_head *h)
+{
+	n->prev = h->prev;
+	n->next = h;
+	h->prev->next = n;
+	h->prev = n;
+}
+static inline void list_del_init(struct list_head *n)
+{
+	n->prev->next = n->next;
+	n->next->prev = n->prev;
+	INIT_LIST_HEAD(n);
+}
+#define list_entry(ptr, type, member) container_of(ptr, type, member)
+#define list_for_each_entry(pos, head, member)				\
+	for (pos = list_entry((head)->next, __typeof__(*pos), member);	\
+	     &pos->member != (head);					\
+	     pos = list_entry(pos->member.next, __typeof__(*pos), member))
+
+#endif /* _KVS_HOST_USER_H */
