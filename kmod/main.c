@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * kvshare.ko: the kernel host of the kvshare arbiter.
+ *
+ * /dev/kvshare is a misc device; every open file description is one
+ * arbiter client, and ->release frees it, dropping every page reference
+ * and OWNED page it held, whichever way its process ended.  The arbiter
+ * itself is the portable core (core_*.c); this file only moves command
+ * structs and arrays across the user boundary and supplies the kernel's
+ * credentials, files and randomness.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/capability.h>
+#include <linux/cred.h>
+#include <linux/file.h>
+#include <linux/fs.h>
+#include <linux/miscdevice.h>
+#include <linux/module.h>
+#include <linux/random.h>
+#include <linux/uaccess.h>
+
+#include "core.h"
+
+static unsigned int max_pools = 64;
+module_param(max_pools, uint, 0444);
+MODULE_PARM_DESC(max_pools, "Pools that may exist at once (1..1024, default 64)");
+
+static unsigned int max_pool_pages = KVS_MAX_POOL_PAGES;
+module_param(max_pool_pages, uint, 0444);
+MODULE_PARM_DESC(max_pool_pages, "Largest pool in pages (default and limit 4194304)");
+
+int kvs_host_in_group(const struct kvs_cred *cred, __u32 gid)
+{
+	/* The credentials are current's: see kvs_current_cred(). */
+	return in_group_p(make_kgid(&init_user_ns, gid));
+}
+
+/*
+ * Pool memory is a file the pool keeps open.  Only regular files (memfd,
+ * tmpfs, hugetlbfs) are taken: a kvshare or io_uring file could hold the
+ * pool itself and make a reference cycle that nothing would ever free.
+ */
+int kvs_host_mem_get(int fd, void **mem)
+{
+	struct file *file = fget(fd);
+
+	if (!file)
+		return -EBADF;
+	if (!S_ISREG(file_inode(file)->i_mode)) {
+		fput(file);
+		return -EINVAL;
+	}
+	*mem = file;
+	return 0;
+}
+
+void kvs_host_mem_dup(void *mem)
+{
+	get_file(mem);
+}
+
+void kvs_host_mem_put(void *mem)
+{
+	fput(mem);
+}
+
+__u64 kvs_host_random(void)
+{
+	return get_random_u64();
+}
+
+static int kvs_copy_in(struct kvs_call *call, void *dst, __u64 src, __u64 len)
+{
+	return copy_from_user(dst, u64_to_user_ptr(src), len) ? -EFAULT : 0;
+}
+
+static int kvs_copy_out(struct kvs_call *call, __u64 dst, const void *src, __u64 len)
+{
+	return copy_to_user(u64_to_user_ptr(dst), src, len) ? -EFAULT : 0;
+}
+
+static void kvs_current_cred(struct kvs_cred *cred)
+{
+	cred->uid = from_kuid_munged(&init_user_ns, current_fsuid());
+	cred->gid = from_kgid_munged(&init_user_ns, current_fsgid());
+	cred->admin = capable(CAP_SYS_ADMIN);
+	cred->groups = NULL;
+	cred->n_groups = 0;
+}
+
+static int kvs_open(struct inode *inode, struct file *file)
+{
+	struct kvs_client *cl = kvs_client_new();
+
+	if (!cl)
+		return -ENOMEM;
+	file->private_data = cl;
+	return 0;
+}
+
+static int kvs_release(struct inode *inode, struct file *file)
+{
+	kvs_client_free(file->private_data);
+	return 0;
+}
+
+/*
+ * Hand the pool memory of a successful ATTACH to user space as a new fd.
+ * The fd number is written back with the struct before the file is
+ * installed, so a fault leaves no fd behind (as dma-heap does).
+ */
+static int kvs_attach_finish(struct file *mem, struct kvs_pool_attach *req,
+			     void __user *uarg, size_t usize)
+{
+	int fd = get_unused_fd_flags(O_CLOEXEC);
+
+	if (fd < 0) {
+		fput(mem);
+		return fd;
+	}
+	req->mem_fd = fd;
+	if (copy_to_user(uarg, req, usize)) {
+		put_unused_fd(fd);
+		fput(mem);
+		return -EFAULT;
+	}
+	fd_install(fd, mem);
+	return 0;
+}
+
+static long kvs_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	void __user *uarg = (void __user *)arg;
+	size_t ksize = kvs_cmd_size(cmd), usize = _IOC_SIZE(cmd);
+	union kvs_cmd_buf buf;
+	struct kvs_cred cred;
+	struct kvs_call call = {
+		.cred = &cred,
+		.copy_in = kvs_copy_in,
+		.copy_out = kvs_copy_out,
+	};
+	int ret;
+
+	if (!ksize)
+		return -ENOTTY;
+	BUILD_BUG_ON(sizeof(buf) > 256);
+	/* Zero-extends an older struct; E2BIG on a newer one's unknown tail. */
+	ret = copy_struct_from_user(&buf, ksize, uarg, usize);
+	if (ret)
+		return ret;
+	usize = min(usize, ksize);
+	/* Probe the write-back before the command takes effect. */
+	if (copy_to_user(uarg, &buf, usize))
+		return -EFAULT;
+
+	kvs_current_cred(&cred);
+	ret = kvs_cmd(file->private_data, cmd, &buf, &call);
+	if (ret)
+		return ret;
+	if (call.mem_out)
+		return kvs_attach_finish(call.mem_out, &buf.attach, uarg, usize);
+	if (copy_to_user(uarg, &buf, usize))
+		return -EFAULT;
+	return 0;
+}
+
+static const struct file_operations kvs_fops = {
+	.owner		= THIS_MODULE,
+	.open		= kvs_open,
+	.release	= kvs_release,
+	.unlocked_ioctl	= kvs_ioctl,
+	.compat_ioctl	= compat_ptr_ioctl,
+	.llseek		= noop_llseek,
+};
+
+static struct miscdevice kvs_misc = {
+	.minor	= MISC_DYNAMIC_MINOR,
+	.name	= KVS_DEVICE_NAME,
+	.fops	= &kvs_fops,
+	.mode	= 0666,
+};
+
+static int __init kvs_init(void)
+{
+	struct kvs_limits limits = {
+		.max_pools = max_pools,
+		.max_pool_pages = max_pool_pages,
+	};
+	int ret;
+
+	ret = kvs_core_init(&limits);
+	if (ret) {
+		pr_err("bad limits: max_pools=%u max_pool_pages=%u\n",
+		       max_pools, max_pool_pages);
+		return ret;
+	}
+	ret = misc_register(&kvs_misc);
+	if (ret)
+		kvs_core_exit();
+	return ret;
+}
+
+/* No file is open (fops.owner pins the module): only idle pools remain. */
+static void __exit kvs_exit(void)
+{
+	misc_deregister(&kvs_misc);
+	kvs_core_exit();
+}
+
+module_init(kvs_init);
+module_exit(kvs_exit);
+MODULE_DESCRIPTION("kvshare: cross-process arbiter of shared KV-cache pages");
+MODULE_LICENSE("GPL");
