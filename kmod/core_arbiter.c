@@ -20,6 +20,8 @@ void kvs_arb_init_pages(struct kvs_pool *pool)
 {
 	u32 i;
 
+	BUILD_BUG_ON(sizeof(struct kvs_page) != 64);
+
 	kvs_ilist_init(&pool->free);
 	kvs_ilist_init(&pool->lru);
 	for (i = 0; i < pool->n_pages; i++) {
@@ -108,7 +110,7 @@ static void kvs_free_owned(struct kvs_pool *pool, u32 i)
 {
 	struct kvs_page *pg = &pool->pages[i];
 
-	pg->owner = 0;
+	pg->ns = 0;
 	kvs_set_state(pool, pg, KVS_PAGE_FREE);
 	kvs_ilist_push_head(pool->pages, &pool->free, i);
 }
@@ -226,7 +228,6 @@ int kvs_arb_publish(struct kvs_client *cl, struct kvs_publish_entry *ents,
 			parent = prev;
 		/* Our holding of the OWNED page becomes a reference. */
 		kvs_holds_sub(&cl->holds, e->page, 1);
-		pg->owner = 0;
 
 		canon = kvs_index_find(pool, cl->ns, &e->key);
 		if (canon != KVS_NO_PAGE) {
@@ -256,6 +257,23 @@ int kvs_arb_publish(struct kvs_client *cl, struct kvs_publish_entry *ents,
 	return 0;
 }
 
+/*
+ * A long LOOKUP is bound by two dependent cache misses per key: the index
+ * slot, then the page it names.  The walk hides them in a pipeline: the
+ * home slot of key k + SLOT_AHEAD is computed (into pages[], which is
+ * scratch until written) and prefetched, the page of key k + PAGE_AHEAD
+ * is prefetched from its slot, and key k is then found in cache.
+ */
+#define KVS_SLOT_AHEAD	32
+#define KVS_PAGE_AHEAD	16
+
+static void kvs_lookup_slot_ahead(struct kvs_pool *pool, u64 ns,
+				  const struct kvs_key *keys, u32 *homes, u32 k)
+{
+	homes[k] = kvs_index_home(pool, ns, &keys[k]);
+	prefetch(&pool->index[homes[k]]);
+}
+
 int kvs_arb_lookup(struct kvs_client *cl, const struct kvs_key *keys,
 		   u32 count, u32 *pages, u32 *n_hit)
 {
@@ -263,9 +281,20 @@ int kvs_arb_lookup(struct kvs_client *cl, const struct kvs_key *keys,
 	u32 k, hits;
 	int ret;
 
+	for (k = 0; k < min(count, KVS_SLOT_AHEAD); k++)
+		kvs_lookup_slot_ahead(pool, cl->ns, keys, pages, k);
 	for (hits = 0; hits < count; hits++) {
-		u32 i = kvs_index_find(pool, cl->ns, &keys[hits]);
+		u32 i;
 
+		if (hits + KVS_SLOT_AHEAD < count)
+			kvs_lookup_slot_ahead(pool, cl->ns, keys, pages,
+					      hits + KVS_SLOT_AHEAD);
+		if (hits + KVS_PAGE_AHEAD < count) {
+			i = READ_ONCE(pool->index[pages[hits + KVS_PAGE_AHEAD]]);
+			if (i != KVS_NO_PAGE)
+				prefetch(&pool->pages[i]);
+		}
+		i = kvs_index_find_at(pool, pages[hits], cl->ns, &keys[hits]);
 		if (i == KVS_NO_PAGE)
 			break;
 		pages[hits] = i;
@@ -439,7 +468,9 @@ int kvs_arb_check(struct kvs_pool *pool)
 			goto fail;
 		if ((pg->state == KVS_PAGE_SHARED) != (pg->refcount > 0))
 			goto fail;
-		if ((pg->state == KVS_PAGE_OWNED) != (pg->owner != 0))
+		if (pg->state == KVS_PAGE_OWNED && !pg->owner)
+			goto fail;
+		if (pg->state == KVS_PAGE_FREE && (pg->ns || pg->n_children))
 			goto fail;
 		if (keyed_state) {
 			keyed++;

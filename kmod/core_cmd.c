@@ -109,8 +109,10 @@ static void kvs_describe_page(const struct kvs_page *pg, u32 i,
 	d->refcount = pg->refcount;
 	d->parent = pg->parent;
 	d->n_children = pg->n_children;
-	d->ns = pg->ns;
-	d->key = pg->key;
+	if (pg->state == KVS_PAGE_SHARED || pg->state == KVS_PAGE_CACHED) {
+		d->ns = pg->ns;
+		d->key = pg->key;
+	}
 }
 
 static int kvs_cmd_pages(struct kvs_client *cl, void *arg, struct kvs_call *call)

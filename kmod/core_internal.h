@@ -21,16 +21,18 @@ struct kvs_ilist {
 	u32 len;
 };
 
+/* One cache line: a LOOKUP touches one page struct per key. */
 struct kvs_page {
 	struct kvs_key key;		/* valid while SHARED or CACHED */
-	u64 ns;
+	union {
+		u64 ns;			/* SHARED, CACHED: key namespace */
+		u32 owner;		/* OWNED: client id */
+	};
 	u32 state;			/* enum kvs_page_state */
 	u32 refcount;			/* references held by files */
 	u32 parent;			/* KVS_NO_PAGE for a chain root */
 	u32 n_children;			/* published pages naming us parent */
 	u32 prev, next;			/* free list or LRU links */
-	u32 owner;			/* client id while OWNED */
-	u32 pad;
 };
 
 /* Open-addressed page -> count table, one per client. */
@@ -94,6 +96,9 @@ void kvs_ilist_push_head(struct kvs_page *pages, struct kvs_ilist *l, u32 i);
 void kvs_ilist_del(struct kvs_page *pages, struct kvs_ilist *l, u32 i);
 
 int kvs_index_alloc(struct kvs_pool *pool);
+u32 kvs_index_home(const struct kvs_pool *pool, u64 ns, const struct kvs_key *key);
+u32 kvs_index_find_at(const struct kvs_pool *pool, u32 slot, u64 ns,
+		      const struct kvs_key *key);
 u32 kvs_index_find(const struct kvs_pool *pool, u64 ns, const struct kvs_key *key);
 void kvs_index_insert(struct kvs_pool *pool, u32 page);
 void kvs_index_remove(struct kvs_pool *pool, u32 page);

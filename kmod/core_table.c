@@ -60,8 +60,7 @@ void kvs_ilist_del(struct kvs_page *pages, struct kvs_ilist *l, u32 i)
  * random seed keeps one member of a pool from aiming keys at one probe
  * run of the index.
  */
-static u32 kvs_index_home(const struct kvs_pool *pool, u64 ns,
-			  const struct kvs_key *key)
+u32 kvs_index_home(const struct kvs_pool *pool, u64 ns, const struct kvs_key *key)
 {
 	u64 h = (key->w[0] ^ pool->seed) * 0x9e3779b97f4a7c15ull;
 
@@ -80,8 +79,7 @@ int kvs_index_alloc(struct kvs_pool *pool)
 
 	while (cap < 2 * pool->n_pages)
 		cap <<= 1;
-	pool->index = kvmalloc_array(cap, sizeof(*pool->index),
-				     GFP_KERNEL_ACCOUNT);
+	pool->index = kvcalloc(cap, sizeof(*pool->index), GFP_KERNEL_ACCOUNT);
 	if (!pool->index)
 		return -ENOMEM;
 	for (i = 0; i < cap; i++)
@@ -90,10 +88,16 @@ int kvs_index_alloc(struct kvs_pool *pool)
 	return 0;
 }
 
-u32 kvs_index_find(const struct kvs_pool *pool, u64 ns, const struct kvs_key *key)
+static bool kvs_key_eq(const struct kvs_key *a, const struct kvs_key *b)
 {
-	u32 slot = kvs_index_home(pool, ns, key);
+	return !((a->w[0] ^ b->w[0]) | (a->w[1] ^ b->w[1]) |
+		 (a->w[2] ^ b->w[2]) | (a->w[3] ^ b->w[3]));
+}
 
+/* Find a key whose home slot the caller computed already. */
+u32 kvs_index_find_at(const struct kvs_pool *pool, u32 slot, u64 ns,
+		      const struct kvs_key *key)
+{
 	for (;;) {
 		u32 p = pool->index[slot];
 		const struct kvs_page *pg;
@@ -101,10 +105,15 @@ u32 kvs_index_find(const struct kvs_pool *pool, u64 ns, const struct kvs_key *ke
 		if (p == KVS_NO_PAGE)
 			return KVS_NO_PAGE;
 		pg = &pool->pages[p];
-		if (pg->ns == ns && !memcmp(&pg->key, key, sizeof(*key)))
+		if (pg->ns == ns && kvs_key_eq(&pg->key, key))
 			return p;
 		slot = (slot + 1) & pool->index_mask;
 	}
+}
+
+u32 kvs_index_find(const struct kvs_pool *pool, u64 ns, const struct kvs_key *key)
+{
+	return kvs_index_find_at(pool, kvs_index_home(pool, ns, key), ns, key);
 }
 
 /* The page's key must not be in the index yet; there is always room. */

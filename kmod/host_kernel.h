@@ -10,6 +10,7 @@
 #include <linux/mutex.h>
 #include <linux/nospec.h>
 #include <linux/overflow.h>
+#include <linux/prefetch.h>
 #include <linux/printk.h>
 #include <linux/refcount.h>
 #include <linux/sched.h>

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <linux/types.h>
 
 typedef __u8 u8;
@@ -62,6 +63,7 @@ typedef __s64 s64;
 	}								\
 	__c;								\
 })
+#define prefetch(p)		__builtin_prefetch(p)
 #define lockdep_assert_held(l)	do { (void)(l); } while (0)
 #define cond_resched()		do { } while (0)
 
@@ -81,10 +83,30 @@ static inline void *memchr_inv(const void *p, int c, size_t n)
 #define GFP_KERNEL_ACCOUNT	0
 static inline void *kzalloc(size_t n, int gfp) { (void)gfp; return calloc(1, n); }
 static inline void kfree(const void *p) { free((void *)p); }
+/*
+ * Cache-line aligned, as vmalloc memory is, so that page structs stay
+ * whole; big tables on huge pages, as a 1M-page pool is looked up at
+ * random and would otherwise miss the TLB on every key.
+ */
+#define KVS_HUGE_SIZE	(2ul << 20)
 static inline void *kvcalloc(size_t n, size_t size, int gfp)
 {
+	size_t bytes, align = 64;
+	void *p;
+
 	(void)gfp;
-	return calloc(n, size);
+	if (check_mul_overflow(n, size, &bytes))
+		return NULL;
+	if (bytes >= KVS_HUGE_SIZE)
+		align = KVS_HUGE_SIZE;
+	bytes = (bytes + align - 1) & ~(align - 1);
+	p = aligned_alloc(align, bytes ? bytes : align);
+	if (!p)
+		return NULL;
+	if (align == KVS_HUGE_SIZE)
+		madvise(p, bytes, MADV_HUGEPAGE);
+	memset(p, 0, bytes);
+	return p;
 }
 static inline void *kvmalloc_array(size_t n, size_t size, int gfp)
 {
