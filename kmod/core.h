@@ -36,6 +36,7 @@ struct kvs_call {
 	int (*copy_in)(struct kvs_call *call, void *dst, __u64 src, __u64 len);
 	int (*copy_out)(struct kvs_call *call, __u64 dst, const void *src, __u64 len);
 	void *host;			/* host's own context for the copies */
+	int nonblock;			/* EAGAIN rather than wait for a pool lock */
 	void *mem_out;			/* out of ATTACH: pool memory to hand over */
 };
 
@@ -43,6 +44,7 @@ struct kvs_call {
 struct kvs_limits {
 	__u32 max_pools;		/* 1..KVS_MAX_POOLS_LIMIT */
 	__u64 max_pool_pages;		/* 1..KVS_MAX_POOL_PAGES */
+	__u64 features;			/* KVS_FEAT_* this host serves */
 };
 
 #define KVS_MAX_POOLS_LIMIT	1024

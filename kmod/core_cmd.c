@@ -19,6 +19,20 @@ static struct kvs_pool *kvs_attached(struct kvs_client *cl)
 	return smp_load_acquire(&cl->pool);
 }
 
+/*
+ * The page commands may be issued from io_uring's inline submission path,
+ * which must not sleep: there a contended pool answers EAGAIN and
+ * io_uring retries from a worker that may.
+ */
+static int kvs_lock_pool(struct kvs_pool *pool, struct kvs_call *call)
+{
+	if (!call->nonblock) {
+		mutex_lock(&pool->lock);
+		return 0;
+	}
+	return mutex_trylock(&pool->lock) ? 0 : -EAGAIN;
+}
+
 static int kvs_count_check(u32 count)
 {
 	if (!count)
@@ -207,7 +221,9 @@ static int kvs_cmd_alloc(struct kvs_client *cl, void *arg, struct kvs_call *call
 	ret = kvs_probe_out(call, req->pages, pages, len);
 	if (ret)
 		goto out;
-	mutex_lock(&pool->lock);
+	ret = kvs_lock_pool(pool, call);
+	if (ret)
+		goto out;
 	ret = kvs_arb_alloc(cl, req->count, pages);
 	mutex_unlock(&pool->lock);
 	if (ret)
@@ -249,7 +265,9 @@ static int kvs_cmd_publish(struct kvs_client *cl, void *arg, struct kvs_call *ca
 		ret = call->copy_out(call, req->entries, ents, len);
 	if (ret)
 		goto out;
-	mutex_lock(&pool->lock);
+	ret = kvs_lock_pool(pool, call);
+	if (ret)
+		goto out;
 	ret = kvs_arb_publish(cl, ents, req->count, &n_dup);
 	mutex_unlock(&pool->lock);
 	if (ret)
@@ -288,7 +306,9 @@ static int kvs_cmd_lookup(struct kvs_client *cl, void *arg, struct kvs_call *cal
 				    (u64)req->count * sizeof(*pages));
 	if (ret)
 		goto out;
-	mutex_lock(&pool->lock);
+	ret = kvs_lock_pool(pool, call);
+	if (ret)
+		goto out;
 	ret = kvs_arb_lookup(cl, keys, req->count, pages, &n_hit);
 	mutex_unlock(&pool->lock);
 	if (ret || !n_hit)
@@ -325,8 +345,9 @@ static int kvs_cmd_put(struct kvs_client *cl, void *arg, struct kvs_call *call)
 	if (!pages)
 		return -ENOMEM;
 	ret = call->copy_in(call, pages, req->pages, (u64)req->count * sizeof(*pages));
+	if (!ret)
+		ret = kvs_lock_pool(pool, call);
 	if (!ret) {
-		mutex_lock(&pool->lock);
 		ret = kvs_arb_put(cl, pages, req->count);
 		mutex_unlock(&pool->lock);
 	}

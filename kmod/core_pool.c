@@ -494,7 +494,7 @@ struct kvs_pool *kvs_pool_get_readable(struct kvs_client *cl, u32 pool_id,
 void kvs_fill_info(struct kvs_info *info)
 {
 	info->abi_version = KVS_ABI_VERSION;
-	info->features = KVS_FEAT_MEM_FD;
+	info->features = kvs_reg.limits.features;
 	info->max_pool_pages = kvs_reg.limits.max_pool_pages;
 	info->max_batch = KVS_MAX_BATCH;
 	info->max_pools = kvs_reg.limits.max_pools;

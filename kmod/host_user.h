@@ -126,6 +126,7 @@ static inline void mutex_init(struct mutex *l) { pthread_mutex_init(&l->m, NULL)
 static inline void mutex_destroy(struct mutex *l) { pthread_mutex_destroy(&l->m); }
 static inline void mutex_lock(struct mutex *l) { pthread_mutex_lock(&l->m); }
 static inline void mutex_unlock(struct mutex *l) { pthread_mutex_unlock(&l->m); }
+static inline int mutex_trylock(struct mutex *l) { return !pthread_mutex_trylock(&l->m); }
 
 /* refcount_t: saturating, like lib/refcount.c. */
 typedef struct {

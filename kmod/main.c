@@ -21,6 +21,7 @@
 #include <linux/uaccess.h>
 
 #include "core.h"
+#include "kvshare_kernel.h"
 
 static unsigned int max_pools = 64;
 module_param(max_pools, uint, 0444);
@@ -70,17 +71,17 @@ __u64 kvs_host_random(void)
 	return get_random_u64();
 }
 
-static int kvs_copy_in(struct kvs_call *call, void *dst, __u64 src, __u64 len)
+int kvs_copy_in(struct kvs_call *call, void *dst, __u64 src, __u64 len)
 {
 	return copy_from_user(dst, u64_to_user_ptr(src), len) ? -EFAULT : 0;
 }
 
-static int kvs_copy_out(struct kvs_call *call, __u64 dst, const void *src, __u64 len)
+int kvs_copy_out(struct kvs_call *call, __u64 dst, const void *src, __u64 len)
 {
 	return copy_to_user(u64_to_user_ptr(dst), src, len) ? -EFAULT : 0;
 }
 
-static void kvs_current_cred(struct kvs_cred *cred)
+void kvs_current_cred(struct kvs_cred *cred)
 {
 	cred->uid = from_kuid_munged(&init_user_ns, current_fsuid());
 	cred->gid = from_kgid_munged(&init_user_ns, current_fsgid());
@@ -171,6 +172,7 @@ static const struct file_operations kvs_fops = {
 	.release	= kvs_release,
 	.unlocked_ioctl	= kvs_ioctl,
 	.compat_ioctl	= compat_ptr_ioctl,
+	.uring_cmd	= kvs_uring_cmd,
 	.llseek		= noop_llseek,
 };
 
@@ -186,6 +188,7 @@ static int __init kvs_init(void)
 	struct kvs_limits limits = {
 		.max_pools = max_pools,
 		.max_pool_pages = max_pool_pages,
+		.features = KVS_FEAT_MEM_FD | KVS_FEAT_URING_CMD,
 	};
 	int ret;
 

@@ -385,6 +385,22 @@ struct kvs_pages {
 	__u64 reserved[2];
 };
 
+/*
+ * io_uring (KVS_FEAT_URING_CMD): IORING_OP_URING_CMD on /dev/kvshare, on a
+ * ring set up with IORING_SETUP_SQE128.  sqe->cmd_op is the ioctl number
+ * and the 80-byte sqe->cmd holds the command struct itself (zero-padded);
+ * the arbiter copies it once before looking at it.  ALLOC, PUBLISH,
+ * LOOKUP and PUT are carried; the arrays they point to are read and
+ * written as for the ioctl, and cqe->res is the negative errno or:
+ * LOOKUP n_hit, PUBLISH n_dup, ALLOC and PUT 0.  Commands complete before
+ * the submission returns, so nothing stays in flight.  Holdings taken
+ * this way belong to the device file, exactly as the ioctl's do.
+ * Errors besides the command's own: EINVAL the ring lacks SQE128;
+ * EOPNOTSUPP a command io_uring does not carry; EAGAIN never reaches the
+ * CQE (a contended pool is retried from io_uring's worker).
+ */
+#define KVS_URING_PAYLOAD_MAX	80
+
 #define KVS_IOC_MAGIC		0xB8
 
 #define KVS_IOC_INFO		_IOWR(KVS_IOC_MAGIC, 0x00, struct kvs_info)
