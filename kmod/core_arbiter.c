@@ -158,6 +158,14 @@ int kvs_arb_alloc(struct kvs_client *cl, u32 count, u32 *pages)
 }
 
 /*
+ * Index lookups are bound by cache misses at large pools: the index slot,
+ * then the page it names.  PUBLISH and LOOKUP start the misses of the
+ * keys SLOT_AHEAD and PAGE_AHEAD entries ahead of the one they work on.
+ */
+#define KVS_SLOT_AHEAD	32
+#define KVS_PAGE_AHEAD	16
+
+/*
  * While PUBLISH validates, each entry's page is marked by this owner value
  * so that a page listed twice is caught; client ids never take it.
  */
@@ -224,6 +232,12 @@ int kvs_arb_publish(struct kvs_client *cl, struct kvs_publish_entry *ents,
 		struct kvs_page *pg = &pool->pages[e->page];
 		u32 canon, parent = e->parent;
 
+		/* Each key misses in the index once: start that miss early. */
+		if (k + KVS_SLOT_AHEAD < count)
+			prefetch(&pool->index[kvs_index_hash(pool, cl->ns,
+							    &ents[k + KVS_SLOT_AHEAD].key) &
+					      pool->index_mask]);
+
 		if (parent == KVS_PARENT_PREV)
 			parent = prev;
 		/* Our holding of the OWNED page becomes a reference. */
@@ -257,21 +271,17 @@ int kvs_arb_publish(struct kvs_client *cl, struct kvs_publish_entry *ents,
 	return 0;
 }
 
-/*
- * A long LOOKUP is bound by two dependent cache misses per key: the index
- * slot, then the page it names.  The walk hides them in a pipeline: the
- * home slot of key k + SLOT_AHEAD is computed (into pages[], which is
- * scratch until written) and prefetched, the page of key k + PAGE_AHEAD
- * is prefetched from its slot, and key k is then found in cache.
- */
-#define KVS_SLOT_AHEAD	32
-#define KVS_PAGE_AHEAD	16
 
+/*
+ * LOOKUP's pipeline: the hash of key k + SLOT_AHEAD is computed (into
+ * pages[], scratch until written) and its slot prefetched, the page of key
+ * k + PAGE_AHEAD is prefetched from its slot, and key k is found in cache.
+ */
 static void kvs_lookup_slot_ahead(struct kvs_pool *pool, u64 ns,
-				  const struct kvs_key *keys, u32 *homes, u32 k)
+				  const struct kvs_key *keys, u32 *hashes, u32 k)
 {
-	homes[k] = kvs_index_home(pool, ns, &keys[k]);
-	prefetch(&pool->index[homes[k]]);
+	hashes[k] = kvs_index_hash(pool, ns, &keys[k]);
+	prefetch(&pool->index[hashes[k] & pool->index_mask]);
 }
 
 int kvs_arb_lookup(struct kvs_client *cl, const struct kvs_key *keys,
@@ -290,11 +300,13 @@ int kvs_arb_lookup(struct kvs_client *cl, const struct kvs_key *keys,
 			kvs_lookup_slot_ahead(pool, cl->ns, keys, pages,
 					      hits + KVS_SLOT_AHEAD);
 		if (hits + KVS_PAGE_AHEAD < count) {
-			i = READ_ONCE(pool->index[pages[hits + KVS_PAGE_AHEAD]]);
+			u32 ahead = pages[hits + KVS_PAGE_AHEAD] & pool->index_mask;
+
+			i = READ_ONCE(pool->index[ahead].page);
 			if (i != KVS_NO_PAGE)
 				prefetch(&pool->pages[i]);
 		}
-		i = kvs_index_find_at(pool, pages[hits], cl->ns, &keys[hits]);
+		i = kvs_index_find_hashed(pool, pages[hits], cl->ns, &keys[hits]);
 		if (i == KVS_NO_PAGE)
 			break;
 		pages[hits] = i;
@@ -503,7 +515,7 @@ int kvs_arb_check(struct kvs_pool *pool)
 		}
 	}
 	for (i = 0; i <= pool->index_mask; i++)
-		keyed -= pool->index[i] != KVS_NO_PAGE;
+		keyed -= pool->index[i].page != KVS_NO_PAGE;
 	if (keyed || refsum != pool->n_refs || evictable != pool->lru.len ||
 	    pool->n_held != pool->n_refs + pool->n_state[KVS_PAGE_OWNED]) {
 		ret = kvs_check_fail(pool, "totals", 0);

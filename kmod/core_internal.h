@@ -35,6 +35,12 @@ struct kvs_page {
 	u32 prev, next;			/* free list or LRU links */
 };
 
+/* A slot of a pool's key index: the page and its key's hash. */
+struct kvs_slot {
+	u32 page;			/* KVS_NO_PAGE: empty slot */
+	u32 hash;			/* kvs_index_hash() of the page's key */
+};
+
 /* Open-addressed page -> count table, one per client. */
 struct kvs_hold {
 	u32 page;			/* KVS_NO_PAGE: empty slot */
@@ -63,7 +69,7 @@ struct kvs_pool {
 
 	/* Under lock. */
 	struct kvs_page *pages;
-	u32 *index;			/* open-addressed key -> page */
+	struct kvs_slot *index;		/* open-addressed key -> page */
 	u32 index_mask;
 	struct kvs_ilist free;
 	struct kvs_ilist lru;		/* CACHED pages without children */
@@ -96,9 +102,9 @@ void kvs_ilist_push_head(struct kvs_page *pages, struct kvs_ilist *l, u32 i);
 void kvs_ilist_del(struct kvs_page *pages, struct kvs_ilist *l, u32 i);
 
 int kvs_index_alloc(struct kvs_pool *pool);
-u32 kvs_index_home(const struct kvs_pool *pool, u64 ns, const struct kvs_key *key);
-u32 kvs_index_find_at(const struct kvs_pool *pool, u32 slot, u64 ns,
-		      const struct kvs_key *key);
+u32 kvs_index_hash(const struct kvs_pool *pool, u64 ns, const struct kvs_key *key);
+u32 kvs_index_find_hashed(const struct kvs_pool *pool, u32 hash, u64 ns,
+			  const struct kvs_key *key);
 u32 kvs_index_find(const struct kvs_pool *pool, u64 ns, const struct kvs_key *key);
 void kvs_index_insert(struct kvs_pool *pool, u32 page);
 void kvs_index_remove(struct kvs_pool *pool, u32 page);

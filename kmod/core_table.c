@@ -60,7 +60,7 @@ void kvs_ilist_del(struct kvs_page *pages, struct kvs_ilist *l, u32 i)
  * random seed keeps one member of a pool from aiming keys at one probe
  * run of the index.
  */
-u32 kvs_index_home(const struct kvs_pool *pool, u64 ns, const struct kvs_key *key)
+u32 kvs_index_hash(const struct kvs_pool *pool, u64 ns, const struct kvs_key *key)
 {
 	u64 h = (key->w[0] ^ pool->seed) * 0x9e3779b97f4a7c15ull;
 
@@ -70,7 +70,7 @@ u32 kvs_index_home(const struct kvs_pool *pool, u64 ns, const struct kvs_key *ke
 	h ^= h >> 29;
 	h *= 0x94d049bb133111ebull;
 	h ^= h >> 32;
-	return (u32)h & pool->index_mask;
+	return (u32)h;
 }
 
 int kvs_index_alloc(struct kvs_pool *pool)
@@ -83,7 +83,7 @@ int kvs_index_alloc(struct kvs_pool *pool)
 	if (!pool->index)
 		return -ENOMEM;
 	for (i = 0; i < cap; i++)
-		pool->index[i] = KVS_NO_PAGE;
+		pool->index[i].page = KVS_NO_PAGE;
 	pool->index_mask = cap - 1;
 	return 0;
 }
@@ -94,37 +94,45 @@ static bool kvs_key_eq(const struct kvs_key *a, const struct kvs_key *b)
 		 (a->w[2] ^ b->w[2]) | (a->w[3] ^ b->w[3]));
 }
 
-/* Find a key whose home slot the caller computed already. */
-u32 kvs_index_find_at(const struct kvs_pool *pool, u32 slot, u64 ns,
-		      const struct kvs_key *key)
+/*
+ * Find a key whose hash the caller computed already.  The hash kept in
+ * each slot answers most mismatches without touching the page.
+ */
+u32 kvs_index_find_hashed(const struct kvs_pool *pool, u32 hash, u64 ns,
+			  const struct kvs_key *key)
 {
-	for (;;) {
-		u32 p = pool->index[slot];
+	u32 slot = hash & pool->index_mask;
+
+	for (;; slot = (slot + 1) & pool->index_mask) {
+		const struct kvs_slot *s = &pool->index[slot];
 		const struct kvs_page *pg;
 
-		if (p == KVS_NO_PAGE)
+		if (s->page == KVS_NO_PAGE)
 			return KVS_NO_PAGE;
-		pg = &pool->pages[p];
+		if (s->hash != hash)
+			continue;
+		pg = &pool->pages[s->page];
 		if (pg->ns == ns && kvs_key_eq(&pg->key, key))
-			return p;
-		slot = (slot + 1) & pool->index_mask;
+			return s->page;
 	}
 }
 
 u32 kvs_index_find(const struct kvs_pool *pool, u64 ns, const struct kvs_key *key)
 {
-	return kvs_index_find_at(pool, kvs_index_home(pool, ns, key), ns, key);
+	return kvs_index_find_hashed(pool, kvs_index_hash(pool, ns, key), ns, key);
 }
 
 /* The page's key must not be in the index yet; there is always room. */
 void kvs_index_insert(struct kvs_pool *pool, u32 page)
 {
 	const struct kvs_page *pg = &pool->pages[page];
-	u32 slot = kvs_index_home(pool, pg->ns, &pg->key);
+	u32 hash = kvs_index_hash(pool, pg->ns, &pg->key);
+	u32 slot = hash & pool->index_mask;
 
-	while (pool->index[slot] != KVS_NO_PAGE)
+	while (pool->index[slot].page != KVS_NO_PAGE)
 		slot = (slot + 1) & pool->index_mask;
-	pool->index[slot] = page;
+	pool->index[slot].page = page;
+	pool->index[slot].hash = hash;
 }
 
 /* True if @home lies cyclically in (@hole, @slot]: the entry may not move. */
@@ -139,25 +147,22 @@ void kvs_index_remove(struct kvs_pool *pool, u32 page)
 {
 	const struct kvs_page *pg = &pool->pages[page];
 	u32 mask = pool->index_mask;
-	u32 hole = kvs_index_home(pool, pg->ns, &pg->key);
+	u32 hole = kvs_index_hash(pool, pg->ns, &pg->key) & mask;
 	u32 slot;
 
-	while (pool->index[hole] != page) {
-		if (WARN_ON_ONCE(pool->index[hole] == KVS_NO_PAGE))
+	while (pool->index[hole].page != page) {
+		if (WARN_ON_ONCE(pool->index[hole].page == KVS_NO_PAGE))
 			return;
 		hole = (hole + 1) & mask;
 	}
-	for (slot = (hole + 1) & mask; pool->index[slot] != KVS_NO_PAGE;
+	for (slot = (hole + 1) & mask; pool->index[slot].page != KVS_NO_PAGE;
 	     slot = (slot + 1) & mask) {
-		const struct kvs_page *other = &pool->pages[pool->index[slot]];
-		u32 home = kvs_index_home(pool, other->ns, &other->key);
-
-		if (kvs_in_run(home, hole, slot))
+		if (kvs_in_run(pool->index[slot].hash & mask, hole, slot))
 			continue;
 		pool->index[hole] = pool->index[slot];
 		hole = slot;
 	}
-	pool->index[hole] = KVS_NO_PAGE;
+	pool->index[hole].page = KVS_NO_PAGE;
 }
 
 static u32 kvs_holds_home(const struct kvs_hold_table *t, u32 page)
