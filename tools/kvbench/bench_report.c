@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * kvbench output: a table for people, JSON for scripts.  A row is one
+ * (pool size, operation, chain length); chains longer than the pool have
+ * no row.
+ */
+#include "kvbench.h"
+
+#include <stdio.h>
+
+static const char *pool_label(uint64_t n, char *buf, size_t len)
+{
+	if (n >= (1u << 20) && !(n % (1u << 20)))
+		snprintf(buf, len, "%lluM", (unsigned long long)(n >> 20));
+	else if (n >= 1024 && !(n % 1024))
+		snprintf(buf, len, "%lluk", (unsigned long long)(n >> 10));
+	else
+		snprintf(buf, len, "%llu", (unsigned long long)n);
+	return buf;
+}
+
+static bool row_exists(const struct bench_results *r, int p, int c)
+{
+	return bench_chains[c] <= r->pools[p];
+}
+
+static void print_ns(double ns)
+{
+	if (ns < 0)
+		printf(" %13s", "-");
+	else
+		printf(" %13.1f", ns);
+}
+
+static void print_notes(const struct bench_results *r, int p)
+{
+	static const char *const slot_names[N_SLOTS] = { "core", "ioctl" };
+	char label[24];
+	int s;
+
+	for (s = 0; s < N_SLOTS; s++)
+		if (r->note[p][s])
+			printf("# pool %s, %s: %s\n",
+			       pool_label(r->pools[p], label, sizeof(label)),
+			       slot_names[s], r->note[p][s]);
+}
+
+void bench_report_table(const struct bench_results *r, bool with_ioctl)
+{
+	char label[24];
+	int p, o, c;
+
+	printf("%6s  %-12s %5s %13s %13s", "POOL", "OPERATION", "CHAIN",
+	       with_ioctl ? "CORE_NS/PAGE" : "NS/PAGE",
+	       with_ioctl ? "IOCTL_NS/PAGE" : "NS/CALL");
+	printf(with_ioctl ? " %11s\n" : "\n", "IOCTL/CORE");
+	for (p = 0; p < r->n_pools; p++) {
+		for (o = 0; o < N_OPS; o++) {
+			for (c = 0; c < N_CHAINS; c++) {
+				const double *ns = r->ns[p][o][c];
+
+				if (!row_exists(r, p, c))
+					continue;
+				printf("%6s  %-12s %5u",
+				       pool_label(r->pools[p], label, sizeof(label)),
+				       bench_op_names[o], bench_chains[c]);
+				print_ns(ns[SLOT_CORE]);
+				if (!with_ioctl) {
+					print_ns(ns[SLOT_CORE] < 0 ? -1 :
+						 ns[SLOT_CORE] * bench_chains[c]);
+					putchar('\n');
+					continue;
+				}
+				print_ns(ns[SLOT_IOCTL]);
+				if (ns[SLOT_CORE] > 0 && ns[SLOT_IOCTL] >= 0)
+					printf(" %11.2f\n", ns[SLOT_IOCTL] / ns[SLOT_CORE]);
+				else
+					printf(" %11s\n", "-");
+			}
+		}
+		print_notes(r, p);
+	}
+}
+
+static void json_row(const struct bench_results *r, int p, int o, int c,
+		     bool with_ioctl, bool *first)
+{
+	const double *ns = r->ns[p][o][c];
+
+	printf("%s\n    {\"pool_pages\": %llu, \"op\": \"%s\", \"chain\": %u",
+	       *first ? "" : ",", (unsigned long long)r->pools[p],
+	       bench_op_names[o], bench_chains[c]);
+	*first = false;
+	if (ns[SLOT_CORE] >= 0)
+		printf(", \"core_ns_per_page\": %.1f", ns[SLOT_CORE]);
+	if (with_ioctl && ns[SLOT_IOCTL] >= 0)
+		printf(", \"ioctl_ns_per_page\": %.1f", ns[SLOT_IOCTL]);
+	if (with_ioctl && ns[SLOT_IOCTL] >= 0 && ns[SLOT_CORE] > 0)
+		printf(", \"ratio\": %.3f", ns[SLOT_IOCTL] / ns[SLOT_CORE]);
+	putchar('}');
+}
+
+/* Why a pool has no numbers; the texts are ours or strerror's: no quotes. */
+static void json_notes(const struct bench_results *r)
+{
+	static const char *const slot_names[N_SLOTS] = { "core", "ioctl" };
+	bool first = true;
+	int p, s;
+
+	for (p = 0; p < r->n_pools; p++)
+		for (s = 0; s < N_SLOTS; s++) {
+			if (!r->note[p][s])
+				continue;
+			printf("%s\n    {\"pool_pages\": %llu, \"target\": \"%s\", "
+			       "\"why\": \"%s\"}", first ? "" : ",",
+			       (unsigned long long)r->pools[p], slot_names[s],
+			       r->note[p][s]);
+			first = false;
+		}
+}
+
+void bench_report_json(const struct bench_results *r, bool with_ioctl)
+{
+	bool first = true;
+	int p, o, c;
+
+	printf("{\n  \"mode\": \"%s\",\n  \"reps\": %u,\n"
+	       "  \"statistic\": \"median\",\n  \"unit\": \"ns_per_page\",\n",
+	       with_ioctl ? "ioctl" : "arbiter", r->reps);
+	if (with_ioctl)
+		printf("  \"note\": \"under QEMU TCG only the ratios are meaningful\",\n");
+	printf("  \"rows\": [");
+	for (p = 0; p < r->n_pools; p++)
+		for (o = 0; o < N_OPS; o++)
+			for (c = 0; c < N_CHAINS; c++)
+				if (row_exists(r, p, c))
+					json_row(r, p, o, c, with_ioctl, &first);
+	printf("\n  ],\n  \"skipped\": [");
+	json_notes(r);
+	printf("\n  ]\n}\n");
+}

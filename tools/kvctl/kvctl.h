@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * kvctl: command-line view of /dev/kvshare.  Shared declarations of the
+ * dispatcher (kvctl.c), argument helpers (kvctl_args.c), pool commands
+ * (kvctl_pool.c), page and stats commands (kvctl_pages.c).
+ *
+ * Exit status: 0 success, 1 a call or check failed, 2 bad usage.
+ */
+#ifndef _KVCTL_H
+#define _KVCTL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <linux/kvshare.h>
+
+#define KVCTL_DEFAULT_DEVICE	"/dev/" KVS_DEVICE_NAME
+
+#define KVCTL_OK		0
+#define KVCTL_FAIL		1
+#define KVCTL_USAGE		2
+
+/* What every command gets: where the device is, and its fd once open. */
+struct kvctl {
+	const char *device;
+	int fd;				/* -1 until kvctl_open() */
+};
+
+/* A subcommand: name, handler, one-line summary for `kvctl --help`. */
+struct kvctl_cmd {
+	const char *name;
+	int (*run)(struct kvctl *k, int argc, char **argv);
+	const char *summary;
+};
+
+/*
+ * Options of one command.  The parser fills val/set; everything not an
+ * option is collected as a positional argument.
+ */
+struct kvctl_opt {
+	const char *name;		/* "--pages" */
+	bool has_arg;
+	const char *val;
+	bool set;
+};
+
+#define KVCTL_FLAG(n)	{ .name = (n) }
+#define KVCTL_ARG(n)	{ .name = (n), .has_arg = true }
+#define KVCTL_END	{ .name = NULL }
+
+/* kvctl_args.c */
+int kvctl_parse(const char *cmd, int argc, char **argv, struct kvctl_opt *opts,
+		char **pos, int max_pos, int *n_pos);
+struct kvctl_opt *kvctl_opt(struct kvctl_opt *opts, const char *name);
+int kvctl_num(const char *cmd, const char *what, const char *s,
+	      uint64_t min, uint64_t max, uint64_t *out);
+int kvctl_octal(const char *cmd, const char *what, const char *s,
+		uint64_t max, uint64_t *out);
+int kvctl_usage_err(const char *cmd, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+int kvctl_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int kvctl_ioc_err(const char *cmd, int err, const char *msg);
+int kvctl_open(struct kvctl *k);
+int kvctl_ioctl(struct kvctl *k, unsigned long req, void *arg);
+const char *kvctl_dtype_name(uint32_t dtype);
+int kvctl_dtype_parse(const char *s, uint32_t *dtype);
+const char *kvctl_state_name(uint32_t state);
+int kvctl_state_parse(const char *s, uint32_t *state);
+
+/* kvctl_pool.c */
+int kvctl_pool_main(struct kvctl *k, int argc, char **argv);
+int kvctl_pool_find(struct kvctl *k, const char *cmd, const char *name,
+		    struct kvs_pool_desc *out);
+
+/* kvctl_pages.c */
+int kvctl_pages_main(struct kvctl *k, int argc, char **argv);
+int kvctl_stats_main(struct kvctl *k, int argc, char **argv);
+int kvctl_stats_get(struct kvctl *k, const char *cmd,
+		    const struct kvs_pool_desc *d, uint32_t flags,
+		    struct kvs_pool_stats *st);
+struct kvctl_json;
+void kvctl_stats_text(const struct kvs_pool_stats *st);
+void kvctl_stats_json(struct kvctl_json *j, const struct kvs_pool_stats *st);
+
+#endif /* _KVCTL_H */

@@ -1,0 +1,471 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * kvctl pool create|list|show|destroy, and the name -> id resolution the
+ * other commands share.
+ */
+#include "kvctl.h"
+#include "kvctl_json.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GIB		(1ull << 30)
+#define DIM_MAX		65536
+#define NAME_CHARS	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-"
+
+static void pool_usage(void)
+{
+	fputs("usage: kvctl pool create NAME --pages N --layers L --kv-heads H\n"
+	      "                         --head-dim D --tokens-per-page T\n"
+	      "                         --dtype f16|bf16|f32|fp8\n"
+	      "                         [--mode 0660] [--quota N] [--ns-per-uid]\n"
+	      "       kvctl pool list [--json]\n"
+	      "       kvctl pool show NAME [--json]\n"
+	      "       kvctl pool destroy NAME\n\n"
+	      "create   make a pool; its page size follows from the geometry.\n"
+	      "         --mode: octal permission bits (default 0660); --quota:\n"
+	      "         pages one open file may hold (default: all); --ns-per-uid:\n"
+	      "         every attacher's key namespace is its uid.\n"
+	      "list     one line per pool.\n"
+	      "show     a pool's descriptor and counters.\n"
+	      "destroy  remove a pool's name; it goes when its last user closes.\n"
+	      "Counts take k, M, G suffixes (64k = 65536).\n", stdout);
+}
+
+/*
+ * All pool descriptors.  The list can grow between the counting call and
+ * the fetching call, so fetch until everything fit.
+ */
+static int list_pools(struct kvctl *k, const char *cmd,
+		      struct kvs_pool_desc **out, uint32_t *n_out)
+{
+	struct kvs_pool_list req;
+	struct kvs_pool_desc *d = NULL;
+	uint32_t cap = 0;
+	int err;
+
+	if (kvctl_open(k))
+		return KVCTL_FAIL;
+	for (;;) {
+		memset(&req, 0, sizeof(req));
+		req.count = cap;
+		req.pools = (uintptr_t)d;
+		err = kvctl_ioctl(k, KVS_IOC_POOL_LIST, &req);
+		if (err) {
+			free(d);
+			return kvctl_ioc_err(cmd, err, NULL);
+		}
+		if (req.count <= cap && (d || !req.count))
+			break;
+		free(d);
+		cap = req.count + 4;
+		d = calloc(cap, sizeof(*d));
+		if (!d)
+			return kvctl_err("%s: out of memory", cmd);
+	}
+	*out = d;
+	*n_out = req.count;
+	return KVCTL_OK;
+}
+
+int kvctl_pool_find(struct kvctl *k, const char *cmd, const char *name,
+		    struct kvs_pool_desc *out)
+{
+	struct kvs_pool_desc *d;
+	uint32_t n, i;
+	int ret;
+
+	ret = list_pools(k, cmd, &d, &n);
+	if (ret)
+		return ret;
+	for (i = 0; i < n; i++) {
+		/* The arbiter NUL-terminates, but do not trust it to. */
+		if (!strncmp(d[i].name, name, KVS_NAME_MAX) &&
+		    strlen(name) < KVS_NAME_MAX) {
+			*out = d[i];
+			out->name[KVS_NAME_MAX - 1] = '\0';
+			free(d);
+			return KVCTL_OK;
+		}
+	}
+	free(d);
+	return kvctl_err("no pool named '%s'", name);
+}
+
+/* The ABI's name rule, checked here so the error can say which rule. */
+static int check_name(const char *cmd, const char *name)
+{
+	size_t len = strlen(name);
+
+	if (len == 0 || len >= KVS_NAME_MAX)
+		return kvctl_usage_err(cmd, "pool name must be 1..%d bytes",
+				       KVS_NAME_MAX - 1);
+	if (strspn(name, NAME_CHARS) != len)
+		return kvctl_usage_err(cmd, "invalid pool name '%s': use only A-Z a-z 0-9 . _ -",
+				       name);
+	return 0;
+}
+
+static uint64_t dtype_size(uint32_t dtype)
+{
+	switch (dtype) {
+	case KVS_DTYPE_F16:
+	case KVS_DTYPE_BF16:
+		return 2;
+	case KVS_DTYPE_F32:
+		return 4;
+	}
+	return 1;
+}
+
+enum {
+	C_PAGES, C_LAYERS, C_HEADS, C_DIM, C_TOKENS, C_DTYPE, C_MODE, C_QUOTA,
+	C_NSUID,
+};
+
+/* Fill the request from the options; every error names the option. */
+static int create_args(struct kvctl_opt *o, struct kvs_pool_create *req)
+{
+	static const char cmd[] = "pool create";
+	const int dims[] = { C_LAYERS, C_HEADS, C_DIM, C_TOKENS };
+	__u32 *dim_out[] = { &req->geom.n_layers, &req->geom.n_kv_heads,
+			     &req->geom.head_dim, &req->geom.tokens_per_page };
+	uint64_t v, page_bytes;
+	unsigned int i;
+
+	for (i = 0; i <= C_DTYPE; i++)
+		if (!o[i].set)
+			return kvctl_usage_err(cmd, "missing %s", o[i].name);
+	if (kvctl_num(cmd, o[C_PAGES].name, o[C_PAGES].val, 1,
+		      KVS_MAX_POOL_PAGES, &v))
+		return KVCTL_USAGE;
+	req->n_pages = v;
+	for (i = 0; i < 4; i++) {
+		if (kvctl_num(cmd, o[dims[i]].name, o[dims[i]].val, 1, DIM_MAX, &v))
+			return KVCTL_USAGE;
+		*dim_out[i] = v;
+	}
+	if (kvctl_dtype_parse(o[C_DTYPE].val, &req->geom.dtype))
+		return kvctl_usage_err(cmd, "--dtype: unknown dtype '%s' "
+				       "(f16, bf16, f32 or fp8)", o[C_DTYPE].val);
+	/* Stop multiplying once past the limit: 2 * 65536^4 would wrap. */
+	page_bytes = 2 * dtype_size(req->geom.dtype);
+	for (i = 0; i < 4 && page_bytes <= GIB; i++)
+		page_bytes *= *dim_out[i];
+	if (page_bytes > GIB)
+		return kvctl_usage_err(cmd, "a page would be larger than 1 GiB "
+				       "(2 * layers * kv-heads * head-dim * "
+				       "tokens-per-page * dtype size)");
+	req->mode = 0660;
+	if (o[C_MODE].set) {
+		if (kvctl_octal(cmd, o[C_MODE].name, o[C_MODE].val, 0777, &v))
+			return KVCTL_USAGE;
+		req->mode = v;
+	}
+	if (o[C_QUOTA].set) {
+		if (kvctl_num(cmd, o[C_QUOTA].name, o[C_QUOTA].val, 0,
+			      req->n_pages, &v))
+			return KVCTL_USAGE;
+		req->max_pages_per_file = v;
+	}
+	if (o[C_NSUID].set)
+		req->flags |= KVS_POOL_NS_PER_UID;
+	req->mem_fd = -1;
+	return 0;
+}
+
+static int create_err(struct kvctl *k, const struct kvs_pool_create *req, int err)
+{
+	struct kvs_info in;
+	char msg[160];
+
+	switch (err) {
+	case EEXIST:
+		snprintf(msg, sizeof(msg), "name '%s' already exists", req->name);
+		break;
+	case ENOSPC:
+		snprintf(msg, sizeof(msg), "the arbiter's limit on pools is reached");
+		break;
+	case EINVAL:
+		memset(&in, 0, sizeof(in));
+		if (!kvctl_ioctl(k, KVS_IOC_INFO, &in) &&
+		    req->n_pages > in.max_pool_pages)
+			snprintf(msg, sizeof(msg), "%" PRIu64 " pages is more than "
+				 "this arbiter's max_pool_pages %" PRIu64,
+				 (uint64_t)req->n_pages, (uint64_t)in.max_pool_pages);
+		else
+			snprintf(msg, sizeof(msg), "the arbiter rejected the name, "
+				 "geometry, mode, page count or quota");
+		break;
+	default:
+		return kvctl_ioc_err("pool create", err, NULL);
+	}
+	return kvctl_ioc_err("pool create", err, msg);
+}
+
+static int pool_create(struct kvctl *k, int argc, char **argv)
+{
+	struct kvctl_opt o[] = {
+		[C_PAGES] = KVCTL_ARG("--pages"),
+		[C_LAYERS] = KVCTL_ARG("--layers"),
+		[C_HEADS] = KVCTL_ARG("--kv-heads"),
+		[C_DIM] = KVCTL_ARG("--head-dim"),
+		[C_TOKENS] = KVCTL_ARG("--tokens-per-page"),
+		[C_DTYPE] = KVCTL_ARG("--dtype"),
+		[C_MODE] = KVCTL_ARG("--mode"),
+		[C_QUOTA] = KVCTL_ARG("--quota"),
+		[C_NSUID] = KVCTL_FLAG("--ns-per-uid"),
+		KVCTL_END
+	};
+	struct kvs_pool_create req;
+	char *name;
+	int n_pos, ret, err;
+
+	ret = kvctl_parse("pool create", argc, argv, o, &name, 1, &n_pos);
+	if (ret < 0) {
+		pool_usage();
+		return KVCTL_OK;
+	}
+	if (ret)
+		return ret;
+	if (!n_pos)
+		return kvctl_usage_err("pool create", "missing pool NAME");
+	if (check_name("pool create", name))
+		return KVCTL_USAGE;
+	memset(&req, 0, sizeof(req));
+	strcpy(req.name, name);		/* length checked above */
+	if (create_args(o, &req))
+		return KVCTL_USAGE;
+	if (kvctl_open(k))
+		return KVCTL_FAIL;
+	err = kvctl_ioctl(k, KVS_IOC_POOL_CREATE, &req);
+	if (err)
+		return create_err(k, &req, err);
+	printf("pool '%s' created: id %u, %" PRIu64 " pages of %" PRIu64 " bytes\n",
+	       req.name, req.pool_id, (uint64_t)req.n_pages,
+	       (uint64_t)req.geom.page_bytes);
+	return KVCTL_OK;
+}
+
+static const char *flags_text(const struct kvs_pool_desc *d)
+{
+	if (d->flags & KVS_POOL_NS_PER_UID)
+		return d->has_mem_fd ? "ns-per-uid,mem-fd" : "ns-per-uid";
+	return d->has_mem_fd ? "mem-fd" : "-";
+}
+
+static void desc_json(struct kvctl_json *j, const char *key,
+		      const struct kvs_pool_desc *d)
+{
+	char mode[8];
+
+	snprintf(mode, sizeof(mode), "0%03o", d->mode & 07777);
+	kvctl_json_obj(j, key);
+	kvctl_json_str(j, "name", d->name);
+	kvctl_json_u64(j, "pool_id", d->pool_id);
+	kvctl_json_u64(j, "n_pages", d->n_pages);
+	kvctl_json_obj(j, "geometry");
+	kvctl_json_u64(j, "n_layers", d->geom.n_layers);
+	kvctl_json_u64(j, "n_kv_heads", d->geom.n_kv_heads);
+	kvctl_json_u64(j, "head_dim", d->geom.head_dim);
+	kvctl_json_u64(j, "tokens_per_page", d->geom.tokens_per_page);
+	kvctl_json_str(j, "dtype", kvctl_dtype_name(d->geom.dtype));
+	kvctl_json_u64(j, "page_bytes", d->geom.page_bytes);
+	kvctl_json_end_obj(j);
+	kvctl_json_str(j, "mode", mode);
+	kvctl_json_u64(j, "uid", d->uid);
+	kvctl_json_u64(j, "gid", d->gid);
+	kvctl_json_u64(j, "n_files", d->n_files);
+	kvctl_json_u64(j, "max_pages_per_file", d->max_pages_per_file);
+	kvctl_json_u64(j, "flags", d->flags);
+	kvctl_json_bool(j, "ns_per_uid", d->flags & KVS_POOL_NS_PER_UID);
+	kvctl_json_bool(j, "has_mem_fd", d->has_mem_fd);
+	kvctl_json_end_obj(j);
+}
+
+static void list_text(const struct kvs_pool_desc *d, uint32_t n)
+{
+	int w = 4;
+	uint32_t i;
+
+	for (i = 0; i < n; i++)
+		if ((int)strnlen(d[i].name, KVS_NAME_MAX) > w)
+			w = strnlen(d[i].name, KVS_NAME_MAX);
+	printf("%-4s %-*s %9s %11s %-22s %-5s %5s %6s %6s %5s %9s %s\n",
+	       "ID", w, "NAME", "PAGES", "PAGE_BYTES", "LAYERSxHEADSxDIMxTOK",
+	       "DTYPE", "MODE", "UID", "GID", "FILES", "QUOTA", "FLAGS");
+	for (i = 0; i < n; i++) {
+		char geom[48];
+
+		snprintf(geom, sizeof(geom), "%ux%ux%ux%u", d[i].geom.n_layers,
+			 d[i].geom.n_kv_heads, d[i].geom.head_dim,
+			 d[i].geom.tokens_per_page);
+		printf("%-4u %-*.*s %9" PRIu64 " %11" PRIu64 " %-22s %-5s %04o"
+		       " %6u %6u %5u %9u %s\n", d[i].pool_id, w, KVS_NAME_MAX,
+		       d[i].name, (uint64_t)d[i].n_pages,
+		       (uint64_t)d[i].geom.page_bytes, geom,
+		       kvctl_dtype_name(d[i].geom.dtype), d[i].mode & 07777,
+		       d[i].uid, d[i].gid, d[i].n_files, d[i].max_pages_per_file,
+		       flags_text(&d[i]));
+	}
+}
+
+static int pool_list(struct kvctl *k, int argc, char **argv)
+{
+	struct kvctl_opt o[] = { KVCTL_FLAG("--json"), KVCTL_END };
+	struct kvs_pool_desc *d;
+	struct kvctl_json j;
+	uint32_t n, i;
+	int n_pos, ret;
+
+	ret = kvctl_parse("pool list", argc, argv, o, NULL, 0, &n_pos);
+	if (ret < 0) {
+		pool_usage();
+		return KVCTL_OK;
+	}
+	if (ret)
+		return ret;
+	ret = list_pools(k, "pool list", &d, &n);
+	if (ret)
+		return ret;
+	for (i = 0; i < n; i++)
+		d[i].name[KVS_NAME_MAX - 1] = '\0';
+	if (o[0].set) {
+		kvctl_json_init(&j, stdout);
+		kvctl_json_obj(&j, NULL);
+		kvctl_json_arr(&j, "pools");
+		for (i = 0; i < n; i++)
+			desc_json(&j, NULL, &d[i]);
+		kvctl_json_end_arr(&j);
+		kvctl_json_end_obj(&j);
+		kvctl_json_finish(&j);
+	} else {
+		list_text(d, n);
+	}
+	free(d);
+	return KVCTL_OK;
+}
+
+static void desc_text(const struct kvs_pool_desc *d)
+{
+	printf("name                %s\n", d->name);
+	printf("pool_id             %u\n", d->pool_id);
+	printf("n_pages             %" PRIu64 "\n", (uint64_t)d->n_pages);
+	printf("page_bytes          %" PRIu64 "\n", (uint64_t)d->geom.page_bytes);
+	printf("n_layers            %u\n", d->geom.n_layers);
+	printf("n_kv_heads          %u\n", d->geom.n_kv_heads);
+	printf("head_dim            %u\n", d->geom.head_dim);
+	printf("tokens_per_page     %u\n", d->geom.tokens_per_page);
+	printf("dtype               %s\n", kvctl_dtype_name(d->geom.dtype));
+	printf("mode                %04o\n", d->mode & 07777);
+	printf("uid                 %u\n", d->uid);
+	printf("gid                 %u\n", d->gid);
+	printf("n_files             %u\n", d->n_files);
+	printf("max_pages_per_file  %u\n", d->max_pages_per_file);
+	printf("flags               %s\n", flags_text(d));
+}
+
+static int pool_show(struct kvctl *k, int argc, char **argv)
+{
+	struct kvctl_opt o[] = { KVCTL_FLAG("--json"), KVCTL_END };
+	struct kvs_pool_stats st;
+	struct kvs_pool_desc d;
+	struct kvctl_json j;
+	char *name;
+	int n_pos, ret;
+
+	ret = kvctl_parse("pool show", argc, argv, o, &name, 1, &n_pos);
+	if (ret < 0) {
+		pool_usage();
+		return KVCTL_OK;
+	}
+	if (ret)
+		return ret;
+	if (!n_pos)
+		return kvctl_usage_err("pool show", "missing pool NAME");
+	ret = kvctl_pool_find(k, "pool show", name, &d);
+	if (!ret)
+		ret = kvctl_stats_get(k, "pool show", &d, 0, &st);
+	if (ret)
+		return ret;
+	if (o[0].set) {
+		kvctl_json_init(&j, stdout);
+		kvctl_json_obj(&j, NULL);
+		desc_json(&j, "pool", &d);
+		kvctl_stats_json(&j, &st);
+		kvctl_json_end_obj(&j);
+		kvctl_json_finish(&j);
+	} else {
+		desc_text(&d);
+		kvctl_stats_text(&st);
+	}
+	return KVCTL_OK;
+}
+
+static int pool_destroy(struct kvctl *k, int argc, char **argv)
+{
+	struct kvs_pool_destroy req;
+	struct kvs_pool_desc d;
+	char msg[160];
+	char *name;
+	int n_pos, ret, err;
+
+	ret = kvctl_parse("pool destroy", argc, argv, NULL, &name, 1, &n_pos);
+	if (ret < 0) {
+		pool_usage();
+		return KVCTL_OK;
+	}
+	if (ret)
+		return ret;
+	if (!n_pos)
+		return kvctl_usage_err("pool destroy", "missing pool NAME");
+	ret = kvctl_pool_find(k, "pool destroy", name, &d);
+	if (ret)
+		return ret;
+	memset(&req, 0, sizeof(req));
+	req.pool_id = d.pool_id;
+	err = kvctl_ioctl(k, KVS_IOC_POOL_DESTROY, &req);
+	if (!err) {
+		printf("pool '%s' destroyed\n", d.name);
+		return KVCTL_OK;
+	}
+	if (err == ENOENT)	/* destroyed by someone else since the listing */
+		snprintf(msg, sizeof(msg), "no pool named '%s'", d.name);
+	else if (err == EPERM)
+		snprintf(msg, sizeof(msg), "only the owner (uid %u) or an admin "
+			 "may destroy pool '%s'", d.uid, d.name);
+	else
+		return kvctl_ioc_err("pool destroy", err, NULL);
+	return kvctl_ioc_err("pool destroy", err, msg);
+}
+
+static const struct kvctl_cmd pool_cmds[] = {
+	{ "create", pool_create, NULL },
+	{ "list", pool_list, NULL },
+	{ "show", pool_show, NULL },
+	{ "destroy", pool_destroy, NULL },
+	{ NULL, NULL, NULL }
+};
+
+int kvctl_pool_main(struct kvctl *k, int argc, char **argv)
+{
+	const struct kvctl_cmd *c;
+
+	if (argc < 1) {
+		pool_usage();
+		return KVCTL_USAGE;
+	}
+	if (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) {
+		pool_usage();
+		return KVCTL_OK;
+	}
+	for (c = pool_cmds; c->name; c++)
+		if (!strcmp(c->name, argv[0]))
+			return c->run(k, argc - 1, argv + 1);
+	kvctl_err("pool: unknown subcommand '%s' (create, list, show, destroy)",
+		  argv[0]);
+	return KVCTL_USAGE;
+}
