@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libkv arbiter client: one handle on the kvshare arbiter, whichever
+ * transport serves it.  Today that is /dev/kvshare (ioctl, and io_uring
+ * for the page commands when the module offers it); the kvshared daemon's
+ * socket plugs in behind the same calls.
+ *
+ * Every function returns 0 (or a count, where stated) on success and a
+ * negative errno on failure, with the meanings of <linux/kvshare.h>.
+ * A handle may be shared by the threads of one process.
+ */
+#ifndef KVSHARE_ARBITER_H
+#define KVSHARE_ARBITER_H
+
+#include <stdint.h>
+#include <linux/kvshare.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct kv_arbiter;
+
+/* Open flags. */
+#define KV_ARBITER_NO_URING	(1u << 0)	/* page commands by ioctl only */
+
+/*
+ * Open the arbiter at @path (NULL: $KVSHARE_DEVICE, else /dev/kvshare).
+ * io_uring carries the page commands when the arbiter supports it and the
+ * process may set up a ring; otherwise the same calls go by ioctl.
+ */
+int kv_arbiter_open(const char *path, unsigned int flags, struct kv_arbiter **out);
+void kv_arbiter_close(struct kv_arbiter *arb);
+
+/* Whether page commands travel through io_uring on this handle. */
+int kv_arbiter_uses_uring(const struct kv_arbiter *arb);
+
+/* Any command of <linux/kvshare.h>, by its control path (ioctl). */
+int kv_arbiter_call(struct kv_arbiter *arb, unsigned long cmd, void *arg);
+
+/* Attach this handle to pool @name; @info receives geometry and limits. */
+int kv_arbiter_attach(struct kv_arbiter *arb, const char *name, uint64_t ns,
+		      struct kvs_pool_attach *info);
+
+/* The page commands.  Batches of 1..KVS_MAX_BATCH entries. */
+int kv_alloc(struct kv_arbiter *arb, uint32_t count, uint32_t *pages);
+/* Returns the number of duplicates; entries[i].result is the page to use. */
+int kv_publish(struct kv_arbiter *arb, struct kvs_publish_entry *entries,
+	       uint32_t count);
+/* Returns the number of leading hits, with a reference taken on each. */
+int kv_lookup(struct kv_arbiter *arb, const struct kvs_key *keys,
+	      uint32_t count, uint32_t *pages);
+int kv_put(struct kv_arbiter *arb, const uint32_t *pages, uint32_t count);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVSHARE_ARBITER_H */

@@ -1,0 +1,19 @@
+# SPDX-License-Identifier: GPL-2.0
+# libkv: the runtime engines link.  Public headers live in include/kvshare/.
+LIBKV        := $(BUILD)/libkv.a
+LIBKV_SRCS   := libkv/arbiter.c
+LIBKV_OBJS   := $(LIBKV_SRCS:%.c=$(BUILD)/libkv/%.o)
+LIBKV_CFLAGS := -Iinclude
+LIBKV_LDLIBS := -luring -pthread
+
+$(BUILD)/libkv/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LIBKV_CFLAGS) $(DEPFLAGS) -c -o $@ $<
+
+$(LIBKV): $(LIBKV_OBJS)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+-include $(LIBKV_OBJS:.o=.d)
+
+ALL_TARGETS += $(LIBKV)
