@@ -32,9 +32,10 @@ static void print_ns(double ns)
 		printf(" %13.1f", ns);
 }
 
+const char *const bench_slot_names[N_SLOTS] = { "core", "ioctl", "uring" };
+
 static void print_notes(const struct bench_results *r, int p)
 {
-	static const char *const slot_names[N_SLOTS] = { "core", "ioctl" };
 	char label[24];
 	int s;
 
@@ -42,7 +43,15 @@ static void print_notes(const struct bench_results *r, int p)
 		if (r->note[p][s])
 			printf("# pool %s, %s: %s\n",
 			       pool_label(r->pools[p], label, sizeof(label)),
-			       slot_names[s], r->note[p][s]);
+			       bench_slot_names[s], r->note[p][s]);
+}
+
+static void print_ratio(const double *ns, int slot)
+{
+	if (ns[SLOT_CORE] > 0 && ns[slot] >= 0)
+		printf(" %11.2f", ns[slot] / ns[SLOT_CORE]);
+	else
+		printf(" %11s", "-");
 }
 
 void bench_report_table(const struct bench_results *r, bool with_ioctl)
@@ -53,7 +62,10 @@ void bench_report_table(const struct bench_results *r, bool with_ioctl)
 	printf("%6s  %-12s %5s %13s %13s", "POOL", "OPERATION", "CHAIN",
 	       with_ioctl ? "CORE_NS/PAGE" : "NS/PAGE",
 	       with_ioctl ? "IOCTL_NS/PAGE" : "NS/CALL");
-	printf(with_ioctl ? " %11s\n" : "\n", "IOCTL/CORE");
+	if (with_ioctl)
+		printf(" %13s %11s %11s", "URING_NS/PAGE", "IOCTL/CORE",
+		       "URING/CORE");
+	putchar('\n');
 	for (p = 0; p < r->n_pools; p++) {
 		for (o = 0; o < N_OPS; o++) {
 			for (c = 0; c < N_CHAINS; c++) {
@@ -72,10 +84,10 @@ void bench_report_table(const struct bench_results *r, bool with_ioctl)
 					continue;
 				}
 				print_ns(ns[SLOT_IOCTL]);
-				if (ns[SLOT_CORE] > 0 && ns[SLOT_IOCTL] >= 0)
-					printf(" %11.2f\n", ns[SLOT_IOCTL] / ns[SLOT_CORE]);
-				else
-					printf(" %11s\n", "-");
+				print_ns(ns[SLOT_URING]);
+				print_ratio(ns, SLOT_IOCTL);
+				print_ratio(ns, SLOT_URING);
+				putchar('\n');
 			}
 		}
 		print_notes(r, p);
@@ -97,13 +109,16 @@ static void json_row(const struct bench_results *r, int p, int o, int c,
 		printf(", \"ioctl_ns_per_page\": %.1f", ns[SLOT_IOCTL]);
 	if (with_ioctl && ns[SLOT_IOCTL] >= 0 && ns[SLOT_CORE] > 0)
 		printf(", \"ratio\": %.3f", ns[SLOT_IOCTL] / ns[SLOT_CORE]);
+	if (with_ioctl && ns[SLOT_URING] >= 0)
+		printf(", \"uring_ns_per_page\": %.1f", ns[SLOT_URING]);
+	if (with_ioctl && ns[SLOT_URING] >= 0 && ns[SLOT_CORE] > 0)
+		printf(", \"uring_ratio\": %.3f", ns[SLOT_URING] / ns[SLOT_CORE]);
 	putchar('}');
 }
 
 /* Why a pool has no numbers; the texts are ours or strerror's: no quotes. */
 static void json_notes(const struct bench_results *r)
 {
-	static const char *const slot_names[N_SLOTS] = { "core", "ioctl" };
 	bool first = true;
 	int p, s;
 
@@ -113,7 +128,7 @@ static void json_notes(const struct bench_results *r)
 				continue;
 			printf("%s\n    {\"pool_pages\": %llu, \"target\": \"%s\", "
 			       "\"why\": \"%s\"}", first ? "" : ",",
-			       (unsigned long long)r->pools[p], slot_names[s],
+			       (unsigned long long)r->pools[p], bench_slot_names[s],
 			       r->note[p][s]);
 			first = false;
 		}

@@ -196,7 +196,15 @@ static int cmd_ioctl(const struct opts *o)
 	}
 	failed |= run_target(&t, &r, SLOT_IOCTL, device_max_pages(&t));
 	t.fini(&t);
-	report(&r, o, true, "ioctl: /dev/kvshare ioctls vs the native core");
+	/* The same rows once more with the page commands on io_uring. */
+	ret = target_uring_init(&t, o->device);
+	if (!ret) {
+		failed |= run_target(&t, &r, SLOT_URING, device_max_pages(&t));
+		t.fini(&t);
+	} else {
+		failed = 1;
+	}
+	report(&r, o, true, "ioctl: /dev/kvshare by ioctl and by io_uring vs the native core");
 	return failed;
 }
 

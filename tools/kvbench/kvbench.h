@@ -32,6 +32,8 @@ struct bench_target {
 int target_core_init(struct bench_target *t);
 /* -ENOENT when the device does not exist. */
 int target_ioctl_init(struct bench_target *t, const char *device);
+/* The same device through libkv, page commands by io_uring. */
+int target_uring_init(struct bench_target *t, const char *device);
 
 enum bench_op {
 	OP_ALLOC,		/* ALLOC from free pages */
@@ -44,9 +46,12 @@ enum bench_op {
 #define N_CHAINS	3	/* 16, 256 and 4096 pages */
 #define MAX_CHAIN	4096
 #define MAX_POOLS	8
-#define N_SLOTS		2	/* 0: core, 1: ioctl */
+#define N_SLOTS		3	/* core, ioctl, uring */
 #define SLOT_CORE	0
 #define SLOT_IOCTL	1
+#define SLOT_URING	2
+
+extern const char *const bench_slot_names[N_SLOTS];
 
 extern const uint32_t bench_chains[N_CHAINS];
 extern const char *const bench_op_names[N_OPS];

@@ -6,20 +6,21 @@
 
 KVBENCH_SRCS := tools/kvbench/kvbench.c tools/kvbench/bench_run.c \
                 tools/kvbench/bench_util.c tools/kvbench/bench_report.c \
-                tools/kvbench/target_core.c tools/kvbench/target_ioctl.c
+                tools/kvbench/target_core.c tools/kvbench/target_ioctl.c \
+                tools/kvbench/target_uring.c
 # Objects under build/tools/: build/kvbench is the binary's own path.
 KVBENCH_OBJS := $(KVBENCH_SRCS:%.c=$(BUILD)/%.o)
 
 $(BUILD)/tools/kvbench/%.o: tools/kvbench/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(DEPFLAGS) -c -o $@ $<
+	$(CC) $(CFLAGS) $(LIBKV_CFLAGS) $(DEPFLAGS) -c -o $@ $<
 
-$(BUILD)/kvbench: $(KVBENCH_OBJS) $(LIBKVCORE)
-	$(CC) $(CFLAGS) -o $@ $(KVBENCH_OBJS) $(LIBKVCORE) $(LIBKVCORE_LDLIBS)
+$(BUILD)/kvbench: $(KVBENCH_OBJS) $(LIBKVCORE) $(LIBKV)
+	$(CC) $(CFLAGS) -o $@ $(KVBENCH_OBJS) $(LIBKV) $(LIBKVCORE) $(LIBKV_LDLIBS) $(LIBKVCORE_LDLIBS)
 
-$(BUILD)/guest/kvbench: $(KVBENCH_OBJS) $(LIBKVCORE)
+$(BUILD)/guest/kvbench: $(KVBENCH_OBJS) $(LIBKVCORE) $(LIBKV)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -static -o $@ $(KVBENCH_OBJS) $(LIBKVCORE) $(LIBKVCORE_LDLIBS)
+	$(CC) $(CFLAGS) -static -o $@ $(KVBENCH_OBJS) $(LIBKV) $(LIBKVCORE) $(LIBKV_LDLIBS) $(LIBKVCORE_LDLIBS)
 
 -include $(KVBENCH_OBJS:.o=.d)
 

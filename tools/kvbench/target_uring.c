@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * /dev/kvshare through libkv's arbiter client with io_uring: the page
+ * commands travel as one IORING_OP_URING_CMD each, the rest by ioctl.
+ * Measured beside the ioctl target so the two transports compare row by
+ * row.
+ */
+#include "kvbench.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <kvshare/arbiter.h>
+
+struct uring_target {
+	const char *device;
+	struct kv_arbiter *ctl;
+	struct kv_arbiter *data;	/* NULL when closed */
+};
+
+static int uring_ctl(struct bench_target *t, unsigned int cmd, void *arg)
+{
+	struct uring_target *ut = t->priv;
+
+	return kv_arbiter_call(ut->ctl, cmd, arg);
+}
+
+static int uring_open(struct bench_target *t)
+{
+	struct uring_target *ut = t->priv;
+	int ret = kv_arbiter_open(ut->device, 0, &ut->data);
+
+	if (!ret && !kv_arbiter_uses_uring(ut->data)) {
+		kv_arbiter_close(ut->data);
+		ut->data = NULL;
+		ret = -EOPNOTSUPP;
+	}
+	return ret;
+}
+
+/* bench_run.c speaks command structs: map them onto libkv's calls. */
+static int uring_data(struct bench_target *t, unsigned int cmd, void *arg)
+{
+	struct kv_arbiter *arb = ((struct uring_target *)t->priv)->data;
+	int ret;
+
+	switch (cmd) {
+	case KVS_IOC_ALLOC: {
+		struct kvs_alloc *a = arg;
+
+		return kv_alloc(arb, a->count, (uint32_t *)(uintptr_t)a->pages);
+	}
+	case KVS_IOC_PUBLISH: {
+		struct kvs_publish *p = arg;
+
+		ret = kv_publish(arb, (void *)(uintptr_t)p->entries, p->count);
+		if (ret >= 0)
+			p->n_dup = ret;
+		return ret < 0 ? ret : 0;
+	}
+	case KVS_IOC_LOOKUP: {
+		struct kvs_lookup *l = arg;
+
+		ret = kv_lookup(arb, (const void *)(uintptr_t)l->keys, l->count,
+				(uint32_t *)(uintptr_t)l->pages);
+		if (ret >= 0)
+			l->n_hit = ret;
+		return ret < 0 ? ret : 0;
+	}
+	case KVS_IOC_PUT: {
+		struct kvs_put *p = arg;
+
+		return kv_put(arb, (const uint32_t *)(uintptr_t)p->pages, p->count);
+	}
+	}
+	return kv_arbiter_call(arb, cmd, arg);
+}
+
+static void uring_close(struct bench_target *t)
+{
+	struct uring_target *ut = t->priv;
+
+	kv_arbiter_close(ut->data);
+	ut->data = NULL;
+}
+
+static void uring_fini(struct bench_target *t)
+{
+	struct uring_target *ut = t->priv;
+
+	uring_close(t);
+	kv_arbiter_close(ut->ctl);
+	free(ut);
+	t->priv = NULL;
+}
+
+int target_uring_init(struct bench_target *t, const char *device)
+{
+	struct uring_target *ut = calloc(1, sizeof(*ut));
+	int ret;
+
+	if (!ut)
+		return -ENOMEM;
+	ut->device = device;
+	ret = kv_arbiter_open(device, KV_ARBITER_NO_URING, &ut->ctl);
+	if (ret) {
+		free(ut);
+		return ret;
+	}
+	*t = (struct bench_target) {
+		.name = "uring", .ctl = uring_ctl, .open = uring_open,
+		.data = uring_data, .close = uring_close, .fini = uring_fini,
+		.priv = ut,
+	};
+	return 0;
+}
