@@ -107,19 +107,20 @@ static int kvs_release(struct inode *inode, struct file *file)
 }
 
 /*
- * Hand the pool memory of a successful ATTACH to user space as a new fd.
- * The fd number is written back with the struct before the file is
- * installed, so a fault leaves no fd behind (as dma-heap does).
+ * ATTACH with KVS_ATTACH_MEM_FD hands the pool memory over as a new fd.
+ * The fd is reserved before the command runs, so that running out of fds
+ * fails the call before it attaches anything, and installed only after
+ * the struct carrying its number reached user space (as dma-heap does).
  */
-static int kvs_attach_finish(struct file *mem, struct kvs_pool_attach *req,
+static bool kvs_wants_mem_fd(unsigned int cmd, const union kvs_cmd_buf *buf)
+{
+	return _IOC_NR(cmd) == _IOC_NR(KVS_IOC_POOL_ATTACH) &&
+	       (buf->attach.flags & KVS_ATTACH_MEM_FD);
+}
+
+static int kvs_attach_finish(struct file *mem, int fd, struct kvs_pool_attach *req,
 			     void __user *uarg, size_t usize)
 {
-	int fd = get_unused_fd_flags(O_CLOEXEC);
-
-	if (fd < 0) {
-		fput(mem);
-		return fd;
-	}
 	req->mem_fd = fd;
 	if (copy_to_user(uarg, req, usize)) {
 		put_unused_fd(fd);
@@ -141,6 +142,7 @@ static long kvs_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		.copy_in = kvs_copy_in,
 		.copy_out = kvs_copy_out,
 	};
+	int mem_fd = -1;
 	int ret;
 
 	if (!ksize)
@@ -155,12 +157,20 @@ static long kvs_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	if (copy_to_user(uarg, &buf, usize))
 		return -EFAULT;
 
+	if (kvs_wants_mem_fd(cmd, &buf)) {
+		mem_fd = get_unused_fd_flags(O_CLOEXEC);
+		if (mem_fd < 0)
+			return mem_fd;
+	}
+
 	kvs_current_cred(&cred);
 	ret = kvs_cmd(file->private_data, cmd, &buf, &call);
+	if (!ret && call.mem_out)
+		return kvs_attach_finish(call.mem_out, mem_fd, &buf.attach, uarg, usize);
+	if (mem_fd >= 0)
+		put_unused_fd(mem_fd);
 	if (ret)
 		return ret;
-	if (call.mem_out)
-		return kvs_attach_finish(call.mem_out, &buf.attach, uarg, usize);
 	if (copy_to_user(uarg, &buf, usize))
 		return -EFAULT;
 	return 0;

@@ -164,9 +164,10 @@ struct kvs_pool_create {
  *        (the cache salt).  Must be 0 on a KVS_POOL_NS_PER_UID pool, whose
  *        namespace is the caller's uid.
  * flags: KVS_ATTACH_MEM_FD asks for a new O_CLOEXEC fd of the pool memory.
- * Errors: ENOENT no such pool (or being destroyed); EACCES mode forbids;
+ * Errors: EINVAL bad name, or ns != 0 on a KVS_POOL_NS_PER_UID pool;
+ *         ENOENT no such pool (or being destroyed); EACCES mode forbids;
  *         EBUSY file already attached; ENODATA MEM_FD asked but the pool
- *         has no memory fd; EMFILE no fd free.
+ *         has no memory fd; EMFILE no fd free (nothing is attached then).
  */
 struct kvs_pool_attach {
 	char name[KVS_NAME_MAX];
@@ -186,7 +187,8 @@ struct kvs_pool_attach {
 /*
  * KVS_IOC_POOL_DESTROY: remove a pool's name at once; its pages and memory
  * go when the last attached file is closed (as IPC_RMID does).
- * Errors: ENOENT no such pool; EPERM caller is neither owner nor admin.
+ * Errors: ENOENT no such pool (pool_id 0 included); EPERM caller is
+ *         neither owner nor admin.
  */
 struct kvs_pool_destroy {
 	__u32 pool_id;
@@ -200,7 +202,8 @@ struct kvs_pool_destroy {
  * free.  All or nothing.
  * pages: out, __u32[count] page indices.
  * Errors: EBADFD file not attached; EDQUOT the file's quota would be
- *         exceeded; ENOSPC not enough free or evictable pages.
+ *         exceeded (checked first); ENOSPC not enough free or evictable
+ *         pages.
  */
 struct kvs_alloc {
 	__u32 count;
@@ -250,7 +253,9 @@ struct kvs_publish {
  * (SHARED or CACHED) in this file's namespace, and take one reference on
  * each page of the run atomically with respect to eviction.
  * keys:  in, struct kvs_key[count], the chain in order.
- * pages: out, __u32[count]; the first n_hit are written.
+ * pages: out, __u32[count]; the first n_hit hold the pages, the rest is
+ *        scratch (it is written before the walk, to fail with EFAULT
+ *        before any reference is taken).
  * Errors: EBADFD not attached; EDQUOT the run would exceed the quota
  *         (nothing is taken; a shorter chain may fit).
  */
@@ -333,7 +338,8 @@ struct kvs_pool_stats {
 /*
  * KVS_IOC_POOL_LIST: describe existing pools.  count is the capacity of
  * `pools` in, and the number of pools that exist out; min of the two are
- * written, in pool id order.  count 0 with pools 0 only counts.
+ * written, in pool id order.  count 0 with pools 0 only counts; a count
+ * above max_pools is treated as max_pools.
  */
 struct kvs_pool_desc {
 	char name[KVS_NAME_MAX];
@@ -359,10 +365,10 @@ struct kvs_pool_list {
 
 /*
  * KVS_IOC_PAGES: describe count pages of a pool from index start (for
- * tools).  count in: capacity, out: entries written (fewer at the end of
- * the pool).  pool_id 0 means the attached pool.
+ * tools).  count in: capacity (1..KVS_MAX_BATCH), out: entries written
+ * (fewer at the end of the pool).  pool_id 0 means the attached pool.
  * Errors: ENOENT no such pool; EACCES no read permission; EINVAL start
- *         beyond the pool.
+ *         >= n_pages, or count 0; E2BIG count > KVS_MAX_BATCH.
  */
 struct kvs_page_desc {
 	__u32 index;
