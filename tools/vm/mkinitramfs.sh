@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# Build the test VM's initramfs (gzip'd newc cpio):
+#   /bin/busybox + a symlink per applet, /init (guest-init.sh),
+#   /lib/modules/kvshare.ko, the guest binaries in /bin, and
+#   /etc/kvshare-vm/{config,suites} telling /init what to run.
+#
+# Usage:
+#   mkinitramfs.sh -o OUT.cpio.gz -k kvshare.ko [-m test|bench] [-t SECS]
+#                  [-b BIN]... [-s NAME<TAB>COMMAND]... [-B "CMD; CMD; ..."]
+#     -b  a statically linked binary, copied to /bin/<basename>
+#     -s  one suite: the name the host reports it under, a tab, and the
+#         shell command the guest runs (PATH=/bin, cwd /tmp)
+#     -B  ';'-separated commands, one suite each, named
+#         bench<N>-<first word>   (the form of GUEST_BENCH)
+#     -t  per-suite timeout inside the guest (default 600)
+#
+# The suite names, in order, are also written to OUT.suites for the host.
+#
+# Packing needs no root: there are no device nodes in the archive (the
+# guest mounts devtmpfs first) and cpio is told to record uid/gid 0.
+set -euo pipefail
+
+die() {
+	echo "mkinitramfs.sh: error: $*" >&2
+	exit 1
+}
+
+here=$(cd "$(dirname "$0")" && pwd)
+out="" ko="" mode=test timeout=600
+bins=() suites=()
+while getopts "o:k:m:t:b:s:B:" opt; do
+	case "$opt" in
+	o) out=$OPTARG ;;
+	k) ko=$OPTARG ;;
+	m) mode=$OPTARG ;;
+	t) timeout=$OPTARG ;;
+	b) bins+=("$OPTARG") ;;
+	s) suites+=("$OPTARG") ;;
+	B)
+		IFS=';' read -ra cmds <<<"$OPTARG"
+		for c in "${cmds[@]}"; do
+			read -r first _ <<<"$c" || true
+			[ -n "$first" ] || continue
+			first=$(basename "$first" | tr -c 'A-Za-z0-9._+\n-' '_')
+			suites+=("bench$((${#suites[@]} + 1))-$first"$'\t'"$c")
+		done
+		;;
+	*) die "bad option (see the usage at the top of $0)" ;;
+	esac
+done
+[ -n "$out" ] || die "-o OUT is required"
+[ -n "$ko" ] || die "-k kvshare.ko is required"
+[ -f "$ko" ] || die "$ko does not exist: build the module first (make module)"
+case "$mode" in test | bench) ;; *) die "-m must be test or bench" ;; esac
+
+busybox=$(command -v busybox || true)
+[ -n "$busybox" ] || die "busybox not found: install busybox-static (make setup)"
+# A dynamically linked busybox (package "busybox") would find no libc in
+# the guest; only busybox-static works here.
+if ! file_out=$(LC_ALL=C readelf -l "$busybox" 2>/dev/null) ||
+	grep -q 'Requesting program interpreter' <<<"$file_out"; then
+	die "$busybox is not statically linked: install busybox-static (make setup)"
+fi
+
+mkdir -p "$(dirname "$out")"
+stage=$(mktemp -d "${TMPDIR:-/tmp}/kvshare-initramfs.XXXXXX")
+trap 'rm -rf "$stage"' EXIT
+
+mkdir -p "$stage"/{bin,dev,proc,sys,tmp,etc/kvshare-vm,lib/modules}
+ln -s bin "$stage/sbin"
+mkdir -p "$stage/usr"
+ln -s ../bin "$stage/usr/bin"
+ln -s ../bin "$stage/usr/sbin"
+
+cp "$busybox" "$stage/bin/busybox"
+# Every applet busybox has, as a relative link, so the guest has sh, mount,
+# insmod, rmmod, lsmod, dmesg, timeout, poweroff and the rest.
+for applet in $("$busybox" --list); do
+	[ "$applet" = busybox ] || ln -sf busybox "$stage/bin/$applet"
+done
+
+install -m 0755 "$here/guest-init.sh" "$stage/init"
+install -m 0644 "$ko" "$stage/lib/modules/kvshare.ko"
+
+for b in "${bins[@]}"; do
+	if [ ! -f "$b" ]; then
+		# Keep going: the suite then fails visibly in the guest ("not
+		# found", no plan), while every other suite still runs.
+		echo "mkinitramfs.sh: warning: $b is missing, not packed" >&2
+		continue
+	fi
+	if LC_ALL=C readelf -l "$b" 2>/dev/null | grep -q 'Requesting program interpreter'; then
+		echo "mkinitramfs.sh: warning: $b is dynamically linked and will not run in the guest (link it with -static)" >&2
+	fi
+	# Replaces a busybox applet link of the same name, if any.
+	rm -f "$stage/bin/$(basename "$b")"
+	install -m 0755 "$b" "$stage/bin/$(basename "$b")"
+done
+
+# Tests drop privileges with setuid(65534) themselves; these entries only
+# give the ids names for id(1), ls -l and getpwuid().
+printf 'root:x:0:0:root:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$stage/etc/passwd"
+printf 'root:x:0:\nnogroup:x:65534:\n' >"$stage/etc/group"
+
+printf 'MODE=%s\nSUITE_TIMEOUT=%s\n' "$mode" "$timeout" >"$stage/etc/kvshare-vm/config"
+: >"$stage/etc/kvshare-vm/suites"
+: >"$out.suites.tmp"
+for s in "${suites[@]}"; do
+	[[ "$s" == *$'\t'* ]] || die "suite '$s' has no tab between name and command"
+	name=${s%%$'\t'*}
+	[[ "$name" =~ ^[A-Za-z0-9._+-]+$ ]] || die "suite name '$name' must be [A-Za-z0-9._+-]+ (it becomes a file name)"
+	printf '%s\n' "$s" >>"$stage/etc/kvshare-vm/suites"
+	printf '%s\n' "$name" >>"$out.suites.tmp"
+done
+
+# newc is the only cpio format the kernel unpacks; -R 0:0 makes every file
+# root's in the guest whoever packed it.
+(cd "$stage" && find . -mindepth 1 | LC_ALL=C sort |
+	cpio --quiet -o -H newc -R 0:0) | gzip -1 >"$out.tmp"
+mv "$out.tmp" "$out"
+mv "$out.suites.tmp" "$out.suites"
