@@ -46,7 +46,11 @@ static bool kvs_evictable(const struct kvs_page *pg)
 	return pg->state == KVS_PAGE_CACHED && !pg->n_children;
 }
 
-/* A page leaves the cache for good: unkey it, unlink it from its parent. */
+/*
+ * Take the coldest evictable page out of the cache onto the free list.
+ * Its key, namespace and parent stay in the page until ALLOC hands it
+ * out, so that kvs_unevict_one() can put it back exactly.
+ */
 static void kvs_evict_one(struct kvs_pool *pool)
 {
 	u32 i = pool->lru.head;
@@ -67,12 +71,34 @@ static void kvs_evict_one(struct kvs_pool *pool)
 		if (kvs_evictable(pp))
 			kvs_ilist_push_head(pool->pages, &pool->lru, parent);
 	}
-	memset(&pg->key, 0, sizeof(pg->key));
-	pg->ns = 0;
-	pg->parent = KVS_NO_PAGE;
 	kvs_set_state(pool, pg, KVS_PAGE_FREE);
 	kvs_ilist_push_head(pool->pages, &pool->free, i);
 	pool->evictions++;
+}
+
+/*
+ * Undo the latest kvs_evict_one(): the page is the head of the free list
+ * and, if its eviction made its parent a leaf, the parent is the head of
+ * the LRU.  Undoing evictions newest first restores both lists exactly.
+ */
+static void kvs_unevict_one(struct kvs_pool *pool)
+{
+	u32 i = pool->free.head;
+	struct kvs_page *pg = &pool->pages[i];
+	u32 parent = pg->parent;
+
+	kvs_ilist_del(pool->pages, &pool->free, i);
+	if (parent != KVS_NO_PAGE) {
+		struct kvs_page *pp = &pool->pages[parent];
+
+		if (kvs_evictable(pp))
+			kvs_ilist_del(pool->pages, &pool->lru, parent);
+		pp->n_children++;
+	}
+	kvs_set_state(pool, pg, KVS_PAGE_CACHED);
+	kvs_index_insert(pool, i);
+	kvs_ilist_push_head(pool->pages, &pool->lru, i);
+	pool->evictions--;
 }
 
 /* The last reference went: the page stays findable, as CACHED. */
@@ -128,16 +154,21 @@ static int kvs_charge_check(struct kvs_client *cl, u32 n)
 int kvs_arb_alloc(struct kvs_client *cl, u32 count, u32 *pages)
 {
 	struct kvs_pool *pool = cl->pool;
-	u32 k;
+	u32 k, evicted;
 	int ret;
 
 	ret = kvs_charge_check(cl, count);
 	if (ret)
 		return ret;
-	/* On failure the evicted pages stay evicted: the cache only shrank. */
-	while (pool->free.len < count && pool->lru.len)
+	/*
+	 * Evicting a leaf may make its parent evictable, so whether enough
+	 * pages can be freed is only known by trying; a failed try is undone.
+	 */
+	for (evicted = 0; pool->free.len < count && pool->lru.len; evicted++)
 		kvs_evict_one(pool);
 	if (pool->free.len < count) {
+		while (evicted--)
+			kvs_unevict_one(pool);
 		pool->alloc_fails++;
 		return -ENOSPC;
 	}
@@ -146,7 +177,11 @@ int kvs_arb_alloc(struct kvs_client *cl, u32 count, u32 *pages)
 		struct kvs_page *pg = &pool->pages[i];
 
 		kvs_ilist_del(pool->pages, &pool->free, i);
+		/* An evicted page still carries its old identity: drop it. */
+		memset(&pg->key, 0, sizeof(pg->key));
+		pg->parent = KVS_NO_PAGE;
 		kvs_set_state(pool, pg, KVS_PAGE_OWNED);
+		pg->ns = 0;
 		pg->owner = cl->id;
 		kvs_holds_add(&cl->holds, i, 1);
 		pages[k] = i;

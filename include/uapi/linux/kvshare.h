@@ -199,7 +199,7 @@ struct kvs_pool_destroy {
 /*
  * KVS_IOC_ALLOC: take count FREE pages as OWNED by this file, evicting
  * CACHED pages (leaf first, least recently used first) when too few are
- * free.  All or nothing.
+ * free.  All or nothing: a failed ALLOC evicts nothing.
  * pages: out, __u32[count] page indices.
  * Errors: EBADFD file not attached; EDQUOT the file's quota would be
  *         exceeded (checked first); ENOSPC not enough free or evictable
