@@ -1,0 +1,10 @@
+# SPDX-License-Identifier: GPL-2.0
+# libkv's client against the module, in the guest (static, with liburing).
+$(BUILD)/guest/libkv_client_test: tests/libkv/libkv_client_test.c $(LIBKV) $(KSFT_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LIBKV_CFLAGS) -I$(KSFT_DIR) -Wno-sign-compare -Wno-unused-parameter -static \
+		-o $@ $< $(LIBKV) $(LIBKV_LDLIBS)
+
+ALL_TARGETS += $(BUILD)/guest/libkv_client_test
+GUEST_BINS  += $(BUILD)/guest/libkv_client_test
+GUEST_TESTS += libkv_client_test
