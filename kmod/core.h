@@ -79,6 +79,10 @@ union kvs_cmd_buf {
 	struct kvs_put put;
 };
 
+/* For a host's metrics: the pool a client attached (0: none) and its holdings. */
+__u32 kvs_client_pool_id(struct kvs_client *cl);
+__u64 kvs_client_held(struct kvs_client *cl);
+
 /*
  * Size of a command's struct as this core knows it, or 0 if @cmd (an
  * ioctl number; its size bits are ignored) is not a kvshare command.

@@ -108,6 +108,27 @@ void kvs_client_free(struct kvs_client *cl)
 	atomic64_dec(&kvs_objects);
 }
 
+u32 kvs_client_pool_id(struct kvs_client *cl)
+{
+	/* Pairs with the release in kvs_pool_attach(). */
+	struct kvs_pool *pool = smp_load_acquire(&cl->pool);
+
+	return pool ? pool->id : 0;
+}
+
+u64 kvs_client_held(struct kvs_client *cl)
+{
+	struct kvs_pool *pool = smp_load_acquire(&cl->pool);
+	u64 held;
+
+	if (!pool)
+		return 0;
+	mutex_lock(&pool->lock);
+	held = cl->held;
+	mutex_unlock(&pool->lock);
+	return held;
+}
+
 static bool kvs_name_valid(const char *name)
 {
 	size_t len = strnlen(name, KVS_NAME_MAX), i;

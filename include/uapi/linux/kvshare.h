@@ -117,6 +117,7 @@ struct kvs_info {
 
 #define KVS_FEAT_URING_CMD	(1ull << 0)	/* IORING_OP_URING_CMD accepted */
 #define KVS_FEAT_MEM_FD		(1ull << 1)	/* pools may carry a memory fd */
+#define KVS_FEAT_DAEMON		(1ull << 2)	/* served by kvshared, not the module */
 
 /*
  * KVS_IOC_POOL_CREATE: create a pool.  The pool lives until it is
@@ -406,6 +407,42 @@ struct kvs_pages {
  * CQE (a contended pool is retried from io_uring's worker).
  */
 #define KVS_URING_PAYLOAD_MAX	80
+
+/*
+ * The kvshared socket (a SOCK_STREAM unix socket, default
+ * KVS_DAEMON_SOCKET).  Where the module is not loaded the daemon serves
+ * the same commands, with the same structs and errnos; each connection is
+ * one client, released when the connection closes.  Every message, either
+ * way, is one struct kvs_msg, then the command struct as the ioctl would
+ * pass it (_IOC_SIZE(cmd) bytes), then a data area holding the arrays the
+ * struct points to.  In a request a "pointer" field holds the byte offset
+ * of its array from the start of the message (so 0 is still NULL); an
+ * array outside the data area is EFAULT.  The reply carries the updated
+ * struct and, at out_off/out_len, the bytes of the data area the command
+ * wrote, which the client copies back to the same offsets.
+ *
+ * File descriptors travel as SCM_RIGHTS with the message: POOL_CREATE's
+ * mem_fd is 0 (the first descriptor sent) or -1, and a reply to ATTACH
+ * with KVS_ATTACH_MEM_FD carries the memory fd, mem_fd then being 0.
+ * A malformed message (bad magic or length, unknown command, descriptors
+ * where none belong) gets an error reply when it can be framed, and the
+ * connection is closed when it cannot.  If the daemon goes away every
+ * holding of the connection is gone with it: the client sees the
+ * connection closed and must reconnect, attach and map again.
+ */
+#define KVS_DAEMON_SOCKET	"/run/kvshare/kvshared.sock"
+#define KVS_MSG_MAGIC		0x3153564bu	/* "KVS1" */
+#define KVS_MSG_MAX		(4u << 20)	/* a whole message, header included */
+
+struct kvs_msg {
+	__u32 magic;			/* KVS_MSG_MAGIC */
+	__u32 cmd;			/* ioctl number; echoed in the reply */
+	__u32 len;			/* bytes in this message, header included */
+	__s32 result;			/* reply: 0 or -errno; request: 0 */
+	__u32 out_off;			/* reply: data written back, from ... */
+	__u32 out_len;			/* ... this many bytes; request: 0 */
+	__u64 seq;			/* the client's; echoed */
+};
 
 #define KVS_IOC_MAGIC		0xB8
 
