@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 # libkv: the runtime engines link.  Public headers live in include/kvshare/.
 LIBKV        := $(BUILD)/libkv.a
-LIBKV_SRCS   := libkv/arbiter.c
+LIBKV_SRCS   := libkv/arbiter.c libkv/arbiter_dev.c libkv/arbiter_sock.c libkv/pool.c
 LIBKV_OBJS   := $(LIBKV_SRCS:%.c=$(BUILD)/libkv/%.o)
 LIBKV_CFLAGS := -Iinclude
 LIBKV_LDLIBS := -luring -pthread

@@ -25,11 +25,20 @@ struct kv_arbiter;
 #define KV_ARBITER_NO_URING	(1u << 0)	/* page commands by ioctl only */
 
 /*
- * Open the arbiter at @path (NULL: $KVSHARE_DEVICE, else /dev/kvshare).
- * io_uring carries the page commands when the arbiter supports it and the
- * process may set up a ring; otherwise the same calls go by ioctl.
+ * Open the arbiter at @path: the module's device or the daemon's socket,
+ * told apart by the file's type.  With @path NULL: $KVSHARE_ARBITER if
+ * set, else /dev/kvshare if it exists, else the daemon at
+ * $KVSHARE_SOCKET or KVS_DAEMON_SOCKET.  On the module, io_uring carries
+ * the page commands when it can (see KV_ARBITER_NO_URING).
+ *
+ * If the daemon goes away, every call on the handle fails with -ENOTCONN
+ * from then on: the handle's holdings are gone, and the caller must open,
+ * attach and map again.
  */
 int kv_arbiter_open(const char *path, unsigned int flags, struct kv_arbiter **out);
+
+/* Whether this handle talks to the kvshared daemon rather than the module. */
+int kv_arbiter_is_daemon(const struct kv_arbiter *arb);
 void kv_arbiter_close(struct kv_arbiter *arb);
 
 /* Whether page commands travel through io_uring on this handle. */
@@ -51,6 +60,21 @@ int kv_publish(struct kv_arbiter *arb, struct kvs_publish_entry *entries,
 int kv_lookup(struct kv_arbiter *arb, const struct kvs_key *keys,
 	      uint32_t count, uint32_t *pages);
 int kv_put(struct kv_arbiter *arb, const uint32_t *pages, uint32_t count);
+
+/*
+ * A pool as an engine uses it: an arbiter handle attached to the pool,
+ * and the pool's memory mapped, so that a page index becomes an address.
+ */
+struct kv_pool;
+
+/* Open the arbiter (@arbiter as for kv_arbiter_open), attach, map. */
+int kv_pool_open(const char *arbiter, const char *name, uint64_t ns,
+		 unsigned int flags, struct kv_pool **out);
+void kv_pool_close(struct kv_pool *pool);
+struct kv_arbiter *kv_pool_arbiter(struct kv_pool *pool);
+const struct kvs_pool_attach *kv_pool_info(const struct kv_pool *pool);
+/* Address of page @page in this process's mapping; NULL if out of range. */
+void *kv_page_addr(const struct kv_pool *pool, uint32_t page);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Inside libkv's arbiter client: one handle, two transports.  The device
+ * transport (arbiter_dev.c) speaks ioctl and io_uring to /dev/kvshare;
+ * the socket transport (arbiter_sock.c) speaks the kvshared protocol.
+ * Both take the command structs of <linux/kvshare.h> as they are.
+ */
+#ifndef KV_ARBITER_INTERNAL_H
+#define KV_ARBITER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <liburing.h>
+
+#include <kvshare/arbiter.h>
+
+struct kv_arbiter {
+	int fd;
+	bool daemon;
+	bool uring;
+	bool dead;			/* the daemon went away */
+	pthread_mutex_t lock;		/* one ring submission or socket exchange */
+	struct io_uring ring;
+	uint64_t seq;
+};
+
+/* arbiter_dev.c */
+int kv_dev_open(struct kv_arbiter *arb, const char *path, unsigned int flags);
+void kv_dev_close(struct kv_arbiter *arb);
+int kv_dev_call(struct kv_arbiter *arb, unsigned long cmd, void *arg);
+/* A page command: the CQE result when io_uring carries it, else 0/-errno. */
+int kv_dev_page_cmd(struct kv_arbiter *arb, unsigned int cmd, void *arg,
+		    size_t size);
+
+/* arbiter_sock.c */
+int kv_sock_open(struct kv_arbiter *arb, const char *path);
+void kv_sock_close(struct kv_arbiter *arb);
+int kv_sock_call(struct kv_arbiter *arb, unsigned long cmd, void *arg);
+
+#endif /* KV_ARBITER_INTERNAL_H */

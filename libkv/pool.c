@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: MIT
+/*
+ * A pool as an engine sees it: attached through either arbiter, its memory
+ * mapped shared, a page index turned into an address.  The layout inside a
+ * page is the attention code's business; here a page is page_bytes long
+ * and pages are laid out back to back.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "arbiter_internal.h"
+
+struct kv_pool {
+	struct kv_arbiter *arb;
+	struct kvs_pool_attach info;
+	void *base;
+	size_t size;
+};
+
+static int kv_pool_map(struct kv_pool *pool)
+{
+	struct stat st;
+	size_t size;
+	void *base;
+
+	if (__builtin_mul_overflow(pool->info.n_pages, pool->info.geom.page_bytes, &size))
+		return -EOVERFLOW;
+	if (fstat(pool->info.mem_fd, &st))
+		return -errno;
+	/* CUDA memory is imported by the GPU code, not mapped here. */
+	if (!S_ISREG(st.st_mode))
+		return -ENODEV;
+	if ((uint64_t)st.st_size < size)
+		return -ERANGE;
+	base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED,
+		    pool->info.mem_fd, 0);
+	if (base == MAP_FAILED)
+		return -errno;
+	pool->base = base;
+	pool->size = size;
+	return 0;
+}
+
+int kv_pool_open(const char *arbiter, const char *name, uint64_t ns,
+		 unsigned int flags, struct kv_pool **out)
+{
+	struct kv_pool *pool = calloc(1, sizeof(*pool));
+	int ret;
+
+	if (!pool)
+		return -ENOMEM;
+	pool->info.mem_fd = -1;
+	ret = kv_arbiter_open(arbiter, flags, &pool->arb);
+	if (ret)
+		goto fail;
+	pool->info.flags = KVS_ATTACH_MEM_FD;
+	ret = kv_arbiter_attach(pool->arb, name, ns, &pool->info);
+	if (ret)
+		goto fail;
+	ret = kv_pool_map(pool);
+	if (ret)
+		goto fail;
+	*out = pool;
+	return 0;
+fail:
+	kv_pool_close(pool);
+	return ret;
+}
+
+void kv_pool_close(struct kv_pool *pool)
+{
+	if (!pool)
+		return;
+	if (pool->base)
+		munmap(pool->base, pool->size);
+	if (pool->info.mem_fd >= 0)
+		close(pool->info.mem_fd);
+	kv_arbiter_close(pool->arb);
+	free(pool);
+}
+
+struct kv_arbiter *kv_pool_arbiter(struct kv_pool *pool)
+{
+	return pool->arb;
+}
+
+const struct kvs_pool_attach *kv_pool_info(const struct kv_pool *pool)
+{
+	return &pool->info;
+}
+
+void *kv_page_addr(const struct kv_pool *pool, uint32_t page)
+{
+	if (page >= pool->info.n_pages)
+		return NULL;
+	return (char *)pool->base + (size_t)page * pool->info.geom.page_bytes;
+}
