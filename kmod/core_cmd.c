@@ -193,11 +193,30 @@ static int kvs_cmd_quota(struct kvs_client *cl, void *arg, struct kvs_call *call
 	return ret;
 }
 
-/* Fail before acting if the results could not be written back. */
-static int kvs_probe_out(struct kvs_call *call, u64 dst, void *zeroed, u64 len)
+/*
+ * Fail before acting if the results could not be written back: read the
+ * caller's result buffer and write the same bytes back.  Only a buffer
+ * unmapped concurrently can still fail the final write.
+ */
+static int kvs_probe_out(struct kvs_call *call, u64 dst, void *buf, u64 len)
 {
-	memset(zeroed, 0, len);
-	return call->copy_out(call, dst, zeroed, len);
+	int ret = call->copy_in(call, buf, dst, len);
+
+	return ret ? ret : call->copy_out(call, dst, buf, len);
+}
+
+/*
+ * The results of a command that took effect could not be written back:
+ * drop what it gave this file, so that the file holds none of the pages
+ * it cannot have heard of.  Another thread of the file may have dropped
+ * some already, knowing the numbers somehow; that is fine too.
+ */
+static void kvs_undo_holdings(struct kvs_client *cl, struct kvs_pool *pool,
+			      const u32 *pages, u32 count)
+{
+	mutex_lock(&pool->lock);
+	kvs_arb_put(cl, pages, count);
+	mutex_unlock(&pool->lock);
 }
 
 static int kvs_cmd_alloc(struct kvs_client *cl, void *arg, struct kvs_call *call)
@@ -229,11 +248,8 @@ static int kvs_cmd_alloc(struct kvs_client *cl, void *arg, struct kvs_call *call
 	if (ret)
 		goto out;
 	ret = call->copy_out(call, req->pages, pages, len);
-	if (ret) {
-		mutex_lock(&pool->lock);
-		WARN_ON_ONCE(kvs_arb_put(cl, pages, req->count));
-		mutex_unlock(&pool->lock);
-	}
+	if (ret)
+		kvs_undo_holdings(cl, pool, pages, req->count);
 out:
 	kvfree(pages);
 	return ret;
@@ -274,6 +290,14 @@ static int kvs_cmd_publish(struct kvs_client *cl, void *arg, struct kvs_call *ca
 		goto out;
 	req->n_dup = n_dup;
 	ret = call->copy_out(call, req->entries, ents, len);
+	if (ret) {
+		u32 k, *results = (u32 *)ents;
+
+		/* In place: result k is read before slot k is written. */
+		for (k = 0; k < req->count; k++)
+			results[k] = ents[k].result;
+		kvs_undo_holdings(cl, pool, results, req->count);
+	}
 out:
 	kvfree(ents);
 	return ret;
@@ -315,9 +339,7 @@ static int kvs_cmd_lookup(struct kvs_client *cl, void *arg, struct kvs_call *cal
 		goto out;
 	ret = call->copy_out(call, req->pages, pages, (u64)n_hit * sizeof(*pages));
 	if (ret) {
-		mutex_lock(&pool->lock);
-		WARN_ON_ONCE(kvs_arb_put(cl, pages, n_hit));
-		mutex_unlock(&pool->lock);
+		kvs_undo_holdings(cl, pool, pages, n_hit);
 		n_hit = 0;
 	}
 out:

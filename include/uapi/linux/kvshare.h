@@ -28,10 +28,12 @@
  *   open file description (or daemon connection) that took it, and is
  *   released when that file is closed, however its process ended.  After
  *   fork() parent and child share one file and so one set of holdings.
- * - EFAULT while writing results back after a command took effect leaves
- *   the effect in place, owned by the file (close releases it); the
- *   arbiter checks that result buffers are writable before it acts, so
- *   only a buffer unmapped concurrently can get there.
+ * - The arbiter checks that result buffers are writable before it acts.
+ *   Only a buffer unmapped concurrently can fail the final write-back;
+ *   then ALLOC, PUBLISH and LOOKUP return EFAULT and the file holds none
+ *   of the pages the call gave it (PUBLISH: neither the entries' pages nor
+ *   their results; pages it published stay published), while pages ALLOC
+ *   evicted stay evicted.
  *
  * Errors every command may return: ENOTTY (unknown command), EFAULT (bad
  * pointer), EINVAL (flags, pads, reserved fields), E2BIG (struct or batch
@@ -254,9 +256,8 @@ struct kvs_publish {
  * (SHARED or CACHED) in this file's namespace, and take one reference on
  * each page of the run atomically with respect to eviction.
  * keys:  in, struct kvs_key[count], the chain in order.
- * pages: out, __u32[count]; the first n_hit hold the pages, the rest is
- *        scratch (it is written before the walk, to fail with EFAULT
- *        before any reference is taken).
+ * pages: out, __u32[count]; the first n_hit are written, the rest is
+ *        left as it was.
  * Errors: EBADFD not attached; EDQUOT the run would exceed the quota
  *         (nothing is taken; a shorter chain may fit).
  */
