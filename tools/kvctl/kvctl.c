@@ -37,8 +37,9 @@ static void usage(FILE *f)
 	for (c = commands; c->name; c++)
 		fprintf(f, "  %-8s %s\n", c->name, c->summary);
 	fputs("\nSubcommands of pool: create, list, show, destroy.\n"
-	      "The device is " KVCTL_DEFAULT_DEVICE " unless --device PATH or the\n"
-	      "environment variable KVSHARE_DEVICE names another.\n"
+	      "The arbiter is --device PATH (the module's device or the kvshared\n"
+	      "socket), else $KVSHARE_DEVICE, else " KVCTL_DEFAULT_DEVICE " if it\n"
+	      "exists, else the daemon's socket " KVS_DAEMON_SOCKET ".\n"
 	      "Run 'kvctl COMMAND --help' for the options of a command.\n", f);
 }
 
@@ -61,9 +62,12 @@ static void info_usage(void)
 static void info_text(const struct kvs_info *in)
 {
 	printf("abi_version     %u\n", in->abi_version);
-	printf("features        0x%" PRIx64 "%s%s\n", (uint64_t)in->features,
+	printf("arbiter         %s\n",
+	       in->features & KVS_FEAT_DAEMON ? "kvshared daemon" : "kvshare.ko");
+	printf("features        0x%" PRIx64 "%s%s%s\n", (uint64_t)in->features,
 	       in->features & KVS_FEAT_URING_CMD ? " uring_cmd" : "",
-	       in->features & KVS_FEAT_MEM_FD ? " mem_fd" : "");
+	       in->features & KVS_FEAT_MEM_FD ? " mem_fd" : "",
+	       in->features & KVS_FEAT_DAEMON ? " daemon" : "");
 	printf("max_pool_pages  %" PRIu64 "\n", (uint64_t)in->max_pool_pages);
 	printf("max_batch       %u\n", in->max_batch);
 	printf("max_pools       %u\n", in->max_pools);
@@ -81,6 +85,7 @@ static void info_json(const struct kvs_info *in)
 	kvctl_json_u64(&j, "features", in->features);
 	kvctl_json_bool(&j, "uring_cmd", in->features & KVS_FEAT_URING_CMD);
 	kvctl_json_bool(&j, "mem_fd", in->features & KVS_FEAT_MEM_FD);
+	kvctl_json_bool(&j, "daemon", in->features & KVS_FEAT_DAEMON);
 	kvctl_json_u64(&j, "max_pool_pages", in->max_pool_pages);
 	kvctl_json_u64(&j, "max_batch", in->max_batch);
 	kvctl_json_u64(&j, "max_pools", in->max_pools);
@@ -151,12 +156,12 @@ static int take_device(int argc, char **argv, const char **device)
 
 int main(int argc, char **argv)
 {
-	struct kvctl k = { .fd = -1 };
+	struct kvctl k = { 0 };
 	const struct kvctl_cmd *c;
 	const char *env = getenv("KVSHARE_DEVICE");
 	int ret;
 
-	k.device = env && *env ? env : KVCTL_DEFAULT_DEVICE;
+	k.device = env && *env ? env : NULL;
 	argc = take_device(argc, argv, &k.device);
 	if (argc < 0)
 		return KVCTL_USAGE;
@@ -174,8 +179,7 @@ int main(int argc, char **argv)
 		return KVCTL_USAGE;
 	}
 	ret = c->run(&k, argc - 2, argv + 2);
-	if (k.fd >= 0)
-		close(k.fd);
+	kv_arbiter_close(k.arb);
 	if (fflush(stdout) || ferror(stdout)) {
 		kvctl_err("error writing output");
 		return KVCTL_FAIL;

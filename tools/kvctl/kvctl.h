@@ -13,16 +13,18 @@
 #include <stdint.h>
 #include <linux/kvshare.h>
 
+#include <kvshare/arbiter.h>
+
 #define KVCTL_DEFAULT_DEVICE	"/dev/" KVS_DEVICE_NAME
 
 #define KVCTL_OK		0
 #define KVCTL_FAIL		1
 #define KVCTL_USAGE		2
 
-/* What every command gets: where the device is, and its fd once open. */
+/* What every command gets: where the arbiter is, and a handle once open. */
 struct kvctl {
-	const char *device;
-	int fd;				/* -1 until kvctl_open() */
+	const char *device;		/* NULL: libkv's default */
+	struct kv_arbiter *arb;		/* NULL until kvctl_open() */
 };
 
 /* A subcommand: name, handler, one-line summary for `kvctl --help`. */

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
 #
-# kvctl: the ioctl CLI, for the host (dynamic) and the VM guest (-static),
+# kvctl: the CLI (through libkv: the module or the daemon), for the host (dynamic) and the VM guest (-static),
 # and its guest test script.  Included by the top Makefile.
 
 KVCTL_SRCS := tools/kvctl/kvctl.c tools/kvctl/kvctl_args.c \
@@ -11,14 +11,14 @@ KVCTL_OBJS := $(KVCTL_SRCS:%.c=$(BUILD)/%.o)
 
 $(BUILD)/tools/kvctl/%.o: tools/kvctl/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(DEPFLAGS) -c -o $@ $<
+	$(CC) $(CFLAGS) $(LIBKV_CFLAGS) $(DEPFLAGS) -c -o $@ $<
 
-$(BUILD)/kvctl: $(KVCTL_OBJS)
-	$(CC) $(CFLAGS) -o $@ $^
+$(BUILD)/kvctl: $(KVCTL_OBJS) $(LIBKV)
+	$(CC) $(CFLAGS) -o $@ $^ $(LIBKV_LDLIBS)
 
-$(BUILD)/guest/kvctl: $(KVCTL_OBJS)
+$(BUILD)/guest/kvctl: $(KVCTL_OBJS) $(LIBKV)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -static -o $@ $^
+	$(CC) $(CFLAGS) -static -o $@ $^ $(LIBKV_LDLIBS)
 
 # The guest runs it as /bin/kvctl_test under busybox sh.
 $(BUILD)/guest/kvctl_test: tools/kvctl/kvctl_test.sh

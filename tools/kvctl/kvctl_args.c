@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <sys/ioctl.h>
 
 struct kvctl_opt *kvctl_opt(struct kvctl_opt *opts, const char *name)
 {
@@ -225,33 +224,36 @@ int kvctl_ioc_err(const char *cmd, int err, const char *msg)
 }
 
 /*
- * Open the device on first use.  Read-only is enough for every ioctl a
- * listing needs, so fall back to it when write access is refused.
+ * Open the arbiter on first use: the module's device or the daemon's
+ * socket, whichever --device names (libkv picks when it names nothing).
+ * kvctl only manages and inspects, so io_uring is never needed.
  */
 int kvctl_open(struct kvctl *k)
 {
-	if (k->fd >= 0)
+	int ret;
+
+	if (k->arb)
 		return 0;
-	k->fd = open(k->device, O_RDWR | O_CLOEXEC);
-	if (k->fd < 0 && (errno == EACCES || errno == EPERM))
-		k->fd = open(k->device, O_RDONLY | O_CLOEXEC);
-	if (k->fd >= 0)
+	ret = kv_arbiter_open(k->device, KV_ARBITER_NO_URING, &k->arb);
+	if (!ret)
 		return 0;
-	if (errno == ENOENT)
-		return kvctl_err("cannot open %s: no such device (is kvshare.ko loaded?)",
+	if (ret == -ENOENT && !k->device)
+		return kvctl_err("no arbiter: neither " KVCTL_DEFAULT_DEVICE
+				 " (kvshare.ko) nor the kvshared socket " KVS_DAEMON_SOCKET
+				 " exists");
+	if (ret == -ENOENT)
+		return kvctl_err("cannot open %s: no such device or socket", k->device);
+	if (ret == -ECONNREFUSED)
+		return kvctl_err("cannot open %s: nobody listens (is kvshared running?)",
 				 k->device);
-	return kvctl_err("cannot open %s: %s", k->device, strerror(errno));
+	return kvctl_err("cannot open %s: %s", k->device ? k->device : "the arbiter",
+			 strerror(-ret));
 }
 
 /* Returns 0 or a positive errno. */
 int kvctl_ioctl(struct kvctl *k, unsigned long req, void *arg)
 {
-	int ret;
-
-	do {
-		ret = ioctl(k->fd, req, arg);
-	} while (ret < 0 && errno == EINTR);
-	return ret < 0 ? errno : 0;
+	return -kv_arbiter_call(k->arb, req, arg);
 }
 
 static const char *const dtype_names[] = {
