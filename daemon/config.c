@@ -1,0 +1,867 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * kvshared's command line and config file.
+ *
+ * The file is INI-like: "[daemon]" and "[pool NAME]" sections of
+ * "key = value" lines, '#' or ';' starting a comment line.  --pool takes
+ * the same keys as a pool section ("NAME:pages=N,layers=L,...").  Flags
+ * win over the file.  Everything is checked here, against the same limits
+ * the arbiter applies, so that a bad pool is reported with its file and
+ * line before the daemon starts rather than as a bare errno later.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <grp.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <sys/un.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvshared.h"
+
+#define KVSD_DIM_MAX		65536
+#define KVSD_PAGE_BYTES_MAX	(1ull << 30)
+#define KVSD_LINE_MAX		4096
+
+static void usage(FILE *f)
+{
+	fputs("usage: kvshared [OPTIONS]\n"
+	      "\n"
+	      "The kvshare daemon: owns the memory of its pools, creates them in\n"
+	      "/dev/kvshare when the module is loaded, and otherwise serves the\n"
+	      "arbiter itself on a unix socket.  Runs in the foreground.\n"
+	      "\n"
+	      "  --config FILE        read FILE (see kvshared.conf.example)\n"
+	      "  --socket PATH        arbiter socket (default " KVS_DAEMON_SOCKET ")\n"
+	      "  --metrics SPEC       Prometheus endpoint: unix:/PATH or\n"
+	      "                       127.0.0.1:PORT, [::1]:PORT, localhost:PORT\n"
+	      "                       (loopback only; PORT 0 picks a free one)\n"
+	      "  --pool NAME:KEY=VAL,...\n"
+	      "                       a pool, with the keys of a [pool] section;\n"
+	      "                       repeatable\n"
+	      "  --max-pools N        pools that may exist at once (default 64;\n"
+	      "                       socket mode only)\n"
+	      "  --max-pool-pages N   largest pool a client may create (default\n"
+	      "                       and limit 4194304; socket mode only)\n"
+	      "  --mode MODE          auto (default): the module if DEVICE opens,\n"
+	      "                       else the socket; module; socket\n"
+	      "  --device PATH        the module's device (default /dev/kvshare)\n"
+	      "  --verbose, -v        log every command\n"
+	      "  --foreground         accepted; kvshared never daemonizes\n"
+	      "  --help, -h           this text\n"
+	      "\n"
+	      "Pool keys: pages=N layers=L kv_heads=H head_dim=D\n"
+	      "  [tokens_per_page=16] [dtype=f16|bf16|f32|fp8] [mode=0660]\n"
+	      "  [quota=0] [ns_per_uid=no] [memory=host|hugetlb|cuda|none]\n"
+	      "  [cuda_device=0] [uid=USER|UID] [gid=GROUP|GID]\n"
+	      "\n"
+	      "Exit status: 0 after SIGTERM/SIGINT, 1 on a runtime failure,\n"
+	      "2 on a usage or configuration error.\n", f);
+}
+
+static void cfg_err(const char *where, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void cfg_err(const char *where, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "kvshared: %s: ", where);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+/* Decimal or 0x hex, with an optional binary k/M/G suffix; nothing else. */
+static int parse_num(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	unsigned long long v;
+	char *end;
+	int shift = 0;
+
+	if (!isdigit((unsigned char)s[0]))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno || end == s)
+		return errno == ERANGE ? -ERANGE : -EINVAL;
+	if (*end) {
+		switch (*end) {
+		case 'k': case 'K':
+			shift = 10;
+			break;
+		case 'm': case 'M':
+			shift = 20;
+			break;
+		case 'g': case 'G':
+			shift = 30;
+			break;
+		default:
+			return -EINVAL;
+		}
+		if (end[1])
+			return -EINVAL;
+		if (v > (UINT64_MAX >> shift))
+			return -ERANGE;
+		v <<= shift;
+	}
+	if (v < min || v > max)
+		return -ERANGE;
+	*out = v;
+	return 0;
+}
+
+static int num_key(const char *where, const char *key, const char *val,
+		   uint64_t min, uint64_t max, uint64_t *out)
+{
+	int ret = parse_num(val, min, max, out);
+
+	if (ret == -ERANGE)
+		cfg_err(where, "%s: '%s' is out of range (%llu..%llu)", key, val,
+			(unsigned long long)min, (unsigned long long)max);
+	else if (ret)
+		cfg_err(where, "%s: '%s' is not a number", key, val);
+	return ret;
+}
+
+static int u32_key(const char *where, const char *key, const char *val,
+		   uint64_t min, uint64_t max, uint32_t *out)
+{
+	uint64_t v;
+
+	if (num_key(where, key, val, min, max, &v))
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int bool_key(const char *where, const char *key, const char *val, bool *out)
+{
+	if (!strcmp(val, "yes") || !strcmp(val, "true") || !strcmp(val, "1")) {
+		*out = true;
+		return 0;
+	}
+	if (!strcmp(val, "no") || !strcmp(val, "false") || !strcmp(val, "0")) {
+		*out = false;
+		return 0;
+	}
+	cfg_err(where, "%s: '%s' is not yes or no", key, val);
+	return -EINVAL;
+}
+
+static const char *const dtype_names[] = {
+	[KVS_DTYPE_F16] = "f16",
+	[KVS_DTYPE_BF16] = "bf16",
+	[KVS_DTYPE_F32] = "f32",
+	[KVS_DTYPE_FP8] = "fp8",
+};
+
+const char *kvsd_dtype_name(uint32_t dtype)
+{
+	if (dtype < ARRAY_SIZE(dtype_names) && dtype_names[dtype])
+		return dtype_names[dtype];
+	return "?";
+}
+
+static const char *const mem_names[] = {
+	[KVSD_MEM_HOST] = "host",
+	[KVSD_MEM_HUGETLB] = "hugetlb",
+	[KVSD_MEM_CUDA] = "cuda",
+	[KVSD_MEM_NONE] = "none",
+};
+
+const char *kvsd_mem_name(enum kvsd_mem_kind kind)
+{
+	return mem_names[kind];
+}
+
+static unsigned int dtype_size(uint32_t dtype)
+{
+	switch (dtype) {
+	case KVS_DTYPE_F16:
+	case KVS_DTYPE_BF16:
+		return 2;
+	case KVS_DTYPE_F32:
+		return 4;
+	case KVS_DTYPE_FP8:
+		return 1;
+	}
+	return 0;
+}
+
+/* 2 (K and V) * layers * heads * head_dim * tokens * sizeof(dtype). */
+uint64_t kvsd_page_bytes(const struct kvs_geometry *g)
+{
+	uint64_t dims[] = { g->n_layers, g->n_kv_heads, g->head_dim,
+			    g->tokens_per_page, dtype_size(g->dtype) };
+	uint64_t bytes = 2;
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(dims); i++) {
+		if (!dims[i] || dims[i] > KVSD_DIM_MAX)
+			return 0;
+		bytes *= dims[i];
+		if (bytes > KVSD_PAGE_BYTES_MAX)
+			return 0;
+	}
+	return bytes;
+}
+
+static int id_key(const char *where, const char *key, const char *val,
+		  bool group, int64_t *out)
+{
+	uint64_t v;
+
+	if (isdigit((unsigned char)val[0])) {
+		if (parse_num(val, 0, UINT32_MAX - 1, &v)) {
+			cfg_err(where, "%s: '%s' is not a valid id", key, val);
+			return -EINVAL;
+		}
+		*out = v;
+		return 0;
+	}
+	if (group) {
+		struct group *gr = getgrnam(val);
+
+		if (gr) {
+			*out = gr->gr_gid;
+			return 0;
+		}
+	} else {
+		struct passwd *pw = getpwnam(val);
+
+		if (pw) {
+			*out = pw->pw_uid;
+			return 0;
+		}
+	}
+	cfg_err(where, "%s: no such %s '%s'", key, group ? "group" : "user", val);
+	return -EINVAL;
+}
+
+static int enum_key(const char *where, const char *key, const char *val,
+		    const char *const *names, unsigned int n, uint32_t *out)
+{
+	unsigned int i;
+
+	for (i = 0; i < n; i++) {
+		if (names[i] && !strcmp(names[i], val)) {
+			*out = i;
+			return 0;
+		}
+	}
+	cfg_err(where, "%s: unknown value '%s'", key, val);
+	return -EINVAL;
+}
+
+#define ENUM_KEY(where, key, val, names, out) \
+	enum_key(where, key, val, names, ARRAY_SIZE(names), out)
+
+/* Keys of a pool that are seen, to catch both repeats and omissions. */
+enum {
+	PK_PAGES, PK_LAYERS, PK_KV_HEADS, PK_HEAD_DIM, PK_TOKENS, PK_DTYPE,
+	PK_MODE, PK_QUOTA, PK_NS_PER_UID, PK_MEMORY, PK_CUDA_DEVICE, PK_UID,
+	PK_GID, PK_COUNT
+};
+
+static const char *const pool_keys[PK_COUNT] = {
+	"pages", "layers", "kv_heads", "head_dim", "tokens_per_page", "dtype",
+	"mode", "quota", "ns_per_uid", "memory", "cuda_device", "uid", "gid",
+};
+
+struct pool_parse {
+	struct kvsd_pool_cfg *pc;
+	bool seen[PK_COUNT];
+};
+
+static int pool_set_one(struct kvsd_pool_cfg *pc, int k, const char *where,
+			const char *key, const char *val)
+{
+	uint32_t v;
+	bool b;
+
+	switch (k) {
+	case PK_PAGES:
+		return num_key(where, key, val, 1, KVS_MAX_POOL_PAGES, &pc->n_pages);
+	case PK_LAYERS:
+		return u32_key(where, key, val, 1, KVSD_DIM_MAX, &pc->geom.n_layers);
+	case PK_KV_HEADS:
+		return u32_key(where, key, val, 1, KVSD_DIM_MAX, &pc->geom.n_kv_heads);
+	case PK_HEAD_DIM:
+		return u32_key(where, key, val, 1, KVSD_DIM_MAX, &pc->geom.head_dim);
+	case PK_TOKENS:
+		return u32_key(where, key, val, 1, KVSD_DIM_MAX,
+			       &pc->geom.tokens_per_page);
+	case PK_DTYPE:
+		return ENUM_KEY(where, key, val, dtype_names, &pc->geom.dtype);
+	case PK_MODE: {
+		char *end;
+		unsigned long m;
+
+		errno = 0;
+		m = strtoul(val, &end, 8);
+		if (!isdigit((unsigned char)val[0]) || errno || *end || m > 0777) {
+			cfg_err(where, "%s: '%s' is not an octal mode (0..0777)", key, val);
+			return -EINVAL;
+		}
+		pc->mode = m;
+		return 0;
+	}
+	case PK_QUOTA:
+		return u32_key(where, key, val, 0, KVS_MAX_POOL_PAGES, &pc->quota);
+	case PK_NS_PER_UID:
+		if (bool_key(where, key, val, &b))
+			return -EINVAL;
+		pc->flags = b ? KVS_POOL_NS_PER_UID : 0;
+		return 0;
+	case PK_MEMORY:
+		if (ENUM_KEY(where, key, val, mem_names, &v))
+			return -EINVAL;
+		pc->mem = v;
+		return 0;
+	case PK_CUDA_DEVICE:
+		if (u32_key(where, key, val, 0, 1023, &v))
+			return -EINVAL;
+		pc->cuda_device = v;
+		return 0;
+	case PK_UID:
+		return id_key(where, key, val, false, &pc->uid);
+	case PK_GID:
+		return id_key(where, key, val, true, &pc->gid);
+	}
+	return -EINVAL;
+}
+
+static int pool_set(struct pool_parse *pp, const char *where, const char *key,
+		    const char *val)
+{
+	int k;
+
+	for (k = 0; k < PK_COUNT; k++)
+		if (!strcmp(pool_keys[k], key))
+			break;
+	if (k == PK_COUNT) {
+		cfg_err(where, "unknown pool key '%s'", key);
+		return -EINVAL;
+	}
+	if (pp->seen[k]) {
+		cfg_err(where, "pool key '%s' given twice", key);
+		return -EINVAL;
+	}
+	pp->seen[k] = true;
+	if (!*val) {
+		cfg_err(where, "pool key '%s' has no value", key);
+		return -EINVAL;
+	}
+	return pool_set_one(pp->pc, k, where, key, val);
+}
+
+static bool name_valid(const char *name)
+{
+	size_t len = strlen(name);
+
+	if (!len || len >= KVS_NAME_MAX)
+		return false;
+	return strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+			    "0123456789._-") == len;
+}
+
+/* A new pool entry with the defaults; NULL after reporting the error. */
+static struct kvsd_pool_cfg *pool_new(struct kvsd_config *cfg, const char *where,
+				      const char *name)
+{
+	struct kvsd_pool_cfg *pc;
+	unsigned int i;
+
+	if (!name_valid(name)) {
+		cfg_err(where, "bad pool name '%s' (1..%d of [A-Za-z0-9._-])", name,
+			KVS_NAME_MAX - 1);
+		return NULL;
+	}
+	for (i = 0; i < cfg->n_pools; i++) {
+		if (!strcmp(cfg->pools[i].name, name)) {
+			cfg_err(where, "pool '%s' is already defined at %s", name,
+				cfg->pools[i].where);
+			return NULL;
+		}
+	}
+	pc = realloc(cfg->pools, (cfg->n_pools + 1) * sizeof(*pc));
+	if (!pc) {
+		cfg_err(where, "out of memory");
+		return NULL;
+	}
+	cfg->pools = pc;
+	pc = &cfg->pools[cfg->n_pools++];
+	memset(pc, 0, sizeof(*pc));
+	snprintf(pc->name, sizeof(pc->name), "%s", name);
+	snprintf(pc->where, sizeof(pc->where), "%s", where);
+	pc->geom.tokens_per_page = 16;
+	pc->geom.dtype = KVS_DTYPE_F16;
+	pc->mode = 0660;
+	pc->mem = KVSD_MEM_HOST;
+	pc->uid = -1;
+	pc->gid = -1;
+	return pc;
+}
+
+/* After the last key: required keys present, limits the arbiter applies. */
+static int pool_finish(struct pool_parse *pp)
+{
+	static const int required[] = { PK_PAGES, PK_LAYERS, PK_KV_HEADS, PK_HEAD_DIM };
+	struct kvsd_pool_cfg *pc = pp->pc;
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(required); i++) {
+		if (!pp->seen[required[i]]) {
+			cfg_err(pc->where, "pool '%s': missing key '%s'", pc->name,
+				pool_keys[required[i]]);
+			return -EINVAL;
+		}
+	}
+	if (!kvsd_page_bytes(&pc->geom)) {
+		cfg_err(pc->where, "pool '%s': a page would exceed 1 GiB", pc->name);
+		return -EINVAL;
+	}
+	if (pc->quota > pc->n_pages) {
+		cfg_err(pc->where, "pool '%s': quota %u is above pages %llu", pc->name,
+			pc->quota, (unsigned long long)pc->n_pages);
+		return -EINVAL;
+	}
+	if (pp->seen[PK_CUDA_DEVICE] && pc->mem != KVSD_MEM_CUDA) {
+		cfg_err(pc->where, "pool '%s': cuda_device needs memory=cuda", pc->name);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* --pool NAME:key=val,key=val */
+static int pool_flag(struct kvsd_config *cfg, const char *arg)
+{
+	struct pool_parse pp = { 0 };
+	char where[128], *copy, *colon, *item, *save;
+	int ret = 0;
+
+	snprintf(where, sizeof(where), "--pool %.100s", arg);
+	copy = strdup(arg);
+	if (!copy)
+		return -ENOMEM;
+	colon = strchr(copy, ':');
+	if (colon)
+		*colon = '\0';
+	pp.pc = pool_new(cfg, where, copy);
+	if (!pp.pc) {
+		ret = -EINVAL;
+		goto out;
+	}
+	snprintf(pp.pc->where, sizeof(pp.pc->where), "--pool %s", copy);
+	for (item = colon ? strtok_r(colon + 1, ",", &save) : NULL; item;
+	     item = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(item, '=');
+
+		if (!eq) {
+			cfg_err(pp.pc->where, "'%s' is not KEY=VALUE", item);
+			ret = -EINVAL;
+			goto out;
+		}
+		*eq = '\0';
+		ret = pool_set(&pp, pp.pc->where, item, eq + 1);
+		if (ret)
+			goto out;
+	}
+	ret = pool_finish(&pp);
+out:
+	free(copy);
+	return ret;
+}
+
+static int check_path(const char *where, const char *what, const char *path)
+{
+	size_t max = sizeof(((struct sockaddr_un *)0)->sun_path) - 1;
+
+	if (!*path) {
+		cfg_err(where, "empty %s path", what);
+		return -EINVAL;
+	}
+	if (strlen(path) > max) {
+		cfg_err(where, "%s path '%s' is longer than %zu bytes", what, path, max);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int check_metrics(const char *where, const char *spec)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int ret;
+
+	if (!strncmp(spec, "unix:", 5))
+		return check_path(where, "metrics socket", spec + 5);
+	ret = kvsd_metrics_addr(spec, &ss, &len);
+	if (ret == -EPERM)
+		cfg_err(where, "'%s': only loopback addresses are accepted", spec);
+	else if (ret)
+		cfg_err(where, "'%s': want unix:/PATH, 127.0.0.1:PORT, [::1]:PORT "
+			"or localhost:PORT", spec);
+	return ret ? -EINVAL : 0;
+}
+
+/* Flags given on the command line, which the file must not override. */
+struct flags_seen {
+	bool socket, metrics, max_pools, max_pool_pages;
+};
+
+static int set_str(char **dst, const char *val)
+{
+	char *s = strdup(val);
+
+	if (!s)
+		return -ENOMEM;
+	free(*dst);
+	*dst = s;
+	return 0;
+}
+
+static int daemon_key(struct kvsd_config *cfg, const struct flags_seen *fs,
+		      const char *where, const char *key, const char *val)
+{
+	if (!*val) {
+		cfg_err(where, "'%s' has no value", key);
+		return -EINVAL;
+	}
+	if (!strcmp(key, "socket")) {
+		if (fs->socket)
+			return 0;
+		return check_path(where, "socket", val) ?: set_str(&cfg->socket, val);
+	}
+	if (!strcmp(key, "metrics")) {
+		if (fs->metrics)
+			return 0;
+		return check_metrics(where, val) ?: set_str(&cfg->metrics, val);
+	}
+	if (!strcmp(key, "max_pools")) {
+		uint32_t v;
+
+		if (u32_key(where, key, val, 1, 1024, &v))
+			return -EINVAL;
+		if (!fs->max_pools)
+			cfg->max_pools = v;
+		return 0;
+	}
+	if (!strcmp(key, "max_pool_pages")) {
+		uint64_t v;
+
+		if (num_key(where, key, val, 1, KVS_MAX_POOL_PAGES, &v))
+			return -EINVAL;
+		if (!fs->max_pool_pages)
+			cfg->max_pool_pages = v;
+		return 0;
+	}
+	cfg_err(where, "unknown [daemon] key '%s'", key);
+	return -EINVAL;
+}
+
+static char *trim(char *s)
+{
+	char *e;
+
+	while (isspace((unsigned char)*s))
+		s++;
+	e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = '\0';
+	return s;
+}
+
+/* State of the file parser: which section we are in. */
+struct file_parse {
+	struct kvsd_config *cfg;
+	const struct flags_seen *fs;
+	bool in_daemon;
+	bool daemon_seen;
+	struct pool_parse pool;
+	bool in_pool;
+	bool seen_daemon_key[4];
+};
+
+static int file_section(struct file_parse *fp, const char *where, char *line)
+{
+	char *end = strchr(line, ']');
+	char *body;
+	int ret = 0;
+
+	if (!end || trim(end + 1)[0]) {
+		cfg_err(where, "bad section header '%s'", line);
+		return -EINVAL;
+	}
+	*end = '\0';
+	body = trim(line + 1);
+	if (fp->in_pool)
+		ret = pool_finish(&fp->pool);
+	fp->in_pool = false;
+	fp->in_daemon = false;
+	if (ret)
+		return ret;
+	if (!strcmp(body, "daemon")) {
+		if (fp->daemon_seen) {
+			cfg_err(where, "second [daemon] section");
+			return -EINVAL;
+		}
+		fp->daemon_seen = fp->in_daemon = true;
+		return 0;
+	}
+	if (!strncmp(body, "pool", 4) && isspace((unsigned char)body[4])) {
+		memset(&fp->pool, 0, sizeof(fp->pool));
+		fp->pool.pc = pool_new(fp->cfg, where, trim(body + 5));
+		if (!fp->pool.pc)
+			return -EINVAL;
+		fp->in_pool = true;
+		return 0;
+	}
+	cfg_err(where, "unknown section [%s] (want [daemon] or [pool NAME])", body);
+	return -EINVAL;
+}
+
+static int file_line(struct file_parse *fp, const char *where, char *line)
+{
+	char *eq, *key, *val;
+	int i;
+
+	line = trim(line);
+	if (!*line || *line == '#' || *line == ';')
+		return 0;
+	if (*line == '[')
+		return file_section(fp, where, line);
+	eq = strchr(line, '=');
+	if (!eq) {
+		cfg_err(where, "expected KEY = VALUE, got '%s'", line);
+		return -EINVAL;
+	}
+	*eq = '\0';
+	key = trim(line);
+	val = trim(eq + 1);
+	if (fp->in_pool)
+		return pool_set(&fp->pool, where, key, val);
+	if (!fp->in_daemon) {
+		cfg_err(where, "'%s' outside a section", key);
+		return -EINVAL;
+	}
+	i = !strcmp(key, "socket") ? 0 : !strcmp(key, "metrics") ? 1 :
+	    !strcmp(key, "max_pools") ? 2 : !strcmp(key, "max_pool_pages") ? 3 : -1;
+	if (i >= 0 && fp->seen_daemon_key[i]) {
+		cfg_err(where, "'%s' given twice", key);
+		return -EINVAL;
+	}
+	if (i >= 0)
+		fp->seen_daemon_key[i] = true;
+	return daemon_key(fp->cfg, fp->fs, where, key, val);
+}
+
+static int config_file(struct kvsd_config *cfg, const struct flags_seen *fs)
+{
+	struct file_parse fp = { .cfg = cfg, .fs = fs };
+	char line[KVSD_LINE_MAX + 2], where[512];
+	unsigned int lineno = 0;
+	int ret = 0;
+	FILE *f;
+
+	f = fopen(cfg->config_file, "re");
+	if (!f) {
+		cfg_err(cfg->config_file, "%s", strerror(errno));
+		return -EINVAL;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		size_t len = strlen(line);
+
+		lineno++;
+		snprintf(where, sizeof(where), "%s:%u", cfg->config_file, lineno);
+		if (len == sizeof(line) - 1 && line[len - 1] != '\n') {
+			cfg_err(where, "line longer than %d bytes", KVSD_LINE_MAX);
+			ret = -EINVAL;
+			break;
+		}
+		ret = file_line(&fp, where, line);
+		if (ret)
+			break;
+	}
+	if (!ret && ferror(f)) {
+		cfg_err(cfg->config_file, "read error");
+		ret = -EINVAL;
+	}
+	if (!ret && fp.in_pool)
+		ret = pool_finish(&fp.pool);
+	fclose(f);
+	return ret;
+}
+
+static int mode_opt(const char *val, enum kvsd_mode_opt *out)
+{
+	if (!strcmp(val, "auto"))
+		*out = KVSD_MODE_AUTO;
+	else if (!strcmp(val, "module"))
+		*out = KVSD_MODE_OPT_MODULE;
+	else if (!strcmp(val, "socket"))
+		*out = KVSD_MODE_OPT_SOCKET;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+enum {
+	OPT_CONFIG = 256, OPT_SOCKET, OPT_METRICS, OPT_POOL, OPT_MAX_POOLS,
+	OPT_MODE, OPT_DEVICE, OPT_FOREGROUND, OPT_MAX_POOL_PAGES,
+};
+
+static const struct option long_opts[] = {
+	{ "config", required_argument, NULL, OPT_CONFIG },
+	{ "socket", required_argument, NULL, OPT_SOCKET },
+	{ "metrics", required_argument, NULL, OPT_METRICS },
+	{ "pool", required_argument, NULL, OPT_POOL },
+	{ "max-pools", required_argument, NULL, OPT_MAX_POOLS },
+	{ "max-pool-pages", required_argument, NULL, OPT_MAX_POOL_PAGES },
+	{ "mode", required_argument, NULL, OPT_MODE },
+	{ "device", required_argument, NULL, OPT_DEVICE },
+	{ "foreground", no_argument, NULL, OPT_FOREGROUND },
+	{ "verbose", no_argument, NULL, 'v' },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 }
+};
+
+/*
+ * --pool flags are kept until the file is read, so that the file's pools
+ * come first and a name defined in both is reported against the flag.
+ */
+static int parse_args(int argc, char **argv, struct kvsd_config *cfg,
+		      struct flags_seen *fs, char ***pool_args, int *n_pool_args)
+{
+	int c;
+
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":hv", long_opts, NULL)) != -1) {
+		int ret = 0;
+
+		switch (c) {
+		case 'h':
+			usage(stdout);
+			return 1;
+		case 'v':
+			cfg->verbose = true;
+			break;
+		case OPT_CONFIG:
+			ret = set_str(&cfg->config_file, optarg);
+			break;
+		case OPT_SOCKET:
+			fs->socket = true;
+			if (check_path("--socket", "socket", optarg))
+				return KVSD_EXIT_USAGE;
+			ret = set_str(&cfg->socket, optarg);
+			break;
+		case OPT_METRICS:
+			fs->metrics = true;
+			if (check_metrics("--metrics", optarg))
+				return KVSD_EXIT_USAGE;
+			ret = set_str(&cfg->metrics, optarg);
+			break;
+		case OPT_POOL:
+			(*pool_args)[(*n_pool_args)++] = optarg;
+			break;
+		case OPT_MAX_POOLS:
+			fs->max_pools = true;
+			if (u32_key("--max-pools", "value", optarg, 1, 1024,
+				    &cfg->max_pools))
+				return KVSD_EXIT_USAGE;
+			break;
+		case OPT_MAX_POOL_PAGES:
+			fs->max_pool_pages = true;
+			if (num_key("--max-pool-pages", "value", optarg, 1,
+				    KVS_MAX_POOL_PAGES, &cfg->max_pool_pages))
+				return KVSD_EXIT_USAGE;
+			break;
+		case OPT_MODE:
+			if (mode_opt(optarg, &cfg->mode)) {
+				cfg_err("--mode", "'%s' is not auto, module or socket", optarg);
+				return KVSD_EXIT_USAGE;
+			}
+			break;
+		case OPT_DEVICE:
+			ret = set_str(&cfg->device, optarg);
+			break;
+		case OPT_FOREGROUND:
+			break;
+		case ':':
+			cfg_err(argv[optind - 1], "option needs a value");
+			return KVSD_EXIT_USAGE;
+		default:
+			cfg_err(argv[optind - 1], "unknown option (see kvshared --help)");
+			return KVSD_EXIT_USAGE;
+		}
+		if (ret) {
+			cfg_err("kvshared", "out of memory");
+			return KVSD_EXIT_USAGE;
+		}
+	}
+	if (optind < argc) {
+		cfg_err(argv[optind], "unexpected argument (see kvshared --help)");
+		return KVSD_EXIT_USAGE;
+	}
+	return 0;
+}
+
+int kvsd_config_load(int argc, char **argv, struct kvsd_config **out)
+{
+	struct kvsd_config *cfg = calloc(1, sizeof(*cfg));
+	struct flags_seen fs = { 0 };
+	char **pool_args;
+	int n_pool_args = 0, i, ret;
+
+	*out = cfg;
+	pool_args = calloc(argc + 1, sizeof(*pool_args));
+	if (!cfg || !pool_args) {
+		free(pool_args);
+		fprintf(stderr, "kvshared: out of memory\n");
+		return KVSD_EXIT_USAGE;
+	}
+	cfg->max_pools = KVSD_DEFAULT_MAX_POOLS;
+	cfg->max_pool_pages = KVS_MAX_POOL_PAGES;
+	ret = parse_args(argc, argv, cfg, &fs, &pool_args, &n_pool_args);
+	if (!ret && cfg->config_file && config_file(cfg, &fs))
+		ret = KVSD_EXIT_USAGE;
+	for (i = 0; !ret && i < n_pool_args; i++)
+		if (pool_flag(cfg, pool_args[i]))
+			ret = KVSD_EXIT_USAGE;
+	free(pool_args);
+	for (i = 0; !ret && i < (int)cfg->n_pools; i++) {
+		const struct kvsd_pool_cfg *pc = &cfg->pools[i];
+
+		if (pc->n_pages > cfg->max_pool_pages) {
+			cfg_err(pc->where, "pool '%s': %llu pages is above max_pool_pages %llu",
+				pc->name, (unsigned long long)pc->n_pages,
+				(unsigned long long)cfg->max_pool_pages);
+			ret = KVSD_EXIT_USAGE;
+		}
+	}
+	if (ret)
+		return ret;
+	if ((!cfg->socket && set_str(&cfg->socket, KVS_DAEMON_SOCKET)) ||
+	    (!cfg->device && set_str(&cfg->device, KVSD_DEFAULT_DEVICE))) {
+		fprintf(stderr, "kvshared: out of memory\n");
+		return KVSD_EXIT_USAGE;
+	}
+	return 0;
+}
+
+void kvsd_config_free(struct kvsd_config *cfg)
+{
+	if (!cfg)
+		return;
+	free(cfg->config_file);
+	free(cfg->socket);
+	free(cfg->metrics);
+	free(cfg->device);
+	free(cfg->pools);
+	free(cfg);
+}

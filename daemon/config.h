@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * kvshared configuration: the command line and the INI-like config file
+ * (daemon/kvshared.conf.example documents the keys).  Every error names
+ * where it is ("FILE:LINE: ..." or "--pool SPEC: ...") and makes the
+ * daemon exit with status 2.
+ */
+#ifndef _KVSHARED_CONFIG_H
+#define _KVSHARED_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <linux/kvshare.h>
+
+#define KVSD_EXIT_USAGE		2
+#define KVSD_DEFAULT_DEVICE	"/dev/" KVS_DEVICE_NAME
+#define KVSD_DEFAULT_MAX_POOLS	64
+
+enum kvsd_mem_kind {
+	KVSD_MEM_HOST,			/* memfd */
+	KVSD_MEM_HUGETLB,		/* memfd with MFD_HUGETLB */
+	KVSD_MEM_CUDA,			/* CUDA VMM, POSIX fd export */
+	KVSD_MEM_NONE,			/* a pool without memory */
+};
+
+enum kvsd_mode_opt {
+	KVSD_MODE_AUTO,			/* module if the device opens, else socket */
+	KVSD_MODE_OPT_MODULE,
+	KVSD_MODE_OPT_SOCKET,
+};
+
+/* One [pool NAME] section or --pool flag. */
+struct kvsd_pool_cfg {
+	char name[KVS_NAME_MAX];
+	char where[128];		/* "FILE:LINE" or "--pool NAME", for messages */
+	uint64_t n_pages;
+	struct kvs_geometry geom;	/* page_bytes stays 0 (the ABI's "out") */
+	uint32_t mode;
+	uint32_t quota;			/* max_pages_per_file; 0: n_pages */
+	uint32_t flags;			/* KVS_POOL_* */
+	enum kvsd_mem_kind mem;
+	int cuda_device;
+	int64_t uid, gid;		/* owner; -1: the daemon's */
+};
+
+struct kvsd_config {
+	char *config_file;
+	char *socket;
+	char *metrics;			/* NULL: no metrics */
+	char *device;
+	uint32_t max_pools;
+	uint64_t max_pool_pages;
+	enum kvsd_mode_opt mode;
+	bool verbose;
+	struct kvsd_pool_cfg *pools;
+	unsigned int n_pools;
+};
+
+/*
+ * Parse argv, then the config file it names; flags win over the file.
+ * Returns 0, 1 when --help was printed, or KVSD_EXIT_USAGE after printing
+ * the error.  *cfg is allocated in every case; free it with
+ * kvsd_config_free().
+ */
+int kvsd_config_load(int argc, char **argv, struct kvsd_config **cfg);
+void kvsd_config_free(struct kvsd_config *cfg);
+
+/* Bytes of one page of @geom (the arbiter's formula), 0 if invalid. */
+uint64_t kvsd_page_bytes(const struct kvs_geometry *geom);
+const char *kvsd_mem_name(enum kvsd_mem_kind kind);
+const char *kvsd_dtype_name(uint32_t dtype);
+
+#endif /* _KVSHARED_CONFIG_H */

@@ -1,0 +1,43 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# kvshared: the daemon, plain (build/kvshared) and with ASan/UBSan
+# (build/san/kvshared, for the daemon's tests).  Included by the top
+# Makefile.  The CUDA provider is always compiled against cuda.h and loads
+# libcuda.so.1 at run time, so neither build needs a GPU or a driver.
+
+CUDA_INC  ?= /usr/local/cuda/include
+KVSD_SRCS := daemon/main.c daemon/config.c daemon/server.c daemon/pools.c \
+             daemon/mem.c daemon/mem_cuda.c daemon/metrics.c
+KVSD_OBJS     := $(KVSD_SRCS:daemon/%.c=$(BUILD)/daemon/%.o)
+KVSD_SAN_OBJS := $(KVSD_SRCS:daemon/%.c=$(BUILD)/san/daemon/%.o)
+KVSD_LDLIBS   := -ldl $(LIBKVCORE_LDLIBS)
+
+# cuda.h is a system header: its own warnings are not ours.
+$(BUILD)/daemon/mem_cuda.o $(BUILD)/san/daemon/mem_cuda.o: KVSD_CFLAGS += -isystem $(CUDA_INC)
+
+$(BUILD)/daemon/%.o: daemon/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(KVSD_CFLAGS) $(DEPFLAGS) -c -o $@ $<
+
+$(BUILD)/san/daemon/%.o: daemon/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(SAN_FLAGS) $(KVSD_CFLAGS) $(DEPFLAGS) -c -o $@ $<
+
+$(BUILD)/kvshared: $(KVSD_OBJS) $(LIBKVCORE)
+	$(CC) $(CFLAGS) -o $@ $^ $(KVSD_LDLIBS)
+
+$(BUILD)/san/kvshared: $(KVSD_SAN_OBJS) $(LIBKVCORE_SAN)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(SAN_FLAGS) -o $@ $^ $(KVSD_LDLIBS)
+
+# A static build for the test VM, where kvshared can run in module mode.
+# Not in GUEST_BINS until a VM suite uses it.  (Static glibc warns that
+# dlopen and getpwnam need shared libraries at run time: the guest has no
+# CUDA anyway, and uid=/gid= there take numbers.)
+$(BUILD)/guest/kvshared: $(KVSD_OBJS) $(LIBKVCORE)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -static -o $@ $^ $(KVSD_LDLIBS)
+
+-include $(KVSD_OBJS:.o=.d) $(KVSD_SAN_OBJS:.o=.d)
+
+ALL_TARGETS += $(BUILD)/kvshared $(BUILD)/san/kvshared

@@ -1,0 +1,305 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * kvshared: arguments, setup, the event loop and an orderly shutdown.
+ *
+ * One thread runs everything from one epoll set: the arbiter socket, the
+ * metrics endpoint and a signalfd for SIGTERM/SIGINT, so that shutdown is
+ * ordinary code (close every client, which releases its holdings, then
+ * the pools, then the core) rather than work in a signal handler.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/signalfd.h>
+#include <time.h>
+
+#include "core.h"
+#include "kvshared.h"
+#include "server.h"
+
+#define TICK_MS		1000
+
+bool kvsd_verbose;
+static int epfd = -1;
+
+static void vlog(const char *fmt, va_list ap)
+{
+	char line[1024];
+
+	/* One write per line, so lines from a restarting daemon never mix. */
+	vsnprintf(line, sizeof(line), fmt, ap);
+	fprintf(stderr, "kvshared: %s\n", line);
+}
+
+void kvsd_log(const char *fmt, ...)
+{
+	va_list ap;
+	int saved = errno;
+
+	va_start(ap, fmt);
+	vlog(fmt, ap);
+	va_end(ap);
+	errno = saved;
+}
+
+void kvsd_debug(const char *fmt, ...)
+{
+	va_list ap;
+	int saved = errno;
+
+	if (!kvsd_verbose)
+		return;
+	va_start(ap, fmt);
+	vlog(fmt, ap);
+	va_end(ap);
+	errno = saved;
+}
+
+int kvsd_watch_add(struct kvsd_watch *w, uint32_t events)
+{
+	struct epoll_event ev = { .events = events, .data.ptr = w };
+
+	return epoll_ctl(epfd, EPOLL_CTL_ADD, w->fd, &ev) ? -errno : 0;
+}
+
+int kvsd_watch_mod(struct kvsd_watch *w, uint32_t events)
+{
+	struct epoll_event ev = { .events = events, .data.ptr = w };
+
+	return epoll_ctl(epfd, EPOLL_CTL_MOD, w->fd, &ev) ? -errno : 0;
+}
+
+void kvsd_watch_del(struct kvsd_watch *w)
+{
+	epoll_ctl(epfd, EPOLL_CTL_DEL, w->fd, NULL);
+}
+
+/* ---- signals --------------------------------------------------------------- */
+
+/* Set from the signalfd, in the loop itself: no handler, no volatile. */
+static int stop_signal;
+static struct kvsd_watch sig_watch = { .fd = -1 };
+
+static void on_signal(struct kvsd_watch *w, uint32_t events)
+{
+	struct signalfd_siginfo si;
+
+	(void)events;
+	while (read(w->fd, &si, sizeof(si)) == sizeof(si)) {
+		if (si.ssi_signo == SIGHUP) {
+			kvsd_log("SIGHUP ignored (restart to reread the configuration)");
+			continue;
+		}
+		stop_signal = si.ssi_signo;
+	}
+}
+
+static int signals_setup(void)
+{
+	sigset_t set;
+
+	/* A client that goes away mid-reply must not kill the daemon. */
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	if (sigprocmask(SIG_BLOCK, &set, NULL))
+		return -errno;
+	sig_watch.fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (sig_watch.fd < 0)
+		return -errno;
+	sig_watch.fn = on_signal;
+	return kvsd_watch_add(&sig_watch, EPOLLIN);
+}
+
+/* ---- where the arbiter is ---------------------------------------------------- */
+
+static int open_module(struct kvsd *d)
+{
+	struct kvs_info info;
+
+	memset(&info, 0, sizeof(info));
+	if (ioctl(d->dev_fd, KVS_IOC_INFO, &info)) {
+		kvsd_log("%s: KVS_IOC_INFO: %s (not a kvshare device?)", d->cfg->device,
+			 strerror(errno));
+		return -ENODEV;
+	}
+	if (info.abi_version != KVS_ABI_VERSION) {
+		kvsd_log("%s: ABI version %u, kvshared speaks %u", d->cfg->device,
+			 info.abi_version, KVS_ABI_VERSION);
+		return -EPROTO;
+	}
+	d->mode = KVSD_MODE_MODULE;
+	kvsd_log("module mode: %s (max %u pools of %llu pages); clients use the "
+		 "device directly, no arbiter socket", d->cfg->device, info.max_pools,
+		 (unsigned long long)info.max_pool_pages);
+	return 0;
+}
+
+static int open_core(struct kvsd *d)
+{
+	struct kvs_limits limits = {
+		.max_pools = d->cfg->max_pools,
+		.max_pool_pages = d->cfg->max_pool_pages,
+		.features = KVS_FEAT_MEM_FD | KVS_FEAT_DAEMON,
+	};
+	int ret = kvs_core_init(&limits);
+
+	if (ret) {
+		kvsd_log("arbiter core: %s", strerror(-ret));
+		return ret;
+	}
+	d->self = kvs_client_new();
+	if (!d->self) {
+		kvs_core_exit();
+		return -ENOMEM;
+	}
+	d->mode = KVSD_MODE_SOCKET;
+	kvsd_log("socket mode: the arbiter runs in kvshared (max %u pools of "
+		 "%llu pages)", limits.max_pools,
+		 (unsigned long long)limits.max_pool_pages);
+	return 0;
+}
+
+/* auto: the module when its device opens; absent means the socket. */
+static int choose_mode(struct kvsd *d)
+{
+	const struct kvsd_config *cfg = d->cfg;
+
+	if (cfg->mode == KVSD_MODE_OPT_SOCKET)
+		return open_core(d);
+	d->dev_fd = open(cfg->device, O_RDWR | O_CLOEXEC);
+	if (d->dev_fd >= 0)
+		return open_module(d);
+	if (cfg->mode == KVSD_MODE_AUTO &&
+	    (errno == ENOENT || errno == ENODEV || errno == ENXIO))
+		return open_core(d);
+	kvsd_log("%s: %s%s", cfg->device, strerror(errno),
+		 cfg->mode == KVSD_MODE_AUTO ?
+		 " (use --mode socket to serve the socket anyway)" : "");
+	return -errno;
+}
+
+static void close_arbiter(struct kvsd *d)
+{
+	kvsd_pools_destroy(d);
+	if (d->mode == KVSD_MODE_SOCKET) {
+		if (d->self)
+			kvs_client_free(d->self);
+		d->self = NULL;
+		kvs_core_exit();
+	}
+	if (d->dev_fd >= 0)
+		close(d->dev_fd);
+	d->dev_fd = -1;
+}
+
+/* ---- main ------------------------------------------------------------------------ */
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void loop(void)
+{
+	struct epoll_event evs[64];
+	uint64_t last_tick = now_ms();
+	int i, n;
+
+	while (!stop_signal) {
+		n = epoll_wait(epfd, evs, 64, TICK_MS);
+		if (n < 0 && errno != EINTR) {
+			kvsd_log("epoll_wait: %s", strerror(errno));
+			return;
+		}
+		for (i = 0; i < n; i++) {
+			struct kvsd_watch *w = evs[i].data.ptr;
+
+			/*
+			 * A handler frees only its own watch, so no event
+			 * still in evs[] can point at freed memory.
+			 */
+			w->fn(w, evs[i].events);
+		}
+		/* Timers are coarse: once a second, however busy the loop is. */
+		if (now_ms() - last_tick >= TICK_MS) {
+			last_tick = now_ms();
+			kvsd_server_tick();
+			kvsd_metrics_tick();
+		}
+	}
+}
+
+static int run(struct kvsd *d)
+{
+	int ret;
+
+	ret = choose_mode(d);
+	if (ret) {
+		close_arbiter(d);
+		return 1;
+	}
+	kvsd_pools_create(d);
+	if (d->mode == KVSD_MODE_SOCKET) {
+		ret = kvsd_server_start(d, d->cfg->socket);
+		if (ret)
+			goto out;
+	}
+	if (d->cfg->metrics) {
+		ret = kvsd_metrics_start(d, d->cfg->metrics);
+		if (ret)
+			goto out;
+	}
+	kvsd_log("ready");
+	loop();
+	if (stop_signal)
+		kvsd_log("%s received: shutting down", strsignal(stop_signal));
+out:
+	kvsd_metrics_stop();
+	kvsd_server_stop();
+	close_arbiter(d);
+	/* Paths and specs were checked with the configuration: all runtime. */
+	if (ret)
+		return 1;
+	return stop_signal ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+	struct kvsd d = { .dev_fd = -1 };
+	int ret;
+
+	ret = kvsd_config_load(argc, argv, &d.cfg);
+	if (ret) {
+		kvsd_config_free(d.cfg);
+		return ret == 1 ? 0 : ret;
+	}
+	kvsd_verbose = d.cfg->verbose;
+	epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (epfd < 0 || signals_setup()) {
+		kvsd_log("setup: %s", strerror(errno));
+		kvsd_config_free(d.cfg);
+		return 1;
+	}
+	kvsd_log("starting (pid %d, uid %u, %u pools configured)", getpid(),
+		 getuid(), d.cfg->n_pools);
+	ret = run(&d);
+	close(sig_watch.fd);
+	close(epfd);
+	kvsd_config_free(d.cfg);
+	if (!ret)
+		kvsd_log("stopped");
+	return ret;
+}

@@ -1,0 +1,820 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The arbiter socket: each accepted connection is one arbiter client
+ * (kvs_client), released with everything it holds when the connection
+ * closes, whatever the reason.
+ *
+ * Framing (<linux/kvshare.h>, "The kvshared socket"): a request is
+ * struct kvs_msg, the command struct (_IOC_SIZE(cmd) bytes) and a data
+ * area; pointer fields are offsets from the start of the message.  The
+ * reply is the header, the command struct (usize bytes) and, at
+ * out_off/out_len, the bytes of the data area the command wrote.
+ * Decisions where the header leaves room:
+ *
+ * - A reply always carries the command struct when the request did
+ *   (len >= header + usize): the updated one on success, the request's
+ *   own bytes on failure, with nothing written back (out_len 0), as the
+ *   ioctl copies nothing back on failure.  A request too short to hold
+ *   its struct gets a bare header.  Clients frame replies by len.
+ * - The request's result, out_off and out_len must be 0 (EINVAL).
+ * - Bad magic, len < header or len > KVS_MSG_MAX cannot be framed: the
+ *   connection is closed.  EOF inside a message closes it too.
+ * - Descriptors are taken only with POOL_CREATE, and only one, referred
+ *   to by mem_fd 0; descriptors sent with any other command, more than
+ *   one, or with mem_fd -1 are closed and the command fails with EINVAL
+ *   (the header's "descriptors where none belong").  mem_fd 0 without a
+ *   descriptor, or mem_fd > 0, is EBADF, as an unopened fd is for the
+ *   ioctl.  A descriptor that is not a regular file (memfd, tmpfs,
+ *   hugetlbfs) is EINVAL, as the module refuses it: a socket could even
+ *   hold a connection to this daemon open forever.
+ * - Descriptors must be sent with the message's first byte (one sendmsg
+ *   per message does that): the daemon reads exactly one message at a
+ *   time, so descriptors can never be taken for the wrong message.
+ *
+ * One thread, non-blocking sockets: a connection that sends half a
+ * message only holds its own buffer (at most KVS_MSG_MAX), and one that
+ * does not read its replies is not read from until it does.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include "core.h"
+#include "kvshared.h"
+#include "server.h"
+
+#define HDR		((uint32_t)sizeof(struct kvs_msg))
+#define MAX_FDS		4		/* room for cmsg; more is MSG_CTRUNC */
+#define BUF_MIN		4096
+#define BUF_KEEP	(64u << 10)	/* larger buffers are freed after use */
+#define READ_BUDGET	16		/* messages per wakeup, for fairness */
+#define MAX_GROUPS	65536		/* NGROUPS_MAX */
+
+struct conn {
+	struct kvsd_watch w;
+	struct conn *prev, *next;
+	struct kvs_client *cl;
+	uint64_t id;
+	pid_t pid;
+	struct kvs_cred cred;
+	uint32_t *groups;
+	uint8_t *buf;			/* the request, then its reply, in place */
+	uint32_t cap;
+	uint32_t in_len;		/* request bytes read */
+	uint32_t out_len, out_sent;	/* reply bytes to send, sent */
+	void *out_mem;			/* ATTACH: memory whose fd goes along */
+	int fds[MAX_FDS];
+	unsigned int n_fds;
+	bool fds_trunc;			/* descriptors were lost (too many) */
+};
+
+static struct {
+	struct kvsd *d;
+	struct kvsd_watch listen;
+	char *path;
+	ino_t ino;
+	struct conn *conns;
+	unsigned int n_conns;
+	uint64_t next_id;
+	bool accept_paused;
+	bool accept_warned;		/* logged once per episode */
+} srv = { .listen = { .fd = -1 } };
+
+/* ---- connections ------------------------------------------------------- */
+
+static void conn_drop_fds(struct conn *c)
+{
+	unsigned int i;
+
+	for (i = 0; i < c->n_fds; i++)
+		close(c->fds[i]);
+	c->n_fds = 0;
+	c->fds_trunc = false;
+}
+
+static void conn_log_close(struct conn *c, const char *why)
+{
+	uint32_t pool_id = kvs_client_pool_id(c->cl);
+	uint64_t held = kvs_client_held(c->cl);
+	char name[KVS_NAME_MAX], what[KVS_NAME_MAX + 64];
+
+	if (pool_id) {
+		kvsd_pool_name(srv.d, pool_id, name);
+		snprintf(what, sizeof(what), "released %llu pages of pool '%s'",
+			 (unsigned long long)held, name);
+	} else {
+		snprintf(what, sizeof(what), "not attached");
+	}
+	kvsd_log("client %llu (pid %d uid %u) %s%s%s: %s",
+		 (unsigned long long)c->id, c->pid, c->cred.uid,
+		 why ? "dropped (" : "disconnected", why ? why : "", why ? ")" : "",
+		 what);
+}
+
+/* However a connection ends, its client and everything it holds go. */
+static void conn_close(struct conn *c, const char *why)
+{
+	conn_log_close(c, why);
+	kvsd_watch_del(&c->w);
+	close(c->w.fd);
+	conn_drop_fds(c);
+	if (c->out_mem)
+		kvs_host_mem_put(c->out_mem);
+	kvs_client_free(c->cl);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		srv.conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	srv.n_conns--;
+	free(c->groups);
+	free(c->buf);
+	free(c);
+}
+
+static int conn_reserve(struct conn *c, uint32_t need)
+{
+	uint8_t *p;
+
+	if (c->cap >= need)
+		return 0;
+	if (need < BUF_MIN)
+		need = BUF_MIN;
+	p = realloc(c->buf, need);
+	if (!p)
+		return -ENOMEM;
+	c->buf = p;
+	c->cap = need;
+	return 0;
+}
+
+/* ---- copy_in / copy_out: offsets into the request's data area ---------- */
+
+struct req {
+	uint8_t *msg;
+	uint64_t len;			/* the whole request */
+	uint64_t data;			/* where its data area starts */
+	uint64_t lo, hi;		/* bytes written by copy_out */
+};
+
+static int req_range(const struct req *rq, uint64_t off, uint64_t len)
+{
+	/* Offset 0 (NULL) is below the data area, like any other header offset. */
+	if (off < rq->data || off > rq->len || len > rq->len - off)
+		return -EFAULT;
+	return 0;
+}
+
+static int req_copy_in(struct kvs_call *call, void *dst, __u64 src, __u64 len)
+{
+	struct req *rq = call->host;
+
+	if (!len)
+		return 0;
+	if (req_range(rq, src, len))
+		return -EFAULT;
+	memcpy(dst, rq->msg + src, len);
+	return 0;
+}
+
+static int req_copy_out(struct kvs_call *call, __u64 dst, const void *src, __u64 len)
+{
+	struct req *rq = call->host;
+
+	if (!len)
+		return 0;
+	if (req_range(rq, dst, len))
+		return -EFAULT;
+	memcpy(rq->msg + dst, src, len);
+	if (dst < rq->lo)
+		rq->lo = dst;
+	if (dst + len > rq->hi)
+		rq->hi = dst + len;
+	return 0;
+}
+
+/* ---- one command --------------------------------------------------------- */
+
+static bool all_zero(const uint8_t *p, size_t len)
+{
+	while (len--)
+		if (*p++)
+			return false;
+	return true;
+}
+
+static bool is_cmd(unsigned int cmd, unsigned int ioc)
+{
+	return _IOC_NR(cmd) == _IOC_NR(ioc);
+}
+
+/*
+ * POOL_CREATE's mem_fd: 0 names the descriptor sent along, -1 none.  An
+ * fd number that cannot be open (INT_MAX) stands for a missing one, so
+ * that the core checks the rest of the struct first, as with the ioctl.
+ */
+static int create_fd(struct conn *c, struct kvs_pool_create *req)
+{
+	struct stat st;
+
+	if (c->n_fds > 1 || (c->n_fds && req->mem_fd == -1))
+		return -EINVAL;
+	if (req->mem_fd < 0)
+		return 0;		/* -1, or < -1 which the core refuses */
+	if (req->mem_fd > 0 || !c->n_fds) {
+		req->mem_fd = INT_MAX;
+		return 0;
+	}
+	/* An O_PATH descriptor is no open file: the module's fget() says EBADF. */
+	if (fcntl(c->fds[0], F_GETFL) & O_PATH)
+		return -EBADF;
+	if (fstat(c->fds[0], &st) || !S_ISREG(st.st_mode))
+		return -EINVAL;
+	req->mem_fd = c->fds[0];
+	return 0;
+}
+
+static int conn_run(struct conn *c, const struct kvs_msg *h, uint32_t usize,
+		    struct req *rq)
+{
+	uint32_t ksize = kvs_cmd_size(h->cmd);
+	uint8_t *ustruct = c->buf + HDR;
+	union kvs_cmd_buf arg;
+	struct kvs_call call = {
+		.cred = &c->cred,
+		.copy_in = req_copy_in,
+		.copy_out = req_copy_out,
+		.host = rq,
+	};
+	bool create = is_cmd(h->cmd, KVS_IOC_POOL_CREATE);
+	int32_t wire_fd = 0;
+	int ret;
+
+	if (ksize > sizeof(arg))
+		return -ENOTTY;
+	/* As copy_struct_from_user(): zero-extend, or refuse an unknown tail. */
+	if (usize > ksize && !all_zero(ustruct + ksize, usize - ksize))
+		return -E2BIG;
+	memset(&arg, 0, sizeof(arg));
+	memcpy(&arg, ustruct, usize < ksize ? usize : ksize);
+
+	if (create) {
+		wire_fd = arg.create.mem_fd;
+		ret = create_fd(c, &arg.create);
+		if (ret)
+			return ret;
+	}
+	ret = kvs_cmd(c->cl, h->cmd, &arg, &call);
+	if (create)
+		arg.create.mem_fd = wire_fd;
+	if (call.mem_out && ret) {
+		kvs_host_mem_put(call.mem_out);	/* never, but never leak it */
+	} else if (call.mem_out) {
+		c->out_mem = call.mem_out;
+		arg.attach.mem_fd = 0;	/* the first descriptor of the reply */
+	}
+	if (!ret)
+		memcpy(ustruct, &arg, usize < ksize ? usize : ksize);
+	return ret;
+}
+
+static int msg_check(const struct conn *c, const struct kvs_msg *h, uint32_t usize)
+{
+	if (!kvs_cmd_size(h->cmd))
+		return -ENOTTY;
+	if (h->result || h->out_off || h->out_len || h->len < HDR + usize)
+		return -EINVAL;
+	if (c->fds_trunc || (c->n_fds && !is_cmd(h->cmd, KVS_IOC_POOL_CREATE)))
+		return -EINVAL;
+	return 0;
+}
+
+/* Run the request in buf and turn buf into its reply. */
+static void conn_handle(struct conn *c)
+{
+	struct kvs_msg *h = (struct kvs_msg *)c->buf;
+	uint32_t usize = _IOC_SIZE(h->cmd);
+	struct req rq = {
+		.msg = c->buf, .len = h->len, .data = (uint64_t)HDR + usize,
+		.lo = UINT64_MAX, .hi = 0,
+	};
+	uint32_t len = h->len >= HDR + usize ? HDR + usize : HDR;
+	int ret;
+
+	ret = msg_check(c, h, usize);
+	if (!ret)
+		ret = conn_run(c, h, usize, &rq);
+	conn_drop_fds(c);
+	kvsd_debug("client %llu: cmd 0x%08x (nr 0x%02x) len %u -> %d",
+		   (unsigned long long)c->id, h->cmd, _IOC_NR(h->cmd), h->len, ret);
+
+	h->out_off = 0;
+	h->out_len = 0;
+	if (!ret && rq.hi > rq.lo) {
+		/* The data written follows the struct; out_off says where it goes. */
+		memmove(c->buf + len, c->buf + rq.lo, rq.hi - rq.lo);
+		h->out_off = rq.lo;
+		h->out_len = rq.hi - rq.lo;
+		len += h->out_len;
+	}
+	h->result = ret;
+	h->len = len;
+	c->out_len = len;
+	c->out_sent = 0;
+	c->in_len = 0;
+}
+
+/* ---- sending ------------------------------------------------------------- */
+
+/* 0: all sent; 1: the socket is full; < 0: the connection is broken. */
+static int conn_flush(struct conn *c)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+
+	while (c->out_sent < c->out_len) {
+		struct iovec iov = {
+			.iov_base = c->buf + c->out_sent,
+			.iov_len = c->out_len - c->out_sent,
+		};
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+		ssize_t n;
+
+		if (c->out_mem) {
+			struct cmsghdr *cm;
+			int fd = kvs_host_mem_fd(c->out_mem);
+
+			memset(&ctl, 0, sizeof(ctl));
+			mh.msg_control = ctl.buf;
+			mh.msg_controllen = sizeof(ctl.buf);
+			cm = CMSG_FIRSTHDR(&mh);
+			cm->cmsg_level = SOL_SOCKET;
+			cm->cmsg_type = SCM_RIGHTS;
+			cm->cmsg_len = CMSG_LEN(sizeof(int));
+			memcpy(CMSG_DATA(cm), &fd, sizeof(fd));
+		}
+		n = sendmsg(c->w.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return 1;
+			return -errno;
+		}
+		/* The descriptor went with the first bytes. */
+		if (c->out_mem) {
+			kvs_host_mem_put(c->out_mem);
+			c->out_mem = NULL;
+		}
+		c->out_sent += n;
+	}
+	c->out_len = 0;
+	c->out_sent = 0;
+	if (c->cap > BUF_KEEP) {
+		free(c->buf);
+		c->buf = NULL;
+		c->cap = 0;
+	}
+	return 0;
+}
+
+/* ---- receiving ----------------------------------------------------------- */
+
+static void conn_take_fds(struct conn *c, struct msghdr *mh)
+{
+	struct cmsghdr *cm;
+
+	if (mh->msg_flags & MSG_CTRUNC)
+		c->fds_trunc = true;
+	for (cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+		size_t i, n;
+
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (i = 0; i < n; i++) {
+			int fd;
+
+			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
+			if (c->n_fds < MAX_FDS) {
+				c->fds[c->n_fds++] = fd;
+			} else {
+				close(fd);
+				c->fds_trunc = true;
+			}
+		}
+	}
+}
+
+/* Never past the current message: its descriptors are then its own. */
+static ssize_t conn_recv(struct conn *c, size_t want)
+{
+	union {
+		char buf[CMSG_SPACE(MAX_FDS * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { .iov_base = c->buf + c->in_len, .iov_len = want };
+	struct msghdr mh = {
+		.msg_iov = &iov, .msg_iovlen = 1,
+		.msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf),
+	};
+	ssize_t n;
+
+	n = recvmsg(c->w.fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+	if (n < 0)
+		return -errno;
+	conn_take_fds(c, &mh);
+	return n;
+}
+
+/* A header is complete: can the message be framed? */
+static const char *header_bad(struct conn *c, char *why, size_t why_len)
+{
+	const struct kvs_msg *h = (const struct kvs_msg *)c->buf;
+
+	if (h->magic != KVS_MSG_MAGIC)
+		snprintf(why, why_len, "bad magic 0x%08x", h->magic);
+	else if (h->len < HDR || h->len > KVS_MSG_MAX)
+		snprintf(why, why_len, "bad message length %u", h->len);
+	else if (conn_reserve(c, h->len))
+		snprintf(why, why_len, "out of memory for a %u-byte message", h->len);
+	else
+		return NULL;
+	return why;
+}
+
+static void conn_set_events(struct conn *c, uint32_t events)
+{
+	if (kvsd_watch_mod(&c->w, events))
+		conn_close(c, "epoll failed");
+}
+
+static void conn_read(struct conn *c)
+{
+	int budget = READ_BUDGET;
+	char why[96];
+	ssize_t n;
+
+	while (budget > 0) {
+		const struct kvs_msg *h;
+		uint32_t want;
+
+		if (conn_reserve(c, HDR)) {
+			conn_close(c, "out of memory");
+			return;
+		}
+		h = (const struct kvs_msg *)c->buf;
+		want = c->in_len < HDR ? HDR - c->in_len : h->len - c->in_len;
+		n = conn_recv(c, want);
+		if (n == -EINTR)
+			continue;
+		if (n == -EAGAIN || n == -EWOULDBLOCK)
+			return;
+		if (n <= 0) {
+			if (n < 0)
+				snprintf(why, sizeof(why), "%s", strerror((int)-n));
+			conn_close(c, n < 0 ? why : c->in_len ?
+				   "truncated message at EOF" : NULL);
+			return;
+		}
+		c->in_len += n;
+		if (c->in_len == HDR && header_bad(c, why, sizeof(why))) {
+			conn_close(c, why);
+			return;
+		}
+		h = (const struct kvs_msg *)c->buf;
+		if (c->in_len < HDR || c->in_len < h->len)
+			continue;
+		conn_handle(c);
+		budget--;
+		switch (conn_flush(c)) {
+		case 0:
+			break;
+		case 1:
+			conn_set_events(c, EPOLLOUT);
+			return;
+		default:
+			conn_close(c, "send failed");
+			return;
+		}
+	}
+}
+
+static void conn_event(struct kvsd_watch *w, uint32_t events)
+{
+	struct conn *c = (struct conn *)((char *)w - offsetof(struct conn, w));
+
+	if (c->out_len) {
+		int ret = conn_flush(c);
+
+		if (ret < 0) {
+			conn_close(c, "send failed");
+			return;
+		}
+		if (ret > 0)
+			return;
+		if (kvsd_watch_mod(&c->w, EPOLLIN)) {
+			conn_close(c, "epoll failed");
+			return;
+		}
+	}
+	if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+		conn_read(c);
+}
+
+/* ---- accepting ----------------------------------------------------------- */
+
+/*
+ * Supplementary groups, which SO_PEERCRED does not give: from
+ * /proc/PID/status at accept (the connection's credentials are fixed
+ * then, as a file's are at open).
+ */
+static void conn_read_groups(struct conn *c)
+{
+	char path[64], *line = NULL, *p, *end;
+	size_t cap = 0;
+	FILE *f;
+
+	if (c->pid <= 0)
+		return;
+	snprintf(path, sizeof(path), "/proc/%d/status", c->pid);
+	f = fopen(path, "re");
+	if (!f)
+		return;
+	while (getline(&line, &cap, f) > 0) {
+		if (strncmp(line, "Groups:", 7))
+			continue;
+		for (p = line + 7;; p = end) {
+			unsigned long g = strtoul(p, &end, 10);
+			uint32_t *n;
+
+			if (end == p || c->cred.n_groups >= MAX_GROUPS)
+				break;
+			n = realloc(c->groups, (c->cred.n_groups + 1) * sizeof(*n));
+			if (!n)
+				break;
+			c->groups = n;
+			c->groups[c->cred.n_groups++] = g;
+		}
+		break;
+	}
+	free(line);
+	fclose(f);
+	c->cred.groups = c->groups;
+}
+
+static void conn_new(int fd)
+{
+	struct ucred uc;
+	socklen_t len = sizeof(uc);
+	struct conn *c;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len)) {
+		kvsd_log("accept: SO_PEERCRED: %s", strerror(errno));
+		close(fd);
+		return;
+	}
+	c = calloc(1, sizeof(*c));
+	if (c)
+		c->cl = kvs_client_new();
+	if (!c || !c->cl) {
+		kvsd_log("accept: out of memory (pid %d uid %u refused)", uc.pid, uc.uid);
+		free(c);
+		close(fd);
+		return;
+	}
+	c->w.fd = fd;
+	c->w.fn = conn_event;
+	c->id = ++srv.next_id;
+	c->pid = uc.pid;
+	c->cred.uid = uc.uid;
+	c->cred.gid = uc.gid;
+	c->cred.admin = uc.uid == 0;
+	conn_read_groups(c);
+	if (kvsd_watch_add(&c->w, EPOLLIN)) {
+		kvsd_log("accept: epoll: %s", strerror(errno));
+		kvs_client_free(c->cl);
+		free(c->groups);
+		free(c);
+		close(fd);
+		return;
+	}
+	c->next = srv.conns;
+	if (srv.conns)
+		srv.conns->prev = c;
+	srv.conns = c;
+	srv.n_conns++;
+	kvsd_log("client %llu connected (pid %d uid %u gid %u)",
+		 (unsigned long long)c->id, c->pid, uc.uid, uc.gid);
+}
+
+static void srv_accept(struct kvsd_watch *w, uint32_t events)
+{
+	int i, fd;
+
+	(void)events;
+	for (i = 0; i < 16; i++) {
+		fd = accept4(w->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd >= 0) {
+			if (srv.accept_warned)
+				kvsd_log("accept: accepting again");
+			srv.accept_warned = false;
+			conn_new(fd);
+			continue;
+		}
+		if (errno == EINTR || errno == ECONNABORTED)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return;
+		/*
+		 * Out of descriptors or memory: the pending connection stays
+		 * queued and would wake us forever, so stop accepting until
+		 * the next tick.
+		 */
+		if (!srv.accept_warned)
+			kvsd_log("accept: %s; retrying every second", strerror(errno));
+		srv.accept_warned = true;
+		kvsd_watch_del(w);
+		srv.accept_paused = true;
+		return;
+	}
+}
+
+void kvsd_server_tick(void)
+{
+	if (!srv.accept_paused)
+		return;
+	if (!kvsd_watch_add(&srv.listen, EPOLLIN))
+		srv.accept_paused = false;
+}
+
+/* ---- the listening socket ------------------------------------------------ */
+
+static void mkdir_parents(const char *path)
+{
+	char *dir = strdup(path), *p;
+
+	if (!dir)
+		return;
+	for (p = dir + 1; (p = strchr(p, '/')); p++) {
+		*p = '\0';
+		mkdir(dir, 0755);	/* EEXIST is fine; bind reports the rest */
+		*p = '/';
+	}
+	free(dir);
+}
+
+/* 0: the path is free now; < 0: logged. */
+static int unix_stale(const char *path, const struct sockaddr_un *sa)
+{
+	struct stat st;
+	int fd, ret;
+
+	if (lstat(path, &st)) {
+		if (errno == ENOENT)
+			return 0;
+		kvsd_log("%s: %s", path, strerror(errno));
+		return -errno;
+	}
+	if (!S_ISSOCK(st.st_mode)) {
+		kvsd_log("%s: exists and is not a socket", path);
+		return -EEXIST;
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	ret = connect(fd, (const struct sockaddr *)sa, sizeof(*sa));
+	close(fd);
+	if (!ret || errno == EAGAIN) {
+		kvsd_log("%s: another server is listening there", path);
+		return -EADDRINUSE;
+	}
+	if (errno != ECONNREFUSED && errno != ENOENT) {
+		kvsd_log("%s: %s", path, strerror(errno));
+		return -errno;
+	}
+	if (unlink(path) && errno != ENOENT) {
+		kvsd_log("%s: removing the stale socket: %s", path, strerror(errno));
+		return -errno;
+	}
+	kvsd_log("removed stale socket %s", path);
+	return 0;
+}
+
+int kvsd_unix_listen(const char *path, mode_t mode, ino_t *ino)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
+	int fd, ret;
+
+	if (!*path) {
+		kvsd_log("empty socket path");
+		return -EINVAL;
+	}
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		kvsd_log("%s: socket path longer than %zu bytes", path,
+			 sizeof(sa.sun_path) - 1);
+		return -ENAMETOOLONG;
+	}
+	memcpy(sa.sun_path, path, strlen(path));
+	mkdir_parents(path);
+	ret = unix_stale(path, &sa);
+	if (ret)
+		return ret;
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    chmod(path, mode) || listen(fd, SOMAXCONN) || stat(path, &st)) {
+		ret = -errno;
+		kvsd_log("%s: %s", path, strerror(errno));
+		close(fd);
+		return ret;
+	}
+	*ino = st.st_ino;
+	return fd;
+}
+
+void kvsd_unix_unlink(const char *path, ino_t ino)
+{
+	struct stat st;
+
+	/* Someone may have started another daemon on the path since. */
+	if (!lstat(path, &st) && S_ISSOCK(st.st_mode) && st.st_ino == ino)
+		unlink(path);
+}
+
+int kvsd_server_start(struct kvsd *d, const char *path)
+{
+	int fd;
+
+	srv.d = d;
+	srv.path = strdup(path);
+	if (!srv.path)
+		return -ENOMEM;
+	/* Anyone may connect: each pool's mode decides who may attach. */
+	fd = kvsd_unix_listen(path, 0666, &srv.ino);
+	if (fd < 0)
+		return fd;
+	srv.listen.fd = fd;
+	srv.listen.fn = srv_accept;
+	if (kvsd_watch_add(&srv.listen, EPOLLIN)) {
+		int ret = -errno;
+
+		close(fd);
+		srv.listen.fd = -1;
+		return ret;
+	}
+	kvsd_log("listening on %s", path);
+	return 0;
+}
+
+void kvsd_server_stop(void)
+{
+	while (srv.conns)
+		conn_close(srv.conns, "daemon shutting down");
+	if (srv.listen.fd >= 0) {
+		if (!srv.accept_paused)
+			kvsd_watch_del(&srv.listen);
+		close(srv.listen.fd);
+		srv.listen.fd = -1;
+		kvsd_unix_unlink(srv.path, srv.ino);
+	}
+	free(srv.path);
+	srv.path = NULL;
+}
+
+unsigned int kvsd_server_n_conns(void)
+{
+	return srv.n_conns;
+}
+
+void kvsd_server_for_each(void (*fn)(const struct kvsd_conn_info *ci, void *arg),
+			  void *arg)
+{
+	struct conn *c;
+
+	for (c = srv.conns; c; c = c->next) {
+		struct kvsd_conn_info ci = {
+			.id = c->id,
+			.pid = c->pid,
+			.uid = c->cred.uid,
+			.pool_id = kvs_client_pool_id(c->cl),
+			.held = kvs_client_held(c->cl),
+		};
+
+		fn(&ci, arg);
+	}
+}

@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * kvshared's arbiter socket (socket mode): connections, framing of
+ * struct kvs_msg, SCM_RIGHTS, and dispatch to the core's kvs_cmd().
+ */
+#ifndef _KVSHARED_SERVER_H
+#define _KVSHARED_SERVER_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+struct kvsd;
+
+/* Listen on @path; -EINVAL/-ENAMETOOLONG for a bad path (a usage error). */
+int kvsd_server_start(struct kvsd *d, const char *path);
+/* Closes every connection (releasing its holdings) and the socket. */
+void kvsd_server_stop(void);
+/* Once a second: re-arm accepting after running out of descriptors. */
+void kvsd_server_tick(void);
+
+/* What the metrics show of one connection. */
+struct kvsd_conn_info {
+	uint64_t id;
+	pid_t pid;
+	uint32_t uid;
+	uint32_t pool_id;		/* 0: not attached */
+	uint64_t held;
+};
+
+unsigned int kvsd_server_n_conns(void);
+void kvsd_server_for_each(void (*fn)(const struct kvsd_conn_info *ci, void *arg),
+			  void *arg);
+
+/*
+ * A listening unix socket at @path with permissions @mode.  A socket file
+ * nobody answers on is stale and replaced; a live one, or a path that is
+ * not a socket, is an error (logged).  *ino identifies our file for
+ * kvsd_unix_unlink().  Returns the fd or -errno.
+ */
+int kvsd_unix_listen(const char *path, mode_t mode, ino_t *ino);
+/* Remove @path if it is still the socket we created. */
+void kvsd_unix_unlink(const char *path, ino_t ino);
+
+#endif /* _KVSHARED_SERVER_H */
