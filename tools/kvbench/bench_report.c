@@ -32,7 +32,7 @@ static void print_ns(double ns)
 		printf(" %13.1f", ns);
 }
 
-const char *const bench_slot_names[N_SLOTS] = { "core", "ioctl", "uring" };
+const char *const bench_slot_names[N_SLOTS] = { "core", "ioctl", "uring", "daemon" };
 
 static void print_notes(const struct bench_results *r, int p)
 {
@@ -54,18 +54,33 @@ static void print_ratio(const double *ns, int slot)
 		printf(" %11s", "-");
 }
 
-void bench_report_table(const struct bench_results *r, bool with_ioctl)
+static void print_header(const struct bench_view *v)
+{
+	char col[32];
+	int i;
+
+	printf("%6s  %-12s %5s", "POOL", "OPERATION", "CHAIN");
+	if (v->n == 1) {
+		printf(" %13s %13s\n", "NS/PAGE", "NS/CALL");
+		return;
+	}
+	for (i = 0; i < v->n; i++) {
+		snprintf(col, sizeof(col), "%s_NS/PAGE", bench_slot_names[v->slots[i]]);
+		printf(" %13s", col);
+	}
+	for (i = 1; i < v->n; i++) {
+		snprintf(col, sizeof(col), "%s/core", bench_slot_names[v->slots[i]]);
+		printf(" %11s", col);
+	}
+	putchar('\n');
+}
+
+void bench_report_table(const struct bench_results *r, const struct bench_view *v)
 {
 	char label[24];
-	int p, o, c;
+	int p, o, c, i;
 
-	printf("%6s  %-12s %5s %13s %13s", "POOL", "OPERATION", "CHAIN",
-	       with_ioctl ? "CORE_NS/PAGE" : "NS/PAGE",
-	       with_ioctl ? "IOCTL_NS/PAGE" : "NS/CALL");
-	if (with_ioctl)
-		printf(" %13s %11s %11s", "URING_NS/PAGE", "IOCTL/CORE",
-		       "URING/CORE");
-	putchar('\n');
+	print_header(v);
 	for (p = 0; p < r->n_pools; p++) {
 		for (o = 0; o < N_OPS; o++) {
 			for (c = 0; c < N_CHAINS; c++) {
@@ -77,16 +92,16 @@ void bench_report_table(const struct bench_results *r, bool with_ioctl)
 				       pool_label(r->pools[p], label, sizeof(label)),
 				       bench_op_names[o], bench_chains[c]);
 				print_ns(ns[SLOT_CORE]);
-				if (!with_ioctl) {
+				if (v->n == 1) {
 					print_ns(ns[SLOT_CORE] < 0 ? -1 :
 						 ns[SLOT_CORE] * bench_chains[c]);
 					putchar('\n');
 					continue;
 				}
-				print_ns(ns[SLOT_IOCTL]);
-				print_ns(ns[SLOT_URING]);
-				print_ratio(ns, SLOT_IOCTL);
-				print_ratio(ns, SLOT_URING);
+				for (i = 1; i < v->n; i++)
+					print_ns(ns[v->slots[i]]);
+				for (i = 1; i < v->n; i++)
+					print_ratio(ns, v->slots[i]);
 				putchar('\n');
 			}
 		}
@@ -94,25 +109,26 @@ void bench_report_table(const struct bench_results *r, bool with_ioctl)
 	}
 }
 
-static void json_row(const struct bench_results *r, int p, int o, int c,
-		     bool with_ioctl, bool *first)
+static void json_row(const struct bench_results *r, const struct bench_view *v,
+		     int p, int o, int c, bool *first)
 {
 	const double *ns = r->ns[p][o][c];
+	int i;
 
 	printf("%s\n    {\"pool_pages\": %llu, \"op\": \"%s\", \"chain\": %u",
 	       *first ? "" : ",", (unsigned long long)r->pools[p],
 	       bench_op_names[o], bench_chains[c]);
 	*first = false;
-	if (ns[SLOT_CORE] >= 0)
-		printf(", \"core_ns_per_page\": %.1f", ns[SLOT_CORE]);
-	if (with_ioctl && ns[SLOT_IOCTL] >= 0)
-		printf(", \"ioctl_ns_per_page\": %.1f", ns[SLOT_IOCTL]);
-	if (with_ioctl && ns[SLOT_IOCTL] >= 0 && ns[SLOT_CORE] > 0)
-		printf(", \"ratio\": %.3f", ns[SLOT_IOCTL] / ns[SLOT_CORE]);
-	if (with_ioctl && ns[SLOT_URING] >= 0)
-		printf(", \"uring_ns_per_page\": %.1f", ns[SLOT_URING]);
-	if (with_ioctl && ns[SLOT_URING] >= 0 && ns[SLOT_CORE] > 0)
-		printf(", \"uring_ratio\": %.3f", ns[SLOT_URING] / ns[SLOT_CORE]);
+	for (i = 0; i < v->n; i++) {
+		int s = v->slots[i];
+
+		if (ns[s] < 0)
+			continue;
+		printf(", \"%s_ns_per_page\": %.1f", bench_slot_names[s], ns[s]);
+		if (s != SLOT_CORE && ns[SLOT_CORE] > 0)
+			printf(", \"%s_ratio\": %.3f", bench_slot_names[s],
+			       ns[s] / ns[SLOT_CORE]);
+	}
 	putchar('}');
 }
 
@@ -134,22 +150,20 @@ static void json_notes(const struct bench_results *r)
 		}
 }
 
-void bench_report_json(const struct bench_results *r, bool with_ioctl)
+void bench_report_json(const struct bench_results *r, const struct bench_view *v)
 {
 	bool first = true;
 	int p, o, c;
 
 	printf("{\n  \"mode\": \"%s\",\n  \"reps\": %u,\n"
 	       "  \"statistic\": \"median\",\n  \"unit\": \"ns_per_page\",\n",
-	       with_ioctl ? "ioctl" : "arbiter", r->reps);
-	if (with_ioctl)
-		printf("  \"note\": \"under QEMU TCG only the ratios are meaningful\",\n");
+	       v->mode, r->reps);
 	printf("  \"rows\": [");
 	for (p = 0; p < r->n_pools; p++)
 		for (o = 0; o < N_OPS; o++)
 			for (c = 0; c < N_CHAINS; c++)
 				if (row_exists(r, p, c))
-					json_row(r, p, o, c, with_ioctl, &first);
+					json_row(r, v, p, o, c, &first);
 	printf("\n  ],\n  \"skipped\": [");
 	json_notes(r);
 	printf("\n  ]\n}\n");

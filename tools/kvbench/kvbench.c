@@ -3,10 +3,11 @@
  * kvbench: how long the kvshare arbiter takes per page.
  *
  *   kvbench arbiter  the arbiter core linked in, natively (no transport);
- *   kvbench ioctl    the same scenarios through /dev/kvshare, next to the
- *                    core in the same run, with the ratio per row.  Run
- *                    in the QEMU TCG guest (make vmbench), where only the
- *                    ratio means anything.
+ *   kvbench ioctl    the same scenarios through /dev/kvshare, by ioctl
+ *                    and by io_uring, next to the core in the same run,
+ *                    with the ratios per row.  Run in the QEMU TCG guest
+ *                    (make vmbench), where only the ratios mean anything.
+ *   kvbench daemon   the same through kvshared's socket, next to the core.
  */
 #include "kvbench.h"
 
@@ -30,17 +31,20 @@ struct opts {
 static void usage(FILE *f)
 {
 	fputs("usage: kvbench arbiter [--pages LIST] [--reps R] [--json]\n"
-	      "       kvbench ioctl [--pages LIST] [--reps R] [--json] [--device PATH]\n\n"
+	      "       kvbench ioctl [--pages LIST] [--reps R] [--json] [--device PATH]\n"
+	      "       kvbench daemon --device SOCKET [--pages LIST] [--reps R] [--json]\n\n"
 	      "Median over R repetitions (default 31), in ns per page, of ALLOC,\n"
 	      "PUBLISH, LOOKUP+PUT (one LOOKUP of a cached chain, one PUT of its\n"
 	      "pages) and ALLOC with eviction (every page CACHED), for chains of\n"
 	      "16, 256 and 4096 pages, in pools of each size in LIST (comma\n"
 	      "separated, k and M suffixes; default " ARBITER_POOLS " for arbiter,\n"
-	      IOCTL_POOLS " for ioctl).  Before LOOKUP+PUT the pool is filled with\n"
+	      IOCTL_POOLS " for ioctl and daemon).  Before LOOKUP+PUT the pool is filled with\n"
 	      "cached chains, so lookups search a full index.\n\n"
 	      "arbiter  the arbiter core linked into kvbench, called directly.\n"
-	      "ioctl    the same through /dev/kvshare (or --device, $KVSHARE_DEVICE),\n"
-	      "         beside the core in the same run, with their ratio.\n", f);
+	      "ioctl    the same through /dev/kvshare (or --device, $KVSHARE_DEVICE)\n"
+	      "         by ioctl and by io_uring, beside the core in the same run,\n"
+	      "         with their ratios.\n"
+	      "daemon   the same through kvshared's socket, beside the core.\n", f);
 }
 
 /* --name VALUE or --name=VALUE: true, with the value in *out. */
@@ -61,7 +65,7 @@ static bool take_value(int argc, char **argv, int *i, const char *name,
 	return true;
 }
 
-static int parse_opts(int argc, char **argv, struct opts *o, bool ioctl_mode)
+static int parse_opts(int argc, char **argv, struct opts *o, bool device_mode)
 {
 	const char *reps = NULL;
 	int i;
@@ -74,7 +78,7 @@ static int parse_opts(int argc, char **argv, struct opts *o, bool ioctl_mode)
 			exit(0);
 		} else if (!take_value(argc, argv, &i, "--pages", &o->pages) &&
 			   !take_value(argc, argv, &i, "--reps", &reps) &&
-			   !(ioctl_mode &&
+			   !(device_mode &&
 			     take_value(argc, argv, &i, "--device", &o->device))) {
 			fprintf(stderr, "kvbench: %s: unknown option or missing value '%s' (see kvbench --help)\n",
 				argv[1], argv[i]);
@@ -142,18 +146,24 @@ static int run_core(struct bench_results *r)
 	return ret;
 }
 
+static const struct bench_view view_core = { "arbiter", 1, { SLOT_CORE } };
+static const struct bench_view view_ioctl = {
+	"ioctl", 3, { SLOT_CORE, SLOT_IOCTL, SLOT_URING }
+};
+static const struct bench_view view_daemon = { "daemon", 2, { SLOT_CORE, SLOT_DAEMON } };
+
 static void report(const struct bench_results *r, const struct opts *o,
-		   bool with_ioctl, const char *title)
+		   const struct bench_view *v, const char *title)
 {
 	if (o->json) {
-		bench_report_json(r, with_ioctl);
+		bench_report_json(r, v);
 		return;
 	}
 	printf("# kvbench %s: median of %u repetitions\n", title, r->reps);
-	if (with_ioctl)
+	if (v == &view_ioctl)
 		printf("# under QEMU TCG absolute times are emulated: only the "
-		       "IOCTL/CORE ratios are meaningful\n");
-	bench_report_table(r, with_ioctl);
+		       "ratios to the core are meaningful\n");
+	bench_report_table(r, v);
 }
 
 static int cmd_arbiter(const struct opts *o)
@@ -164,7 +174,7 @@ static int cmd_arbiter(const struct opts *o)
 	if (setup_results(&r, o))
 		return 2;
 	ret = run_core(&r);
-	report(&r, o, false, "arbiter: native arbiter core, no transport");
+	report(&r, o, &view_core, "arbiter: native arbiter core, no transport");
 	return ret;
 }
 
@@ -175,6 +185,15 @@ static uint64_t device_max_pages(struct bench_target *t)
 	if (t->ctl(t, KVS_IOC_INFO, &in))
 		return KVS_MAX_POOL_PAGES;
 	return in.max_pool_pages;
+}
+
+/* Run one transport into its slot; 1 if any pool failed. */
+static int run_transport(struct bench_results *r, struct bench_target *t, int slot)
+{
+	int failed = run_target(t, r, slot, device_max_pages(t));
+
+	t->fini(t);
+	return failed;
 }
 
 static int cmd_ioctl(const struct opts *o)
@@ -188,34 +207,52 @@ static int cmd_ioctl(const struct opts *o)
 	failed = run_core(&r);
 	ret = target_ioctl_init(&t, o->device);
 	if (ret) {
-		report(&r, o, false, "ioctl: native arbiter core only");
+		report(&r, o, &view_core, "ioctl: native arbiter core only");
 		fprintf(o->json ? stderr : stdout, "# kvbench: %s: %s: no ioctl "
 			"rows\n", o->device, strerror(-ret));
 		/* No device is a fact of this machine, not a failure. */
 		return ret == -ENOENT ? failed : 1;
 	}
-	failed |= run_target(&t, &r, SLOT_IOCTL, device_max_pages(&t));
-	t.fini(&t);
+	failed |= run_transport(&r, &t, SLOT_IOCTL);
 	/* The same rows once more with the page commands on io_uring. */
 	ret = target_uring_init(&t, o->device);
-	if (!ret) {
-		failed |= run_target(&t, &r, SLOT_URING, device_max_pages(&t));
-		t.fini(&t);
-	} else {
+	if (!ret)
+		failed |= run_transport(&r, &t, SLOT_URING);
+	else
 		failed = 1;
+	report(&r, o, &view_ioctl,
+	       "ioctl: /dev/kvshare by ioctl and by io_uring vs the native core");
+	return failed;
+}
+
+static int cmd_daemon(const struct opts *o)
+{
+	struct bench_results r;
+	struct bench_target t;
+	int ret, failed;
+
+	if (!o->device) {
+		fprintf(stderr, "kvbench: daemon: --device SOCKET is required\n");
+		return 2;
 	}
-	report(&r, o, true, "ioctl: /dev/kvshare by ioctl and by io_uring vs the native core");
+	if (setup_results(&r, o))
+		return 2;
+	ret = target_daemon_init(&t, o->device);
+	if (ret) {
+		fprintf(stderr, "kvbench: daemon: %s: %s\n", o->device, strerror(-ret));
+		return 1;
+	}
+	failed = run_core(&r);
+	failed |= run_transport(&r, &t, SLOT_DAEMON);
+	report(&r, o, &view_daemon, "daemon: kvshared's socket vs the native core");
 	return failed;
 }
 
 int main(int argc, char **argv)
 {
 	const char *env = getenv("KVSHARE_DEVICE");
-	struct opts o = {
-		.reps = DEFAULT_REPS,
-		.device = env && *env ? env : "/dev/" KVS_DEVICE_NAME,
-	};
-	bool ioctl_mode;
+	struct opts o = { .reps = DEFAULT_REPS };
+	bool ioctl_mode, daemon_mode;
 
 	if (argc < 2) {
 		usage(stderr);
@@ -227,13 +264,18 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	ioctl_mode = !strcmp(argv[1], "ioctl");
-	if (!ioctl_mode && strcmp(argv[1], "arbiter")) {
-		fprintf(stderr, "kvbench: unknown mode '%s' (arbiter or ioctl)\n",
+	daemon_mode = !strcmp(argv[1], "daemon");
+	if (!ioctl_mode && !daemon_mode && strcmp(argv[1], "arbiter")) {
+		fprintf(stderr, "kvbench: unknown mode '%s' (arbiter, ioctl or daemon)\n",
 			argv[1]);
 		return 2;
 	}
-	o.pages = ioctl_mode ? IOCTL_POOLS : ARBITER_POOLS;
-	if (parse_opts(argc, argv, &o, ioctl_mode))
+	if (ioctl_mode)
+		o.device = env && *env ? env : "/dev/" KVS_DEVICE_NAME;
+	o.pages = ioctl_mode || daemon_mode ? IOCTL_POOLS : ARBITER_POOLS;
+	if (parse_opts(argc, argv, &o, ioctl_mode || daemon_mode))
 		return 2;
+	if (daemon_mode)
+		return cmd_daemon(&o);
 	return ioctl_mode ? cmd_ioctl(&o) : cmd_arbiter(&o);
 }

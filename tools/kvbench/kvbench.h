@@ -34,6 +34,8 @@ int target_core_init(struct bench_target *t);
 int target_ioctl_init(struct bench_target *t, const char *device);
 /* The same device through libkv, page commands by io_uring. */
 int target_uring_init(struct bench_target *t, const char *device);
+/* kvshared's socket through libkv. */
+int target_daemon_init(struct bench_target *t, const char *socket);
 
 enum bench_op {
 	OP_ALLOC,		/* ALLOC from free pages */
@@ -46,10 +48,11 @@ enum bench_op {
 #define N_CHAINS	3	/* 16, 256 and 4096 pages */
 #define MAX_CHAIN	4096
 #define MAX_POOLS	8
-#define N_SLOTS		3	/* core, ioctl, uring */
+#define N_SLOTS		4	/* core, ioctl, uring, daemon */
 #define SLOT_CORE	0
 #define SLOT_IOCTL	1
 #define SLOT_URING	2
+#define SLOT_DAEMON	3
 
 extern const char *const bench_slot_names[N_SLOTS];
 
@@ -79,7 +82,14 @@ int bench_parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out);
 void bench_results_init(struct bench_results *r);
 
 /* bench_report.c */
-void bench_report_table(const struct bench_results *r, bool with_ioctl);
-void bench_report_json(const struct bench_results *r, bool with_ioctl);
+/* The slots to show: SLOT_CORE first, then the transports beside it. */
+struct bench_view {
+	const char *mode;
+	int n;
+	int slots[N_SLOTS];
+};
+
+void bench_report_table(const struct bench_results *r, const struct bench_view *v);
+void bench_report_json(const struct bench_results *r, const struct bench_view *v);
 
 #endif /* _KVBENCH_H */

@@ -7,7 +7,7 @@
 KVBENCH_SRCS := tools/kvbench/kvbench.c tools/kvbench/bench_run.c \
                 tools/kvbench/bench_util.c tools/kvbench/bench_report.c \
                 tools/kvbench/target_core.c tools/kvbench/target_ioctl.c \
-                tools/kvbench/target_uring.c
+                tools/kvbench/target_libkv.c
 # Objects under build/tools/: build/kvbench is the binary's own path.
 KVBENCH_OBJS := $(KVBENCH_SRCS:%.c=$(BUILD)/%.o)
 
@@ -27,4 +27,5 @@ $(BUILD)/guest/kvbench: $(KVBENCH_OBJS) $(LIBKVCORE) $(LIBKV)
 ALL_TARGETS += $(BUILD)/kvbench $(BUILD)/guest/kvbench
 GUEST_BINS  += $(BUILD)/guest/kvbench
 BENCH_CMDS  += $(BUILD)/kvbench arbiter;
+BENCH_CMDS  += BUILD=$(BUILD) tools/kvbench/bench-daemon.sh;
 GUEST_BENCH += kvbench ioctl;

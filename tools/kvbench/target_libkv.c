@@ -1,18 +1,20 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * /dev/kvshare through libkv's arbiter client with io_uring: the page
- * commands travel as one IORING_OP_URING_CMD each, the rest by ioctl.
- * Measured beside the ioctl target so the two transports compare row by
+ * An arbiter through libkv's client: /dev/kvshare with the page commands
+ * on io_uring (one IORING_OP_URING_CMD each, the rest by ioctl), or the
+ * kvshared socket.  Measured beside the core so transports compare row by
  * row.
  */
 #include "kvbench.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <kvshare/arbiter.h>
 
 struct uring_target {
 	const char *device;
+	bool need_uring;		/* refuse a handle without io_uring */
 	struct kv_arbiter *ctl;
 	struct kv_arbiter *data;	/* NULL when closed */
 };
@@ -29,7 +31,7 @@ static int uring_open(struct bench_target *t)
 	struct uring_target *ut = t->priv;
 	int ret = kv_arbiter_open(ut->device, 0, &ut->data);
 
-	if (!ret && !kv_arbiter_uses_uring(ut->data)) {
+	if (!ret && ut->need_uring && !kv_arbiter_uses_uring(ut->data)) {
 		kv_arbiter_close(ut->data);
 		ut->data = NULL;
 		ret = -EOPNOTSUPP;
@@ -93,23 +95,35 @@ static void uring_fini(struct bench_target *t)
 	t->priv = NULL;
 }
 
-int target_uring_init(struct bench_target *t, const char *device)
+static int target_libkv_init(struct bench_target *t, const char *path,
+			     const char *name, bool need_uring)
 {
 	struct uring_target *ut = calloc(1, sizeof(*ut));
 	int ret;
 
 	if (!ut)
 		return -ENOMEM;
-	ut->device = device;
-	ret = kv_arbiter_open(device, KV_ARBITER_NO_URING, &ut->ctl);
+	ut->device = path;
+	ut->need_uring = need_uring;
+	ret = kv_arbiter_open(path, KV_ARBITER_NO_URING, &ut->ctl);
 	if (ret) {
 		free(ut);
 		return ret;
 	}
 	*t = (struct bench_target) {
-		.name = "uring", .ctl = uring_ctl, .open = uring_open,
+		.name = name, .ctl = uring_ctl, .open = uring_open,
 		.data = uring_data, .close = uring_close, .fini = uring_fini,
 		.priv = ut,
 	};
 	return 0;
+}
+
+int target_uring_init(struct bench_target *t, const char *device)
+{
+	return target_libkv_init(t, device, "uring", true);
+}
+
+int target_daemon_init(struct bench_target *t, const char *socket)
+{
+	return target_libkv_init(t, socket, "daemon", false);
 }
