@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <kvshare/arbiter.h>
@@ -143,6 +145,75 @@ TEST_F(client, share_a_chain)
 	ASSERT_EQ(0, st.n_refs);
 	ASSERT_EQ(0, st.n_held);
 	ASSERT_EQ(N_PAGES - CHAIN, st.n_free);
+}
+
+/*
+ * Pool memory is shared: a page written through one process's mapping
+ * reads back the same through another's (memfd registered with the pool).
+ */
+TEST(memory_is_shared)
+{
+	struct kvs_pool_create req = {
+		.n_pages = N_PAGES,
+		.geom = { .n_layers = 2, .n_kv_heads = 2, .head_dim = 64,
+			  .tokens_per_page = 16, .dtype = KVS_DTYPE_BF16 },
+		.mode = 0600,
+	};
+	struct kvs_pool_destroy d = { 0 };
+	struct kv_pool *a, *b;
+	struct kv_arbiter *ctl;
+	__u32 page;
+	size_t bytes;
+	pid_t pid;
+	int st, memfd, i;
+	char *p;
+
+	if (access("/dev/kvshare", F_OK))
+		SKIP(return, "no /dev/kvshare");
+	bytes = 2ul * 2 * 2 * 64 * 16 * 2 * N_PAGES;
+	memfd = memfd_create("kvs-test", MFD_CLOEXEC);
+	ASSERT_LE(0, memfd);
+	ASSERT_EQ(0, ftruncate(memfd, bytes));
+	ASSERT_EQ(0, kv_arbiter_open(NULL, 0, &ctl));
+	snprintf(req.name, sizeof(req.name), "libkv-mem-%d", getpid());
+	req.mem_fd = memfd;
+	ASSERT_EQ(0, kv_arbiter_call(ctl, KVS_IOC_POOL_CREATE, &req));
+	close(memfd);		/* the pool keeps its own reference */
+	d.pool_id = req.pool_id;
+
+	ASSERT_EQ(0, kv_pool_open(NULL, req.name, 1, 0, &a));
+	ASSERT_EQ(req.geom.page_bytes, kv_pool_info(a)->geom.page_bytes);
+	ASSERT_EQ(NULL, kv_page_addr(a, N_PAGES));
+	ASSERT_EQ(0, kv_alloc(kv_pool_arbiter(a), 1, &page));
+	p = kv_page_addr(a, page);
+	ASSERT_NE(NULL, p);
+	for (i = 0; i < (int)req.geom.page_bytes; i++)
+		p[i] = (char)(i * 7 + page);
+
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		const char *q;
+		int ok = 1;
+
+		if (kv_pool_open(NULL, req.name, 1, 0, &b))
+			_exit(2);
+		q = kv_page_addr(b, page);
+		for (i = 0; i < (int)req.geom.page_bytes; i++)
+			ok &= q[i] == (char)(i * 7 + page);
+		/* ... and back the other way. */
+		((char *)kv_page_addr(b, page))[0] = 'K';
+		kv_pool_close(b);
+		_exit(ok ? 0 : 1);
+	}
+	ASSERT_EQ(pid, waitpid(pid, &st, 0));
+	ASSERT_TRUE(WIFEXITED(st));
+	ASSERT_EQ(0, WEXITSTATUS(st));
+	ASSERT_EQ('K', p[0]);
+
+	kv_pool_close(a);
+	ASSERT_EQ(0, kv_arbiter_call(ctl, KVS_IOC_POOL_DESTROY, &d));
+	kv_arbiter_close(ctl);
 }
 
 TEST_HARNESS_MAIN
