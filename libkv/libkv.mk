@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: GPL-2.0
 # libkv: the runtime engines link.  Public headers live in include/kvshare/.
 LIBKV        := $(BUILD)/libkv.a
-LIBKV_SRCS   := libkv/arbiter.c libkv/arbiter_dev.c libkv/arbiter_sock.c libkv/pool.c
+LIBKV_SRCS   := libkv/arbiter.c libkv/arbiter_dev.c libkv/arbiter_sock.c libkv/pool.c \
+                libkv/blockhash.c
 LIBKV_OBJS   := $(LIBKV_SRCS:%.c=$(BUILD)/libkv/%.o)
 LIBKV_CFLAGS := -Iinclude
-LIBKV_LDLIBS := -luring -pthread
+LIBKV_LDLIBS := -luring -lcrypto -pthread
 
 $(BUILD)/libkv/%.o: %.c
 	@mkdir -p $(@D)
