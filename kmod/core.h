@@ -42,12 +42,11 @@ struct kvs_call {
 
 /* Limits, set once by kvs_core_init(). */
 struct kvs_limits {
-	__u32 max_pools;		/* 1..KVS_MAX_POOLS_LIMIT */
+	__u32 max_pools;		/* 1..KVS_MAX_POOLS */
 	__u64 max_pool_pages;		/* 1..KVS_MAX_POOL_PAGES */
 	__u64 features;			/* KVS_FEAT_* this host serves */
 };
 
-#define KVS_MAX_POOLS_LIMIT	1024
 
 int kvs_core_init(const struct kvs_limits *limits);
 /* Destroys every pool; all clients must have been freed before. */

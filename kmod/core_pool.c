@@ -28,7 +28,7 @@ u64 kvs_core_objects(void)
 
 int kvs_core_init(const struct kvs_limits *limits)
 {
-	if (!limits->max_pools || limits->max_pools > KVS_MAX_POOLS_LIMIT ||
+	if (!limits->max_pools || limits->max_pools > KVS_MAX_POOLS ||
 	    !limits->max_pool_pages || limits->max_pool_pages > KVS_MAX_POOL_PAGES)
 		return -EINVAL;
 	kvs_reg.slots = kvcalloc(limits->max_pools, sizeof(*kvs_reg.slots),

@@ -8,6 +8,7 @@
  * is the one thing this side must know per command: kv_arrays[] below.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,8 +192,16 @@ static size_t kv_build(unsigned int cmd, const void *arg, size_t usize,
 		spans[i].user = kv_get_u64(arg, a->ptr);
 		if (!spans[i].user)
 			continue;	/* NULL stays NULL: the arbiter says EFAULT */
-		if (count > KVS_MAX_BATCH)
-			count = KVS_MAX_BATCH;	/* the arbiter refuses it anyway */
+		/*
+		 * Beyond these counts the arbiter refuses the call (or, for
+		 * POOL_LIST, reads no further) before it touches an array:
+		 * never read past what it could use.
+		 */
+		if (count > KVS_MAX_BATCH) {
+			if (a->elem != sizeof(struct kvs_pool_desc))
+				return 0;
+			count = KVS_MAX_POOLS;
+		}
 		spans[i].off = len;
 		spans[i].len = (size_t)count * a->elem;
 		len += spans[i].len;
@@ -203,12 +212,15 @@ static size_t kv_build(unsigned int cmd, const void *arg, size_t usize,
 	if (!buf)
 		return 0;
 	memcpy(buf + sizeof(struct kvs_msg), arg, usize);
+	/*
+	 * Output arrays travel too: the arbiter may write back what it read
+	 * (it probes a result buffer that way), and whatever it did not
+	 * write must come back as the caller had it.
+	 */
 	for (i = 0; i < 2; i++) {
 		if (!spans[i].a || !spans[i].user)
 			continue;
-		if (spans[i].a->dir & KV_IN)
-			memcpy(buf + spans[i].off, (void *)(uintptr_t)spans[i].user,
-			       spans[i].len);
+		memcpy(buf + spans[i].off, (void *)(uintptr_t)spans[i].user, spans[i].len);
 		kv_put_u64(buf + sizeof(struct kvs_msg), spans[i].a->ptr, spans[i].off);
 	}
 	*out = buf;
@@ -281,6 +293,11 @@ int kv_sock_call(struct kv_arbiter *arb, unsigned long cmd, void *arg)
 		struct kvs_pool_create *pc = wire;
 
 		if (pc->mem_fd >= 0) {
+			/* As the ioctl would: a bad fd is the caller's EBADF. */
+			if (fcntl(pc->mem_fd, F_GETFD) < 0) {
+				free(req);
+				return -EBADF;
+			}
 			send_fd = pc->mem_fd;
 			pc->mem_fd = 0;		/* the first descriptor sent */
 		}
@@ -303,14 +320,21 @@ int kv_sock_call(struct kv_arbiter *arb, unsigned long cmd, void *arg)
 	for (i = 0; i < 2; i++)
 		if (spans[i].a && spans[i].a->ptr + 8u <= usize)
 			kv_put_u64(reply, spans[i].a->ptr, kv_get_u64(arg, spans[i].a->ptr));
+	if (send_fd >= 0)	/* the wire said 0; the caller's fd is its own */
+		((struct kvs_pool_create *)reply)->mem_fd = send_fd;
 	memcpy(arg, reply, usize);
 	kv_scatter(spans, reply + usize, hdr.out_off, hdr.out_len);
-	if (_IOC_NR(cmd) == _IOC_NR(KVS_IOC_POOL_ATTACH) && !hdr.result &&
-	    usize >= offsetof(struct kvs_pool_attach, mem_fd) + 4) {
-		((struct kvs_pool_attach *)arg)->mem_fd = recv_fd;
-		recv_fd = -1;
-	}
 	ret = hdr.result;
+	if (_IOC_NR(cmd) == _IOC_NR(KVS_IOC_POOL_ATTACH) && !ret &&
+	    usize >= offsetof(struct kvs_pool_attach, mem_fd) + 4) {
+		struct kvs_pool_attach *at = arg;
+
+		at->mem_fd = recv_fd;
+		recv_fd = -1;
+		/* The daemon attached, but its fd could not be received here. */
+		if ((at->flags & KVS_ATTACH_MEM_FD) && at->mem_fd < 0)
+			ret = -EMFILE;
+	}
 out:
 	if (recv_fd >= 0)
 		close(recv_fd);

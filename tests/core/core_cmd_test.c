@@ -156,7 +156,7 @@ TEST(core_init_limits)
 	lim.max_pools = 0;
 	lim.max_pool_pages = 16;
 	EXPECT_NE(0, kvs_core_init(&lim));
-	lim.max_pools = KVS_MAX_POOLS_LIMIT + 1;
+	lim.max_pools = KVS_MAX_POOLS + 1;
 	EXPECT_NE(0, kvs_core_init(&lim));
 	lim.max_pools = 1;
 	lim.max_pool_pages = 0;

@@ -55,6 +55,7 @@
 #define KVS_NAME_MAX		64	/* pool name buffer, NUL included */
 #define KVS_MAX_BATCH		65536	/* entries in one ALLOC/PUBLISH/LOOKUP/PUT */
 #define KVS_MAX_POOL_PAGES	(1u << 22)	/* hard cap, module may set lower */
+#define KVS_MAX_POOLS		1024		/* hard cap, module may set lower */
 #define KVS_NO_PAGE		0xffffffffu	/* "no page": chain root parent */
 #define KVS_PARENT_PREV		0xfffffffeu	/* PUBLISH: previous entry's page */
 
@@ -433,7 +434,8 @@ struct kvs_pages {
  */
 #define KVS_DAEMON_SOCKET	"/run/kvshare/kvshared.sock"
 #define KVS_MSG_MAGIC		0x3153564bu	/* "KVS1" */
-#define KVS_MSG_MAX		(4u << 20)	/* a whole message, header included */
+/* A whole message, header included: a full-batch PAGES reply fits. */
+#define KVS_MSG_MAX		(8u << 20)
 
 struct kvs_msg {
 	__u32 magic;			/* KVS_MSG_MAGIC */
