@@ -2,16 +2,20 @@
 /*
  * Shared helpers of the kvshare uapi suites (kselftest harness).
  *
- * Every request goes through kvs_call(), today an ioctl(2) on
- * /dev/kvshare.  A later transport (the kvshared daemon's unix socket)
- * only has to provide kvs_conn_open() and kvs_call() with the same
- * contract: 0 or a negative errno, the request struct updated in place.
+ * Every request goes through kvs_call() on a struct kvs_conn.  Two
+ * transports, chosen at build time, keep the same contract (0 or a
+ * negative errno, the request struct updated in place):
+ *  - the module (default): an ioctl(2) on an open file of /dev/kvshare;
+ *  - the daemon (-DKVS_TEST_DAEMON): libkv's kv_arbiter_call() on a
+ *    connection to the kvshared socket at $KVSHARE_ARBITER.
  * Tests that depend on what only the device can do (raw user pointers
- * that fault, module unload) ask kvs_conn_caps() first and skip otherwise.
+ * that fault, module unload, one file used by several processes at once)
+ * ask kvs_conn_caps() first and skip, or take another path, otherwise.
  *
- * When /dev/kvshare is absent (the build host), every test skips with a
- * reason: the 6.1 harness cannot skip from FIXTURE_SETUP, so the fixture
- * records the reason and each TEST_F starts with KVS_REQUIRE().
+ * When the arbiter is absent (/dev/kvshare on the build host, or
+ * $KVSHARE_ARBITER unset), every test skips with a reason: the 6.1
+ * harness cannot skip from FIXTURE_SETUP, so the fixture records the
+ * reason and each TEST_F starts with KVS_REQUIRE().
  *
  * Helpers that assert take the harness's _metadata as first argument, so
  * ASSERT_* inside them abort the calling test.  Never call them from a
@@ -65,14 +69,33 @@
 /* Transport                                                          */
 /* ------------------------------------------------------------------ */
 
-struct kvs_conn {
-	int fd;				/* -1 when closed */
-};
-
 /* What the transport under test can do. */
 #define KVS_CAP_USER_POINTERS	(1u << 0)	/* pointers are faultable user addresses */
 #define KVS_CAP_MODULE		(1u << 1)	/* the arbiter is kvshare.ko */
 #define KVS_CAP_RAW_CMD		(1u << 2)	/* any command number can be sent */
+#define KVS_CAP_SHARED_FILE	(1u << 3)	/* one file may serve several processes at once */
+
+/*
+ * kvs_settle() (see the daemon's) acts only in the process that armed it,
+ * the test's own (kvs_env_init() arms it, kvs_env_fini() disarms it):
+ * children never need it.
+ */
+static pid_t kvs_settle_pid;
+
+static inline void kvs_settle_arm(int on)
+{
+	kvs_settle_pid = on ? getpid() : 0;
+}
+
+#ifndef KVS_TEST_DAEMON
+
+/*
+ * The module: every client is an open file description of /dev/kvshare
+ * ($KVS_DEV overrides the path), every request an ioctl(2).
+ */
+struct kvs_conn {
+	int fd;				/* -1 when closed */
+};
 
 static inline const char *kvs_dev_path(void)
 {
@@ -84,7 +107,8 @@ static inline const char *kvs_dev_path(void)
 static inline unsigned int kvs_conn_caps(const struct kvs_conn *c)
 {
 	(void)c;
-	return KVS_CAP_USER_POINTERS | KVS_CAP_MODULE | KVS_CAP_RAW_CMD;
+	return KVS_CAP_USER_POINTERS | KVS_CAP_MODULE | KVS_CAP_RAW_CMD |
+	       KVS_CAP_SHARED_FILE;
 }
 
 /*
@@ -106,6 +130,12 @@ static inline int kvs_conn_open(struct kvs_conn *c)
 	return c->fd < 0 ? -errno : 0;
 }
 
+/* Nothing to wait for: close(2) releases a file's holdings before it returns. */
+static inline int kvs_settle(void)
+{
+	return 0;
+}
+
 static inline void kvs_conn_close(struct kvs_conn *c)
 {
 	if (c->fd >= 0)
@@ -120,6 +150,217 @@ static inline int kvs_call(struct kvs_conn *c, unsigned long cmd, void *arg)
 
 	return ret < 0 ? -errno : ret;
 }
+
+#else /* KVS_TEST_DAEMON */
+
+/*
+ * The kvshared daemon (built with -DKVS_TEST_DAEMON, run by
+ * tests/daemon/with-kvshared.sh): every client is one connection to the
+ * socket at $KVSHARE_ARBITER, opened by libkv's kv_arbiter_open(), and
+ * every request goes through kv_arbiter_call(), which carries the ioctl's
+ * structs over the socket protocol of <linux/kvshare.h>.
+ *
+ * What differs from the module, and how the suites cope:
+ *  - Pointers are copied by libkv in this process, so a bad one faults
+ *    here rather than failing with EFAULT: no KVS_CAP_USER_POINTERS.
+ *  - Not the module: no KVS_CAP_MODULE (unload, module refcount, io_uring).
+ *  - One connection is one byte stream: processes that share it after
+ *    fork() may use it one after the other, never at the same time (their
+ *    messages would interleave): no KVS_CAP_SHARED_FILE.  Threads of one
+ *    process may share it (libkv serialises the exchanges).
+ *  - The daemon sees a connection closed asynchronously, while the
+ *    module releases a file inside close().  kvs_settle() waits until the
+ *    daemon has caught up: kvs_conn_close() and the child reaping macros
+ *    call it, so the suites' "released at once" checks hold as they are.
+ */
+#include <kvshare/arbiter.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+struct kvs_conn {
+	int fd;				/* the connection's socket; -1 when closed */
+	struct kv_arbiter *arb;		/* valid while fd >= 0 */
+};
+
+static inline const char *kvs_dev_path(void)
+{
+	const char *p = getenv("KVSHARE_ARBITER");
+
+	return p ? p : "";
+}
+
+static inline unsigned int kvs_conn_caps(const struct kvs_conn *c)
+{
+	(void)c;
+	return KVS_CAP_RAW_CMD;
+}
+
+/*
+ * Without $KVSHARE_ARBITER there is nothing to test against (SKIP).  Set,
+ * it must work: a daemon that is not there fails the tests.
+ */
+static inline int kvs_available(char *reason, size_t len)
+{
+	if (*kvs_dev_path())
+		return 1;
+	snprintf(reason, len, "KVSHARE_ARBITER unset: run the daemon variant "
+		 "through tests/daemon/with-kvshared.sh");
+	return 0;
+}
+
+/* Is @fd a socket connected to the daemon at @path? */
+static inline int kvs_is_daemon_socket(int fd, const char *path)
+{
+	struct sockaddr_un peer;
+	socklen_t len = sizeof(peer);
+	struct stat a, b;
+
+	memset(&peer, 0, sizeof(peer));
+	if (fstat(fd, &a) || !S_ISSOCK(a.st_mode) ||
+	    getpeername(fd, (struct sockaddr *)&peer, &len) ||
+	    peer.sun_family != AF_UNIX)
+		return 0;
+	if (!strcmp(peer.sun_path, path))
+		return 1;
+	return !stat(peer.sun_path, &a) && !stat(path, &b) &&
+	       a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+static pthread_mutex_t kvs_open_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/*
+ * Opens a new client (one connection).  0 or -errno.
+ *
+ * The daemon makes the client when it accepts the connection, which may
+ * be after connect() returned; one INFO on it waits for that, so that
+ * the client exists (and counts in INFO's n_objects) on return, as an
+ * open file of the module does.
+ *
+ * The connection's descriptor (c->fd) is what a test hands over as "a
+ * file of the arbiter"; libkv does not say which it is, but its socket
+ * takes the lowest free descriptor, which is noted just before and
+ * checked after.
+ */
+static inline int kvs_conn_open(struct kvs_conn *c)
+{
+	int probe, ret;
+
+	c->fd = -1;
+	c->arb = NULL;
+	pthread_mutex_lock(&kvs_open_lock);
+	probe = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (probe >= 0)
+		close(probe);
+	ret = kv_arbiter_open(kvs_dev_path(), KV_ARBITER_NO_URING, &c->arb);
+	pthread_mutex_unlock(&kvs_open_lock);
+	if (ret)
+		return ret;
+	if (!kv_arbiter_is_daemon(c->arb) || probe < 0 ||
+	    !kvs_is_daemon_socket(probe, kvs_dev_path())) {
+		kv_arbiter_close(c->arb);
+		c->arb = NULL;
+		return -EPROTO;
+	}
+	c->fd = probe;
+	{
+		struct kvs_info in;
+
+		memset(&in, 0, sizeof(in));
+		ret = kv_arbiter_call(c->arb, KVS_IOC_INFO, &in);
+	}
+	if (ret) {
+		kv_arbiter_close(c->arb);
+		c->arb = NULL;
+		c->fd = -1;
+	}
+	return ret;
+}
+
+/* The one entry point of every request: 0 or -errno. */
+static inline int kvs_call(struct kvs_conn *c, unsigned long cmd, void *arg)
+{
+	if (c->fd < 0)
+		return -EBADF;
+	return kv_arbiter_call(c->arb, cmd, arg);
+}
+
+/*
+ * Make the daemon catch up with every connection closed so far (by
+ * kvs_conn_close(), or by a child that exited and was reaped), so that
+ * what they held is released before the next request, as the module's
+ * close() does.  Returns 0, or -errno if the daemon did not answer.
+ *
+ * How: connect a fresh socket, shut down its sending side at once, and
+ * wait until the daemon closes it.  A closed connection is ready (EOF) in
+ * the daemon's epoll set from the moment its last descriptor went, before
+ * the fresh socket even connected, so the daemon handles that EOF in the
+ * same epoll_wait() batch as the accept of the fresh socket, or earlier;
+ * the fresh socket itself is read only in a later batch.  The daemon runs
+ * one thread: once it has closed the fresh socket, every earlier
+ * connection's client is freed and its holdings are released.  (Two
+ * requests in a row on another connection would not do: the daemon reads
+ * up to 16 messages from one connection before it looks at the others.)
+ */
+static inline int kvs_settle(void)
+{
+	struct sockaddr_un sa;
+	struct pollfd pfd;
+	char buf[512];
+	int fd, ret = 0;
+	ssize_t n;
+
+	if (kvs_settle_pid != getpid())
+		return 0;
+	memset(&sa, 0, sizeof(sa));
+	sa.sun_family = AF_UNIX;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", kvs_dev_path());
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) || shutdown(fd, SHUT_WR)) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	pfd.fd = fd;
+	pfd.events = POLLIN;
+	for (;;) {
+		pfd.revents = 0;
+		n = poll(&pfd, 1, 10000);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			ret = n ? -errno : -ETIMEDOUT;
+			break;
+		}
+		n = read(fd, buf, sizeof(buf));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;		/* closed (0), or reset: either way, done */
+	}
+	close(fd);
+	return ret;
+}
+
+/*
+ * A forked child that closes an inherited connection only drops its own
+ * descriptor, as with the module's shared file; the daemon sees the
+ * connection closed when its last descriptor goes.
+ */
+static inline void kvs_conn_close(struct kvs_conn *c)
+{
+	if (c->fd < 0)
+		return;
+	kv_arbiter_close(c->arb);
+	c->arb = NULL;
+	c->fd = -1;
+	kvs_settle();
+}
+
+#endif /* KVS_TEST_DAEMON */
 
 /* @cmd with its _IOC size bits replaced by @size (struct size variants). */
 static inline unsigned long kvs_cmd_resize(unsigned long cmd, unsigned int size)
@@ -474,8 +715,15 @@ static inline void kvs_env_init(struct kvs_env *e)
 		return;
 	}
 	ret = kvs_conn_open(&e->ctl);
-	if (!ret)
+	if (!ret) {
+		/*
+		 * The baseline must not count connections that an earlier
+		 * test (process) closed and the daemon has not yet seen go.
+		 */
+		kvs_settle_arm(1);
+		kvs_settle();
 		ret = kvs_info(&e->ctl, &e->base);
+	}
 	if (ret) {
 		/* Present but unusable is a failure: KVS_REQUIRE reports it. */
 		kvs_conn_close(&e->ctl);
@@ -513,6 +761,7 @@ static inline void kvs_env_fini(struct kvs_env *e)
 		}
 	}
 	kvs_conn_close(&e->ctl);
+	kvs_settle_arm(0);
 }
 
 /* A new open file of the arbiter, closed by teardown if the test does not. */
@@ -820,10 +1069,15 @@ static inline void kvs_check_invariants(struct __test_metadata *_metadata,
 	} \
 } while (0)
 
-/* Wait for @pid and assert it exited with status 0. */
+/*
+ * Wait for @pid and assert it exited with status 0.  Like ASSERT_KILL9,
+ * it returns once the arbiter has released what the child's own files
+ * held (kvs_settle()).
+ */
 #define ASSERT_CHILD_OK(pid) do { \
 	int __st = 0; \
 	ASSERT_EQ((pid), waitpid((pid), &__st, 0)); \
+	ASSERT_EQ(0, kvs_settle()); \
 	ASSERT_TRUE(WIFEXITED(__st)) TH_LOG("child status 0x%x", __st); \
 	ASSERT_EQ(0, WEXITSTATUS(__st)); \
 } while (0)
@@ -833,6 +1087,7 @@ static inline void kvs_check_invariants(struct __test_metadata *_metadata,
 	int __st = 0; \
 	ASSERT_EQ(0, kill((pid), SIGKILL)); \
 	ASSERT_EQ((pid), waitpid((pid), &__st, 0)); \
+	ASSERT_EQ(0, kvs_settle()); \
 	ASSERT_TRUE(WIFSIGNALED(__st)) \
 		TH_LOG("child exited by itself, status %d", WEXITSTATUS(__st)); \
 	ASSERT_EQ(SIGKILL, WTERMSIG(__st)); \

@@ -1,0 +1,31 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# tests/daemon: kvshared on the host, with several client processes
+# (kselftest harness).  Each test starts its own build/san/kvshared on a
+# private socket (tests/daemon/kvd_test.h) and fails if it does not stop
+# cleanly (exit 0 after SIGTERM, socket removed, no sanitizer report).
+#
+#   build/tests/daemon/daemon_test   sharing, kill -9, garbage clients,
+#                                    quotas, daemon crash and restart,
+#                                    SIGTERM, metrics
+#
+# tests/daemon/with-kvshared.sh runs any suite against a private daemon;
+# tests/uapi/uapi-tests.mk uses it for the uapi suites' daemon variants.
+
+DAEMON_TEST_DIR  := tests/daemon
+DAEMON_TEST_BINS := $(BUILD)/tests/daemon/daemon_test
+
+$(DAEMON_TEST_BINS): $(BUILD)/tests/daemon/%: $(DAEMON_TEST_DIR)/%.c $(DAEMON_TEST_DIR)/kvd_test.h \
+		$(KSFT_HDRS) $(LIBKV) $(BUILD)/san/kvshared
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(SAN_FLAGS) $(LIBKV_CFLAGS) $(DEPFLAGS) -I$(KSFT_DIR) \
+		-DKVD_KVSHARED='"$(abspath $(BUILD)/san/kvshared)"' \
+		-o $@ $< $(LIBKV) $(LIBKV_LDLIBS)
+
+-include $(DAEMON_TEST_BINS:=.d)
+
+HOST_TESTS  += $(DAEMON_TEST_BINS)
+ALL_TARGETS += $(DAEMON_TEST_BINS)
+
+.PHONY: daemon-tests
+daemon-tests: $(DAEMON_TEST_BINS)
