@@ -3,9 +3,11 @@
 LIBKV        := $(BUILD)/libkv.a
 LIBKV_SRCS   := libkv/arbiter.c libkv/arbiter_dev.c libkv/arbiter_sock.c libkv/pool.c \
                 libkv/blockhash.c
+# The radix tree, its arbiter wiring and request-to-token tables (issue 5).
+LIBKV_SRCS   += libkv/radix.c libkv/radix_print.c libkv/prefix.c libkv/req_table.c
 LIBKV_OBJS   := $(LIBKV_SRCS:%.c=$(BUILD)/libkv/%.o)
 LIBKV_CFLAGS := -Iinclude
-LIBKV_LDLIBS := -luring -lcrypto -pthread
+LIBKV_LDLIBS := -luring -lcrypto -lxxhash -pthread
 
 $(BUILD)/libkv/%.o: %.c
 	@mkdir -p $(@D)
