@@ -28,6 +28,8 @@
 
 #include <kvshare/arbiter.h>
 #include <kvshare/blockhash.h>
+#include <kvshare/radix.h>
+#include <kvshare/req_table.h>
 
 struct opts {
 	const char *arbiter;
@@ -41,8 +43,8 @@ struct opts {
 /* What one worker did, sent to the parent through a pipe. */
 struct tally {
 	uint64_t requests, prompt_tokens, page_tokens;
-	uint64_t hit_pages, computed_pages, dup_pages, verified_bytes;
-	uint64_t mismatches, errors;
+	uint64_t local_hit_pages, remote_hit_pages, computed_pages, dup_pages;
+	uint64_t evicted_pages, verified_bytes, mismatches, errors;
 	uint64_t ns;
 };
 
@@ -98,16 +100,17 @@ struct worker {
 	const struct opts *o;
 	unsigned int id;
 	struct kv_pool *pool;
-	struct kv_arbiter *arb;
-	struct kv_block_hasher hasher;
+	struct kv_prefix_cache *cache;
+	struct kv_req_table *rt;
+	struct kv_block_hasher hasher;	/* the keys, for checking page bytes */
 	size_t page_bytes;
-	uint32_t *tokens, *pages, *held;
+	uint32_t tokens_per_page;
+	uint32_t *tokens;
 	struct kvs_key *keys;
-	struct kvs_publish_entry *ents;
 	struct tally t;
 };
 
-/* Check one page this worker got from the arbiter. */
+/* Check one page this worker got from the cache, local or shared. */
 static void verify(struct worker *w, uint32_t page, const struct kvs_key *key)
 {
 	if (page_ok(kv_page_addr(w->pool, page), w->page_bytes, key))
@@ -116,84 +119,62 @@ static void verify(struct worker *w, uint32_t page, const struct kvs_key *key)
 		w->t.mismatches++;
 }
 
-/* Prefill the pages LOOKUP missed and publish them; returns pages held. */
-static int compute_missing(struct worker *w, unsigned int hits, unsigned int n)
-{
-	unsigned int miss = n - hits, i;
-	int ret, dups;
-
-	ret = kv_alloc(w->arb, miss, w->pages + hits);
-	if (ret)
-		return ret;
-	memset(w->ents, 0, miss * sizeof(*w->ents));
-	for (i = 0; i < miss; i++) {
-		struct kvs_publish_entry *e = &w->ents[i];
-
-		fill_page(kv_page_addr(w->pool, w->pages[hits + i]), w->page_bytes,
-			  &w->keys[hits + i]);
-		e->page = w->pages[hits + i];
-		e->parent = i ? KVS_PARENT_PREV : hits ? w->pages[hits - 1] : KVS_NO_PAGE;
-		e->key = w->keys[hits + i];
-	}
-	dups = kv_publish(w->arb, w->ents, miss);
-	if (dups < 0)
-		return dups;
-	for (i = 0; i < miss; i++) {
-		w->pages[hits + i] = w->ents[i].result;
-		/* Another process published it first: its bytes must be right. */
-		if (w->ents[i].flags & KVS_PUBLISHED_DUP)
-			verify(w, w->ents[i].result, &w->keys[hits + i]);
-	}
-	w->t.computed_pages += miss - dups;
-	w->t.dup_pages += dups;
-	return 0;
-}
-
+/*
+ * One request, as an engine does it: match the prompt against the local
+ * tree and then the arbiter, reserve pages for the rest, prefill them,
+ * and hand the request to the cache when it finishes (which PUBLISHes
+ * the new full pages, or swaps in another process's identical ones).
+ */
 static int serve_one(struct worker *w, unsigned int r)
 {
 	const struct opts *o = w->o;
 	uint64_t pick = w->id * 1000003ull + r + o->seed;
 	unsigned int n_tok = o->system_tokens + o->doc_tokens + o->question_tokens;
 	unsigned int doc = splitmix64(&pick) % o->docs, i;
-	long n;
-	int hits, ret;
+	struct kv_radix_req req = { .tokens = w->tokens };
+	long n_keys, matched;
+	int ret;
 
 	text(w->tokens, o->system_tokens, o->seed);
 	text(w->tokens + o->system_tokens, o->doc_tokens, o->seed + 1 + doc);
 	text(w->tokens + o->system_tokens + o->doc_tokens, o->question_tokens,
 	     o->seed + 1000 + pick);
-	n = kv_hash_chain(&w->hasher, NULL, w->tokens, n_tok, NULL, 0, w->keys);
-	if (n <= 0)
-		return n ? (int)n : -EINVAL;
+	n_keys = kv_hash_chain(&w->hasher, NULL, w->tokens, n_tok, NULL, 0, w->keys);
+	if (n_keys < 0)
+		return n_keys;
 
-	hits = kv_lookup(w->arb, w->keys, n, w->pages);
-	if (hits < 0)
-		return hits;
-	for (i = 0; i < (unsigned int)hits; i++)
-		verify(w, w->pages[i], &w->keys[i]);
-	if ((unsigned int)hits < n) {
-		ret = compute_missing(w, hits, n);
-		if (ret) {
-			kv_put(w->arb, w->pages, hits);
-			return ret;
-		}
+	req.slot = kv_req_alloc(w->rt);
+	if (req.slot < 0)
+		return req.slot;
+	matched = kv_prefix_match(w->cache, w->rt, &req, n_tok);
+	if (matched < 0) {
+		kv_req_free(w->rt, req.slot);
+		return matched;
 	}
-	/* The request is done: its pages stay CACHED for whoever comes next. */
-	ret = kv_put(w->arb, w->pages, n);
+	for (i = 0; i < matched / w->tokens_per_page; i++)
+		verify(w, kv_req_page(w->rt, req.slot, i), &w->keys[i]);
+	ret = kv_prefix_reserve(w->cache, w->rt, &req, n_tok);
+	if (ret) {
+		kv_prefix_abort(w->cache, w->rt, &req);
+		return ret;
+	}
+	for (i = matched / w->tokens_per_page; i < n_keys; i++)
+		fill_page(kv_page_addr(w->pool, kv_req_page(w->rt, req.slot, i)),
+			  w->page_bytes, &w->keys[i]);
+	req.n_tokens = n_tok;
+	ret = kv_prefix_cache_finished(w->cache, w->rt, &req);
 	w->t.requests++;
 	w->t.prompt_tokens += n_tok;
-	w->t.page_tokens += n * w->hasher.tokens_per_page;
-	w->t.hit_pages += hits;
+	w->t.page_tokens += n_keys * w->tokens_per_page;
 	return ret;
 }
 
-static int worker_run(struct worker *w)
+static int worker_setup(struct worker *w)
 {
 	const struct opts *o = w->o;
 	size_t n_tok = o->system_tokens + o->doc_tokens + o->question_tokens;
+	struct kv_prefix_config cfg = { .salt = o->salt, .salt_len = strlen(o->salt) };
 	const struct kvs_pool_attach *info;
-	uint64_t t0;
-	unsigned int r;
 	int ret;
 
 	ret = kv_pool_open(o->arbiter, o->pool, 0, 0, &w->pool);
@@ -202,20 +183,46 @@ static int worker_run(struct worker *w)
 			strerror(-ret));
 		return ret;
 	}
-	w->arb = kv_pool_arbiter(w->pool);
 	info = kv_pool_info(w->pool);
 	w->page_bytes = info->geom.page_bytes;
-	ret = kv_hasher_init(&w->hasher, o->salt, strlen(o->salt),
-			     info->geom.tokens_per_page);
+	w->tokens_per_page = info->geom.tokens_per_page;
+	ret = kv_hasher_init(&w->hasher, o->salt, strlen(o->salt), w->tokens_per_page);
+	if (!ret)
+		ret = kv_prefix_create(kv_pool_arbiter(w->pool), info, &cfg, &w->cache);
+	if (!ret)
+		ret = kv_req_table_create(1, n_tok, w->tokens_per_page, &w->rt);
 	w->tokens = calloc(n_tok, sizeof(*w->tokens));
-	w->keys = calloc(n_tok, sizeof(*w->keys));
-	w->pages = calloc(n_tok, sizeof(*w->pages));
-	w->ents = calloc(n_tok, sizeof(*w->ents));
-	if (ret || !w->tokens || !w->keys || !w->pages || !w->ents)
-		return ret ? ret : -ENOMEM;
+	w->keys = calloc(n_tok / w->tokens_per_page + 1, sizeof(*w->keys));
+	if (!ret && (!w->tokens || !w->keys))
+		ret = -ENOMEM;
+	if (ret)
+		fprintf(stderr, "kvserve: worker %u: %s\n", w->id, strerror(-ret));
+	return ret;
+}
 
+static void worker_tally(struct worker *w)
+{
+	const struct kv_prefix_stats *st = kv_prefix_stats(w->cache);
+
+	w->t.local_hit_pages = st->local_hit_pages;
+	w->t.remote_hit_pages = st->remote_hit_pages;
+	w->t.computed_pages = st->published - st->dup_published;
+	w->t.dup_pages = st->dup_published;
+	w->t.evicted_pages = st->alloc_evictions;
+	w->t.errors += st->errors;
+}
+
+static int worker_run(struct worker *w)
+{
+	uint64_t t0;
+	unsigned int r;
+	int ret;
+
+	ret = worker_setup(w);
+	if (ret)
+		goto out;
 	t0 = now_ns();
-	for (r = 0; r < o->requests; r++) {
+	for (r = 0; r < w->o->requests; r++) {
 		ret = serve_one(w, r);
 		if (ret) {
 			fprintf(stderr, "kvserve: worker %u: request %u: %s\n", w->id, r,
@@ -224,8 +231,16 @@ static int worker_run(struct worker *w)
 		}
 	}
 	w->t.ns = now_ns() - t0;
+	worker_tally(w);
+	ret = 0;
+out:
+	if (w->cache)
+		kv_prefix_destroy(w->cache);
+	kv_req_table_destroy(w->rt);
 	kv_pool_close(w->pool);
-	return 0;
+	free(w->tokens);
+	free(w->keys);
+	return ret;
 }
 
 static void usage(FILE *f)
@@ -297,7 +312,9 @@ static void add(struct tally *sum, const struct tally *t)
 	sum->requests += t->requests;
 	sum->prompt_tokens += t->prompt_tokens;
 	sum->page_tokens += t->page_tokens;
-	sum->hit_pages += t->hit_pages;
+	sum->local_hit_pages += t->local_hit_pages;
+	sum->remote_hit_pages += t->remote_hit_pages;
+	sum->evicted_pages += t->evicted_pages;
 	sum->computed_pages += t->computed_pages;
 	sum->dup_pages += t->dup_pages;
 	sum->verified_bytes += t->verified_bytes;
@@ -308,15 +325,18 @@ static void add(struct tally *sum, const struct tally *t)
 }
 
 /* The pool's own view, with its invariants checked. */
-static int pool_report(const struct opts *o, struct kvs_pool_stats *st)
+static int pool_report(const struct opts *o, struct kvs_pool_stats *st,
+		       uint32_t *tokens_per_page)
 {
+	struct kvs_pool_attach info = { 0 };
 	struct kv_arbiter *arb;
 	int ret;
 
 	ret = kv_arbiter_open(o->arbiter, KV_ARBITER_NO_URING, &arb);
 	if (ret)
 		return ret;
-	ret = kv_arbiter_attach(arb, o->pool, 0, NULL);
+	ret = kv_arbiter_attach(arb, o->pool, 0, &info);
+	*tokens_per_page = info.geom.tokens_per_page;
 	memset(st, 0, sizeof(*st));
 	st->flags = KVS_STATS_CHECK;
 	if (!ret)
@@ -370,14 +390,15 @@ int main(int argc, char **argv)
 	};
 	struct kvs_pool_stats st;
 	struct tally sum = { 0 };
-	uint64_t pages;
+	uint64_t hits;
+	uint32_t tpp = 0;
 	int ret, check;
 
 	if (parse(argc, argv, &o))
 		return 2;
 	ret = spawn(&o, &sum);
-	check = pool_report(&o, &st);
-	pages = sum.hit_pages + sum.computed_pages + sum.dup_pages;
+	check = pool_report(&o, &st, &tpp);
+	hits = sum.local_hit_pages + sum.remote_hit_pages;
 
 	printf("kvserve: %u workers x %u requests, prompts of %u tokens "
 	       "(%u system + %u of %u documents + %u unique)\n",
@@ -386,12 +407,15 @@ int main(int argc, char **argv)
 	printf("  requests served        %llu\n", (unsigned long long)sum.requests);
 	printf("  prompt tokens          %llu (%llu in full pages)\n",
 	       (unsigned long long)sum.prompt_tokens, (unsigned long long)sum.page_tokens);
-	printf("  pages from the cache   %llu of %llu (%.1f%%): prefill skipped\n",
-	       (unsigned long long)sum.hit_pages, (unsigned long long)pages,
-	       pages ? 100.0 * sum.hit_pages / pages : 0.0);
+	printf("  pages from the cache   %llu (%.1f%% of full pages): %llu from the "
+	       "worker's own tree, %llu found through the arbiter\n",
+	       (unsigned long long)hits, sum.page_tokens ? 100.0 * hits * tpp / sum.page_tokens : 0.0,
+	       (unsigned long long)sum.local_hit_pages,
+	       (unsigned long long)sum.remote_hit_pages);
 	printf("  pages computed         %llu (+%llu computed twice in a race, "
 	       "deduplicated at PUBLISH)\n",
 	       (unsigned long long)sum.computed_pages, (unsigned long long)sum.dup_pages);
+	printf("  pages evicted locally  %llu\n", (unsigned long long)sum.evicted_pages);
 	printf("  bytes verified         %llu in pages served from the cache\n",
 	       (unsigned long long)sum.verified_bytes);
 	printf("  wall time              %.1f ms (slowest worker)\n", sum.ns / 1e6);
