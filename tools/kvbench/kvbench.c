@@ -248,6 +248,9 @@ static int cmd_daemon(const struct opts *o)
 	return failed;
 }
 
+int bench_attn_main(int argc, char **argv);	/* bench_attn.c */
+int bench_radix_main(int argc, char **argv);	/* bench_radix.c */
+
 int main(int argc, char **argv)
 {
 	const char *env = getenv("KVSHARE_DEVICE");
@@ -263,6 +266,10 @@ int main(int argc, char **argv)
 		usage(stdout);
 		return 0;
 	}
+	if (!strcmp(argv[1], "attn"))
+		return bench_attn_main(argc, argv);
+	if (!strcmp(argv[1], "radix"))
+		return bench_radix_main(argc, argv);
 	ioctl_mode = !strcmp(argv[1], "ioctl");
 	daemon_mode = !strcmp(argv[1], "daemon");
 	if (!ioctl_mode && !daemon_mode && strcmp(argv[1], "arbiter")) {

@@ -7,7 +7,8 @@
 KVBENCH_SRCS := tools/kvbench/kvbench.c tools/kvbench/bench_run.c \
                 tools/kvbench/bench_util.c tools/kvbench/bench_report.c \
                 tools/kvbench/target_core.c tools/kvbench/target_ioctl.c \
-                tools/kvbench/target_libkv.c
+                tools/kvbench/target_libkv.c tools/kvbench/bench_attn.c
+KVBENCH_SRCS += tools/kvbench/bench_radix.c
 # Objects under build/tools/: build/kvbench is the binary's own path.
 KVBENCH_OBJS := $(KVBENCH_SRCS:%.c=$(BUILD)/%.o)
 
@@ -15,17 +16,22 @@ $(BUILD)/tools/kvbench/%.o: tools/kvbench/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LIBKV_CFLAGS) $(DEPFLAGS) -c -o $@ $<
 
-$(BUILD)/kvbench: $(KVBENCH_OBJS) $(LIBKVCORE) $(LIBKV)
-	$(CC) $(CFLAGS) -o $@ $(KVBENCH_OBJS) $(LIBKV) $(LIBKVCORE) $(LIBKV_LDLIBS) $(LIBKVCORE_LDLIBS)
+# attn: the C reference, and CUDA (static cudart) on the host, its stub in the guest.
+$(BUILD)/kvbench: $(KVBENCH_OBJS) $(LIBKVCORE) $(LIBKV) $(LIBKV_ATTN) $(LIBKV_CUDA)
+	$(CC) $(CFLAGS) -o $@ $(KVBENCH_OBJS) $(LIBKV) $(LIBKVCORE) $(LIBKV_ATTN) $(LIBKV_CUDA) \
+		$(LIBKV_LDLIBS) $(LIBKVCORE_LDLIBS) $(LIBKV_CUDA_LDLIBS) $(LIBKV_ATTN_LDLIBS)
 
-$(BUILD)/guest/kvbench: $(KVBENCH_OBJS) $(LIBKVCORE) $(LIBKV)
+$(BUILD)/guest/kvbench: $(KVBENCH_OBJS) $(LIBKVCORE) $(LIBKV) $(LIBKV_ATTN) $(LIBKV_CUDA_STUB)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -static -o $@ $(KVBENCH_OBJS) $(LIBKV) $(LIBKVCORE) $(LIBKV_LDLIBS) $(LIBKVCORE_LDLIBS)
+	$(CC) $(CFLAGS) -static -o $@ $(KVBENCH_OBJS) $(LIBKV) $(LIBKVCORE) $(LIBKV_ATTN) \
+		$(LIBKV_CUDA_STUB) $(LIBKV_LDLIBS) $(LIBKVCORE_LDLIBS) $(LIBKV_ATTN_LDLIBS)
 
 -include $(KVBENCH_OBJS:.o=.d)
 
 ALL_TARGETS += $(BUILD)/kvbench $(BUILD)/guest/kvbench
 GUEST_BINS  += $(BUILD)/guest/kvbench
 BENCH_CMDS  += $(BUILD)/kvbench arbiter;
+BENCH_CMDS  += $(BUILD)/kvbench attn;
+BENCH_CMDS  += $(BUILD)/kvbench radix;
 BENCH_CMDS  += BUILD=$(BUILD) tools/kvbench/bench-daemon.sh;
 GUEST_BENCH += kvbench ioctl;

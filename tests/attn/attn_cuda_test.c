@@ -1,0 +1,501 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The CUDA kernels against the C reference, on the same pools: random
+ * non-identity page tables, NaN in every unwritten slot (attn_test.h),
+ * the whole pool copied to the device as it is.  Queries are rounded to
+ * the storage type first, so both sides see the same operands.
+ *
+ * Tolerances (research/gpu.md, section 3): the kernels write fp16/bf16, so
+ * the output carries one rounding to the storage type.  Pass when the
+ * relative Frobenius error against the fp32 reference is below 2e-3
+ * (fp16) or 1e-2 (bf16), the largest error is at most twice that of the
+ * reference itself rounded to the storage type plus 1e-4 (FlashAttention's
+ * test), every LSE is within 1e-3, and nothing is NaN or Inf.  The KV
+ * write must match the reference's bytes exactly.
+ *
+ * Without a CUDA device every GPU test skips with the reason; the argument
+ * checks, which never reach the device, run everywhere.
+ */
+#include <errno.h>
+
+#include "kselftest_harness.h"
+#include "attn_test.h"
+
+#define NEED_GPU() do {							\
+	if (kv_cuda_available() <= 0)					\
+		SKIP(return, "no CUDA device (%s)", kv_cuda_error());	\
+} while (0)
+
+#define TOL_LSE		1e-3
+#define ATOL		1e-4
+
+static double tol_frob(uint32_t dtype)
+{
+	return dtype == KVS_DTYPE_F16 ? 2e-3 : 1e-2;
+}
+
+static uint16_t to_dtype(uint32_t dtype, float x)
+{
+	return dtype == KVS_DTYPE_BF16 ? kv_f32_to_bf16(x) : kv_f32_to_f16(x);
+}
+
+static float from_dtype(uint32_t dtype, uint16_t h)
+{
+	return dtype == KVS_DTYPE_BF16 ? kv_bf16_to_f32(h) : kv_f16_to_f32(h);
+}
+
+static void *to_device(const void *src, size_t bytes)
+{
+	void *d = NULL;
+
+	if (kv_cuda_malloc(&d, bytes ? bytes : 16))
+		return NULL;
+	if (bytes && kv_cuda_memcpy(d, src, bytes)) {
+		kv_cuda_free(d);
+		return NULL;
+	}
+	return d;
+}
+
+/* A float array as the device tensor of the pool's dtype. */
+static void *tensor_to_device(uint32_t dtype, const float *x, size_t n)
+{
+	uint16_t *h = malloc(n * 2 + 2);
+	void *d;
+	size_t i;
+
+	if (!h)
+		return NULL;
+	for (i = 0; i < n; i++)
+		h[i] = to_dtype(dtype, x[i]);
+	d = to_device(h, n * 2);
+	free(h);
+	return d;
+}
+
+/* The host env's pool and page tables, copied as they are. */
+struct dev_env {
+	struct kv_attn_kv kv;
+	struct kv_attn_batch b, bx;
+	void *pool;
+	uint32_t *indptr, *pages, *seq, *qi;
+};
+
+static void dev_env_free(struct dev_env *d)
+{
+	kv_cuda_free(d->pool);
+	kv_cuda_free(d->indptr);
+	kv_cuda_free(d->pages);
+	kv_cuda_free(d->seq);
+	kv_cuda_free(d->qi);
+	memset(d, 0, sizeof(*d));
+}
+
+static int dev_env_init(struct dev_env *d, const struct at_env *e)
+{
+	uint32_t n = e->c.n_reqs;
+
+	memset(d, 0, sizeof(*d));
+	d->pool = to_device(e->mem, e->mem_bytes);
+	d->indptr = to_device(e->page_indptr, (n + 1) * sizeof(uint32_t));
+	d->pages = to_device(e->pages, e->page_indptr[n] * sizeof(uint32_t));
+	d->seq = to_device(e->seq_lens, n * sizeof(uint32_t));
+	d->qi = to_device(e->q_indptr, (n + 1) * sizeof(uint32_t));
+	if (!d->pool || !d->indptr || !d->pages || !d->seq || !d->qi) {
+		dev_env_free(d);
+		return -1;
+	}
+	d->kv = e->kv;
+	d->kv.base = d->pool;
+	d->b = e->b;
+	d->b.page_indptr = d->indptr;
+	d->b.pages = d->pages;
+	d->b.seq_lens = d->seq;
+	d->bx = d->b;
+	d->bx.q_indptr = d->qi;
+	d->bx.max_q_len = e->bx.max_q_len;
+	return 0;
+}
+
+/*
+ * Decode or extend on the device and by the reference, compared as the
+ * header says.  0 when they agree.
+ */
+static int check_cuda(struct __test_metadata *_metadata, struct at_env *e, struct dev_env *d,
+		      bool extend, const struct kv_attn_params *p, const char *what)
+{
+	const uint32_t dt = e->c.dtype;
+	uint32_t rows = extend ? e->rows_ext : e->rows_dec;
+	size_t n = (size_t)rows * e->nq * e->c.dim, n_lse = (size_t)rows * e->nq, i;
+	const float *q = extend ? e->q_ext : e->q_dec;
+	float *qr = malloc(n * sizeof(float)), *ref = malloc(n * sizeof(float));
+	float *ref_lse = malloc(n_lse * sizeof(float)), *got = malloc(n * sizeof(float));
+	float *lse = malloc(n_lse * sizeof(float));
+	uint16_t *raw = malloc(n * 2);
+	double *refd = malloc(n * sizeof(double)), *ref_lsed = malloc(n_lse * sizeof(double));
+	struct kv_attn_workers *w = kv_attn_workers_create(2);
+	struct kv_attn_params pr = *p;
+	void *dq = NULL, *dout = NULL;
+	float *dlse = NULL;
+	double rnd_err = 0;
+	struct at_err err;
+	int ret, bad = 1;
+
+	if (!qr || !ref || !ref_lse || !got || !lse || !raw || !refd || !ref_lsed || !w)
+		goto out;
+	for (i = 0; i < n; i++)
+		qr[i] = from_dtype(dt, to_dtype(dt, q[i]));
+	pr.workers = w;
+	pr.stream = NULL;
+	pr.workspace = NULL;
+	ret = extend ? kv_attn_extend_ref(&e->kv, &e->bx, &pr, qr, ref, ref_lse)
+		     : kv_attn_decode_ref(&e->kv, &e->b, &pr, qr, ref, ref_lse);
+	if (ret) {
+		TH_LOG("%s: reference failed: %d", what, ret);
+		goto out;
+	}
+	dq = tensor_to_device(dt, qr, n);
+	if (!dq || kv_cuda_malloc(&dout, n * 2) ||
+	    kv_cuda_malloc((void **)&dlse, n_lse * sizeof(float)))
+		goto out;
+	/* Poison: 0xffff is NaN in fp16 and bf16, 0xffffffff in fp32. */
+	kv_cuda_memset(dout, 0xff, n * 2);
+	kv_cuda_memset(dlse, 0xff, n_lse * sizeof(float));
+	ret = extend ? kv_attn_extend_cuda(&d->kv, &d->bx, p, dq, dout, dlse)
+		     : kv_attn_decode_cuda(&d->kv, &d->b, p, dq, dout, dlse);
+	if (!ret)
+		ret = kv_cuda_sync();
+	if (!ret)
+		ret = kv_cuda_memcpy(raw, dout, n * 2);
+	if (!ret)
+		ret = kv_cuda_memcpy(lse, dlse, n_lse * sizeof(float));
+	if (ret) {
+		TH_LOG("%s: CUDA failed: %d (%s)", what, ret, kv_cuda_error());
+		goto out;
+	}
+	for (i = 0; i < n; i++) {
+		double r = from_dtype(dt, to_dtype(dt, ref[i])) - (double)ref[i];
+
+		got[i] = from_dtype(dt, raw[i]);
+		refd[i] = ref[i];
+		rnd_err = fabs(r) > rnd_err ? fabs(r) : rnd_err;
+	}
+	for (i = 0; i < n_lse; i++)
+		ref_lsed[i] = ref_lse[i];
+	err = at_compare(got, refd, n, lse, ref_lsed, n_lse);
+	bad = err.not_finite || !(err.rel_frob < tol_frob(dt)) ||
+	      !(err.max_abs <= 2 * rnd_err + ATOL) || !(err.lse_abs <= TOL_LSE);
+	if (bad)
+		TH_LOG("%s %s %s D=%u T=%u Hkv=%u G=%u split=%u: rel %.3g (< %.0e), max %.3g (<= %.3g), lse %.3g, %zu not finite",
+		       what, extend ? "extend" : "decode", at_dtype_name(dt), e->c.dim,
+		       e->c.tpp, e->c.n_kv, e->c.group, p->kv_split, err.rel_frob,
+		       tol_frob(dt), err.max_abs, 2 * rnd_err + ATOL, err.lse_abs,
+		       err.not_finite);
+out:
+	kv_cuda_free(dq);
+	kv_cuda_free(dout);
+	kv_cuda_free(dlse);
+	kv_attn_workers_destroy(w);
+	free(qr);
+	free(ref);
+	free(ref_lse);
+	free(got);
+	free(lse);
+	free(raw);
+	free(refd);
+	free(ref_lsed);
+	return bad;
+}
+
+static const uint32_t dtypes[] = { KVS_DTYPE_F16, KVS_DTYPE_BF16 };
+static const uint32_t dims[] = { 64, 128, 256 };
+static const uint32_t tpps[] = { 1, 16, 32, 64 };
+
+/* dtype x head dim x page size; KV heads and GQA (1, 4, 8, 6, 16) rotate. */
+static void grid_case(struct at_case *c, unsigned int idx, uint64_t seed)
+{
+	static const uint32_t kvh[] = { 1, 2, 8 }, groups[] = { 1, 4, 8, 6, 16 };
+
+	memset(c, 0, sizeof(*c));
+	c->dtype = dtypes[idx % 2];
+	c->dim = dims[idx / 2 % 3];
+	c->tpp = tpps[idx / 6 % 4];
+	c->n_kv = kvh[idx % 3];
+	c->group = groups[idx % 5];
+	if (c->n_kv * c->group > 32)
+		c->n_kv = 2;
+	c->n_layers = 2;
+	c->layer = idx % 2;
+	c->qscale = idx % 2 ? 4.0f : 1.0f;
+	c->seed = seed + idx;
+}
+
+static void edge_lengths(struct at_case *c, uint64_t *rng)
+{
+	uint32_t t = c->tpp;
+
+	c->n_reqs = 8;
+	c->seq[0] = 1;
+	c->seq[1] = t > 1 ? t - 1 : 2;
+	c->seq[2] = t;
+	c->seq[3] = t + 1;
+	c->seq[4] = 100;
+	c->seq[5] = 1000;
+	c->seq[6] = 4097;
+	c->seq[7] = 1 + at_below(rng, 3000);
+}
+
+TEST(device_or_skip)
+{
+	char name[128];
+
+	NEED_GPU();
+	ASSERT_EQ(0, kv_cuda_device_name(name, sizeof(name)));
+	TH_LOG("device: %s", name);
+}
+
+/* The write kernel stores exactly the reference's bytes, and nothing else. */
+TEST(write_matches_reference)
+{
+	unsigned int k;
+
+	NEED_GPU();
+	for (k = 0; k < 2; k++) {
+		struct at_case c = { .dtype = dtypes[k], .dim = 128, .tpp = 16, .n_kv = 4,
+				     .group = 1, .n_layers = 3, .layer = 1, .n_reqs = 5,
+				     .seq = { 1, 15, 16, 17, 1000 }, .seed = 71 };
+		struct kv_attn_params p = { 0 };
+		struct kv_attn_batch wb;
+		struct dev_env d;
+		struct at_env e;
+		size_t n;
+		uint8_t *back;
+		void *dk, *dv;
+
+		ASSERT_EQ(0, at_env_init(&e, &c));
+		ASSERT_EQ(0, dev_env_init(&d, &e));
+		/* Start the device pool over: NaN everywhere. */
+		back = malloc(e.mem_bytes);
+		ASSERT_NE(NULL, back);
+		at_fill_nan(c.dtype, back, e.mem_bytes);
+		ASSERT_EQ(0, kv_cuda_memcpy(d.pool, back, e.mem_bytes));
+		n = (size_t)e.n_tok * c.n_kv * c.dim;
+		dk = tensor_to_device(c.dtype, e.K, n);
+		dv = tensor_to_device(c.dtype, e.V, n);
+		ASSERT_NE(NULL, dk);
+		ASSERT_NE(NULL, dv);
+		/* Every token new, as the reference wrote them; then as decode (last token). */
+		wb = d.b;
+		wb.q_indptr = to_device(e.tok_off, (c.n_reqs + 1) * sizeof(uint32_t));
+		wb.max_q_len = 1000;
+		ASSERT_NE(NULL, wb.q_indptr);
+		ASSERT_EQ(0, kv_attn_write_cuda(&d.kv, &wb, &p, dk, dv));
+		ASSERT_EQ(0, kv_cuda_sync());
+		ASSERT_EQ(0, kv_cuda_memcpy(back, d.pool, e.mem_bytes));
+		ASSERT_EQ(0, memcmp(back, e.mem, e.mem_bytes));
+		kv_cuda_free((void *)wb.q_indptr);
+		free(back);
+		kv_cuda_free(dk);
+		kv_cuda_free(dv);
+		dev_env_free(&d);
+		at_env_free(&e);
+	}
+}
+
+TEST(decode_grid)
+{
+	uint64_t rng = 303;
+	unsigned int idx;
+
+	NEED_GPU();
+	for (idx = 0; idx < 24; idx++) {
+		struct kv_attn_params p = { 0 };
+		struct dev_env d;
+		struct at_case c;
+		struct at_env e;
+
+		grid_case(&c, idx, 3000);
+		edge_lengths(&c, &rng);
+		ASSERT_EQ(0, at_env_init(&e, &c));
+		ASSERT_EQ(0, dev_env_init(&d, &e));
+		p.n_q_heads = e.nq;
+		ASSERT_EQ(0, check_cuda(_metadata, &e, &d, false, &p, "grid"));
+		dev_env_free(&d);
+		at_env_free(&e);
+	}
+}
+
+/* Forced splits, with a caller's workspace and without, match the reference. */
+TEST(decode_splits)
+{
+	static const uint32_t splits[] = { 0, 1, 64, 100, 1000 };
+	struct at_case c = { .dtype = KVS_DTYPE_BF16, .dim = 128, .tpp = 16, .n_kv = 8,
+			     .group = 4, .n_reqs = 3, .seq = { 5000, 1, 777 },
+			     .qscale = 4, .seed = 81 };
+	struct dev_env d;
+	struct at_env e;
+	unsigned int i;
+
+	NEED_GPU();
+	ASSERT_EQ(0, at_env_init(&e, &c));
+	ASSERT_EQ(0, dev_env_init(&d, &e));
+	for (i = 0; i < sizeof(splits) / sizeof(splits[0]); i++) {
+		struct kv_attn_params p = { .n_q_heads = e.nq, .kv_split = splits[i] };
+		void *ws = NULL;
+
+		ASSERT_EQ(0, check_cuda(_metadata, &e, &d, false, &p, "split"));
+		p.workspace_bytes = kv_attn_decode_cuda_workspace(&d.kv, &d.b, &p);
+		if (p.workspace_bytes) {
+			ASSERT_EQ(0, kv_cuda_malloc(&ws, p.workspace_bytes));
+			p.workspace = ws;
+			ASSERT_EQ(0, check_cuda(_metadata, &e, &d, false, &p, "split+ws"));
+			kv_cuda_free(ws);
+		}
+	}
+	dev_env_free(&d);
+	at_env_free(&e);
+}
+
+/* Long contexts and wide batches: 32k at batch 1 and 4, batch 128 of short ones. */
+TEST(decode_long_and_wide)
+{
+	struct at_case cs[3] = {
+		{ .dtype = KVS_DTYPE_BF16, .dim = 128, .tpp = 16, .n_kv = 8, .group = 4,
+		  .n_reqs = 1, .seq = { 32768 }, .qscale = 4, .seed = 91 },
+		{ .dtype = KVS_DTYPE_F16, .dim = 128, .tpp = 64, .n_kv = 2, .group = 8,
+		  .n_reqs = 4, .seq = { 32768, 30001, 2, 16384 }, .seed = 92 },
+		{ .dtype = KVS_DTYPE_BF16, .dim = 64, .tpp = 16, .n_kv = 2, .group = 4,
+		  .n_reqs = 128, .seed = 93 },
+	};
+	unsigned int i, r;
+	uint64_t rng = 94;
+
+	NEED_GPU();
+	for (r = 0; r < 128; r++)
+		cs[2].seq[r] = 1 + at_below(&rng, 600);
+	for (i = 0; i < 3; i++) {
+		struct kv_attn_params p = { 0 };
+		struct dev_env d;
+		struct at_env e;
+
+		ASSERT_EQ(0, at_env_init(&e, &cs[i]));
+		ASSERT_EQ(0, dev_env_init(&d, &e));
+		p.n_q_heads = e.nq;
+		ASSERT_EQ(0, check_cuda(_metadata, &e, &d, false, &p, "long"));
+		dev_env_free(&d);
+		at_env_free(&e);
+	}
+}
+
+TEST(extend_grid)
+{
+	uint64_t rng = 404;
+	unsigned int idx;
+
+	NEED_GPU();
+	for (idx = 0; idx < 24; idx++) {
+		struct kv_attn_params p = { 0 };
+		struct dev_env d;
+		struct at_case c;
+		struct at_env e;
+
+		grid_case(&c, idx, 4000);
+		c.n_reqs = 5;
+		c.seq[0] = 300;			/* prefill */
+		c.n_new[0] = 300;
+		c.seq[1] = c.tpp;		/* one new token */
+		c.n_new[1] = 1;
+		c.seq[2] = 9 + at_below(&rng, 2000);
+		c.n_new[2] = 9;
+		c.seq[3] = c.tpp + 17;
+		c.n_new[3] = 17;
+		c.seq[4] = 2048 + 33;
+		c.n_new[4] = 33;
+		ASSERT_EQ(0, at_env_init(&e, &c));
+		ASSERT_EQ(0, dev_env_init(&d, &e));
+		p.n_q_heads = e.nq;
+		ASSERT_EQ(0, check_cuda(_metadata, &e, &d, true, &p, "grid"));
+		dev_env_free(&d);
+		at_env_free(&e);
+	}
+}
+
+/* A 2k prefill, and new tokens over a 32k prefix. */
+TEST(extend_long)
+{
+	struct at_case c = { .dtype = KVS_DTYPE_BF16, .dim = 128, .tpp = 16, .n_kv = 8,
+			     .group = 4, .n_reqs = 2, .seq = { 2048, 32768 },
+			     .n_new = { 2048, 64 }, .seed = 95 };
+	struct kv_attn_params p = { 0 };
+	struct dev_env d;
+	struct at_env e;
+
+	NEED_GPU();
+	ASSERT_EQ(0, at_env_init(&e, &c));
+	ASSERT_EQ(0, dev_env_init(&d, &e));
+	p.n_q_heads = e.nq;
+	ASSERT_EQ(0, check_cuda(_metadata, &e, &d, true, &p, "long"));
+	dev_env_free(&d);
+	at_env_free(&e);
+}
+
+/* Shared prefix pages: the same page indices in every table. */
+TEST(shared_prefix_pages)
+{
+	struct at_case c = { .dtype = KVS_DTYPE_F16, .dim = 128, .tpp = 16, .n_kv = 8,
+			     .group = 4, .n_reqs = 4, .seq = { 2048, 2100, 4000, 2049 },
+			     .n_new = { 1, 52, 100, 1 }, .shared_pages = 128, .seed = 96 };
+	struct kv_attn_params p = { 0 };
+	struct dev_env d;
+	struct at_env e;
+
+	NEED_GPU();
+	ASSERT_EQ(0, at_env_init(&e, &c));
+	ASSERT_EQ(0, dev_env_init(&d, &e));
+	p.n_q_heads = e.nq;
+	ASSERT_EQ(0, check_cuda(_metadata, &e, &d, false, &p, "shared"));
+	ASSERT_EQ(0, check_cuda(_metadata, &e, &d, true, &p, "shared"));
+	dev_env_free(&d);
+	at_env_free(&e);
+}
+
+/* Host-side checks: they answer before any device is touched, so they run here too. */
+TEST(bad_arguments)
+{
+	static uint32_t dummy[8] __attribute__((aligned(16)));
+	struct kv_attn_kv kv = {
+		.base = dummy, .n_pages = 1,
+		.geom = { .n_layers = 1, .n_kv_heads = 2, .head_dim = 128,
+			  .tokens_per_page = 16, .dtype = KVS_DTYPE_BF16 },
+	};
+	struct kv_attn_batch b = { .n_reqs = 1, .max_seq_len = 1, .page_indptr = dummy,
+				   .pages = dummy, .seq_lens = dummy };
+	struct kv_attn_params p = { .n_q_heads = 8 };
+	struct kv_attn_kv k2;
+	struct kv_attn_batch b2;
+
+	k2 = kv;
+	k2.geom.dtype = KVS_DTYPE_F32;
+	ASSERT_EQ(-EOPNOTSUPP, kv_attn_decode_cuda(&k2, &b, &p, dummy, dummy, NULL));
+	k2 = kv;
+	k2.geom.head_dim = 96;
+	ASSERT_EQ(-EOPNOTSUPP, kv_attn_extend_cuda(&k2, &b, &p, dummy, dummy, NULL));
+	k2 = kv;
+	k2.geom.page_bytes = 12345;
+	ASSERT_EQ(-EINVAL, kv_attn_decode_cuda(&k2, &b, &p, dummy, dummy, NULL));
+	k2 = kv;
+	k2.base = (char *)dummy + 2;
+	ASSERT_EQ(-EINVAL, kv_attn_decode_cuda(&k2, &b, &p, dummy, dummy, NULL));
+	ASSERT_EQ(-EINVAL, kv_attn_decode_cuda(&kv, &b, &p, (char *)dummy + 8, dummy, NULL));
+	ASSERT_EQ(-EINVAL, kv_attn_write_cuda(&kv, &b, &p, dummy, (char *)dummy + 2));
+	p.n_q_heads = 3;
+	ASSERT_EQ(-EINVAL, kv_attn_decode_cuda(&kv, &b, &p, dummy, dummy, NULL));
+	p.n_q_heads = 8;
+	/* Extend with per-request rows needs max_q_len to size its grid. */
+	b2 = b;
+	b2.q_indptr = dummy;
+	ASSERT_EQ(-EINVAL, kv_attn_extend_cuda(&kv, &b2, &p, dummy, dummy, NULL));
+	ASSERT_EQ(0, kv_attn_decode_cuda_workspace(&k2, &b, &p));
+}
+
+TEST_HARNESS_MAIN
