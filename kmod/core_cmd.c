@@ -42,6 +42,21 @@ static int kvs_count_check(u32 count)
 	return 0;
 }
 
+/*
+ * What every page command checks first, in this order: its must-be-zero
+ * fields (@fields_zero), the batch size, and that the file is attached.
+ */
+static struct kvs_pool *kvs_batch_start(struct kvs_client *cl, bool fields_zero,
+					u32 count, int *err)
+{
+	struct kvs_pool *pool = kvs_attached(cl);
+
+	*err = fields_zero ? kvs_count_check(count) : -EINVAL;
+	if (!*err && !pool)
+		*err = -EBADFD;
+	return *err ? NULL : pool;
+}
+
 static int kvs_cmd_info(struct kvs_client *cl, void *arg, struct kvs_call *call)
 {
 	struct kvs_info *info = arg;
@@ -222,18 +237,16 @@ static void kvs_undo_holdings(struct kvs_client *cl, struct kvs_pool *pool,
 static int kvs_cmd_alloc(struct kvs_client *cl, void *arg, struct kvs_call *call)
 {
 	struct kvs_alloc *req = arg;
-	struct kvs_pool *pool = kvs_attached(cl);
 	u64 len = (u64)req->count * sizeof(u32);
+	struct kvs_pool *pool;
 	u32 *pages;
 	int ret;
 
-	if (req->flags || !kvs_zero(req->reserved, sizeof(req->reserved)))
-		return -EINVAL;
-	ret = kvs_count_check(req->count);
-	if (ret)
-		return ret;
+	pool = kvs_batch_start(cl, !req->flags &&
+			       kvs_zero(req->reserved, sizeof(req->reserved)),
+			       req->count, &ret);
 	if (!pool)
-		return -EBADFD;
+		return ret;
 	pages = kvmalloc_array(req->count, sizeof(*pages), GFP_KERNEL);
 	if (!pages)
 		return -ENOMEM;
@@ -258,20 +271,17 @@ out:
 static int kvs_cmd_publish(struct kvs_client *cl, void *arg, struct kvs_call *call)
 {
 	struct kvs_publish *req = arg;
-	struct kvs_pool *pool = kvs_attached(cl);
 	struct kvs_publish_entry *ents;
 	u64 len = (u64)req->count * sizeof(*ents);
+	struct kvs_pool *pool;
 	u32 n_dup = 0;
 	int ret;
 
-	if (req->flags || req->n_dup || req->pad ||
-	    !kvs_zero(req->reserved, sizeof(req->reserved)))
-		return -EINVAL;
-	ret = kvs_count_check(req->count);
-	if (ret)
-		return ret;
+	pool = kvs_batch_start(cl, !req->flags && !req->n_dup && !req->pad &&
+			       kvs_zero(req->reserved, sizeof(req->reserved)),
+			       req->count, &ret);
 	if (!pool)
-		return -EBADFD;
+		return ret;
 	ents = kvmalloc_array(req->count, sizeof(*ents), GFP_KERNEL);
 	if (!ents)
 		return -ENOMEM;
@@ -306,19 +316,16 @@ out:
 static int kvs_cmd_lookup(struct kvs_client *cl, void *arg, struct kvs_call *call)
 {
 	struct kvs_lookup *req = arg;
-	struct kvs_pool *pool = kvs_attached(cl);
+	struct kvs_pool *pool;
 	struct kvs_key *keys;
 	u32 *pages, n_hit = 0;
 	int ret;
 
-	if (req->flags || req->n_hit || req->pad ||
-	    !kvs_zero(req->reserved, sizeof(req->reserved)))
-		return -EINVAL;
-	ret = kvs_count_check(req->count);
-	if (ret)
-		return ret;
+	pool = kvs_batch_start(cl, !req->flags && !req->n_hit && !req->pad &&
+			       kvs_zero(req->reserved, sizeof(req->reserved)),
+			       req->count, &ret);
 	if (!pool)
-		return -EBADFD;
+		return ret;
 	keys = kvmalloc_array(req->count, sizeof(*keys), GFP_KERNEL);
 	pages = kvmalloc_array(req->count, sizeof(*pages), GFP_KERNEL);
 	ret = -ENOMEM;
@@ -352,17 +359,15 @@ out:
 static int kvs_cmd_put(struct kvs_client *cl, void *arg, struct kvs_call *call)
 {
 	struct kvs_put *req = arg;
-	struct kvs_pool *pool = kvs_attached(cl);
+	struct kvs_pool *pool;
 	u32 *pages;
 	int ret;
 
-	if (req->flags || !kvs_zero(req->reserved, sizeof(req->reserved)))
-		return -EINVAL;
-	ret = kvs_count_check(req->count);
-	if (ret)
-		return ret;
+	pool = kvs_batch_start(cl, !req->flags &&
+			       kvs_zero(req->reserved, sizeof(req->reserved)),
+			       req->count, &ret);
 	if (!pool)
-		return -EBADFD;
+		return ret;
 	pages = kvmalloc_array(req->count, sizeof(*pages), GFP_KERNEL);
 	if (!pages)
 		return -ENOMEM;
