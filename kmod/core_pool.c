@@ -118,6 +118,7 @@ u32 kvs_client_pool_id(struct kvs_client *cl)
 
 u64 kvs_client_held(struct kvs_client *cl)
 {
+	/* Pairs with the release in kvs_pool_attach(). */
 	struct kvs_pool *pool = smp_load_acquire(&cl->pool);
 	u64 held;
 
