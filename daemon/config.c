@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <kvshare/kv_layout.h>
+
 #include "kvshared.h"
 
 #define KVSD_DIM_MAX		65536
@@ -179,25 +181,11 @@ const char *kvsd_mem_name(enum kvsd_mem_kind kind)
 	return mem_names[kind];
 }
 
-static unsigned int dtype_size(uint32_t dtype)
-{
-	switch (dtype) {
-	case KVS_DTYPE_F16:
-	case KVS_DTYPE_BF16:
-		return 2;
-	case KVS_DTYPE_F32:
-		return 4;
-	case KVS_DTYPE_FP8:
-		return 1;
-	}
-	return 0;
-}
-
 /* 2 (K and V) * layers * heads * head_dim * tokens * sizeof(dtype). */
 uint64_t kvsd_page_bytes(const struct kvs_geometry *g)
 {
 	uint64_t dims[] = { g->n_layers, g->n_kv_heads, g->head_dim,
-			    g->tokens_per_page, dtype_size(g->dtype) };
+			    g->tokens_per_page, kv_dtype_size(g->dtype) };
 	uint64_t bytes = 2;
 	unsigned int i;
 

@@ -11,6 +11,8 @@ KVSD_SRCS := daemon/main.c daemon/config.c daemon/server.c daemon/pools.c \
 KVSD_OBJS     := $(KVSD_SRCS:daemon/%.c=$(BUILD)/daemon/%.o)
 KVSD_SAN_OBJS := $(KVSD_SRCS:daemon/%.c=$(BUILD)/san/daemon/%.o)
 KVSD_LDLIBS   := -ldl $(LIBKVCORE_LDLIBS)
+# libkv's public headers (kv_layout.h: element sizes), not its library.
+KVSD_CFLAGS   := -Iinclude
 
 # cuda.h is a system header: its own warnings are not ours.
 $(BUILD)/daemon/mem_cuda.o $(BUILD)/san/daemon/mem_cuda.o: KVSD_CFLAGS += -isystem $(CUDA_INC)

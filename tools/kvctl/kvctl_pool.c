@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <kvshare/kv_layout.h>
+
 #define GIB		(1ull << 30)
 #define DIM_MAX		65536
 #define NAME_CHARS	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-"
@@ -109,18 +111,6 @@ static int check_name(const char *cmd, const char *name)
 	return 0;
 }
 
-static uint64_t dtype_size(uint32_t dtype)
-{
-	switch (dtype) {
-	case KVS_DTYPE_F16:
-	case KVS_DTYPE_BF16:
-		return 2;
-	case KVS_DTYPE_F32:
-		return 4;
-	}
-	return 1;
-}
-
 enum {
 	C_PAGES, C_LAYERS, C_HEADS, C_DIM, C_TOKENS, C_DTYPE, C_MODE, C_QUOTA,
 	C_NSUID,
@@ -152,7 +142,7 @@ static int create_args(struct kvctl_opt *o, struct kvs_pool_create *req)
 		return kvctl_usage_err(cmd, "--dtype: unknown dtype '%s' "
 				       "(f16, bf16, f32 or fp8)", o[C_DTYPE].val);
 	/* Stop multiplying once past the limit: 2 * 65536^4 would wrap. */
-	page_bytes = 2 * dtype_size(req->geom.dtype);
+	page_bytes = 2 * kv_dtype_size(req->geom.dtype);
 	for (i = 0; i < 4 && page_bytes <= GIB; i++)
 		page_bytes *= *dim_out[i];
 	if (page_bytes > GIB)
