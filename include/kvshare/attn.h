@@ -93,6 +93,13 @@ int kv_attn_write_ref(const struct kv_attn_kv *kv, const struct kv_attn_batch *b
 int kv_attn_decode_ref(const struct kv_attn_kv *kv, const struct kv_attn_batch *b,
 		       const struct kv_attn_params *p, const float *q,
 		       float *out, float *lse);
+/*
+ * Extend is reproducible to the bit: a query row's out and lse depend on
+ * its position, q and the KV it sees, not on how a sequence's new tokens
+ * were cut into calls (one prefill, chunked prefill, or extend after a
+ * cached prefix) nor on the thread count.  Decode is too for a fixed
+ * p->kv_split (or no workers); its default split follows the threads.
+ */
 int kv_attn_extend_ref(const struct kv_attn_kv *kv, const struct kv_attn_batch *b,
 		       const struct kv_attn_params *p, const float *q,
 		       float *out, float *lse);

@@ -9,7 +9,11 @@
  * that a thread streams whole token rows (H * D contiguous elements) from
  * each page; splits of one request are merged by their log-sum-exp when
  * the last of them finishes.  Extend is one item per block of query rows
- * of a request, over its whole causal range, longest first.
+ * of a request, over its whole causal range, longest first.  Blocks start
+ * at positions that are multiples of EXTEND_ROWS, whatever the call's first
+ * new token: the inner loops' order of operations depends on a block's
+ * shape, so this is what makes a row's result the same bits however a
+ * prompt is cut into calls (chunked prefill, a cached prefix, or none).
  */
 #include <errno.h>
 #include <math.h>
@@ -576,6 +580,7 @@ int kv_attn_extend_ref(const struct kv_attn_kv *kv, const struct kv_attn_batch *
 		       float *out, float *lse)
 {
 	uint64_t n_items = 0;
+	struct ref_item *x;
 	struct ref_call c;
 	struct call_mem m;
 	uint32_t rows, r, i, it = 0;
@@ -593,8 +598,10 @@ int kv_attn_extend_ref(const struct kv_attn_kv *kv, const struct kv_attn_batch *
 	call_init(&c, kv, b, p, q, out, lse);
 	for (r = 0; r < b->n_reqs; r++) {
 		uint32_t n_new = b->q_indptr ? b->q_indptr[r + 1] - b->q_indptr[r] : 1;
+		uint32_t pos = b->seq_lens[r] - n_new;
 
-		n_items += (n_new + EXTEND_ROWS - 1) / EXTEND_ROWS;
+		if (n_new)
+			n_items += (pos + n_new - 1) / EXTEND_ROWS - pos / EXTEND_ROWS + 1;
 	}
 	if (n_items > MAX_ITEMS)
 		return -E2BIG;
@@ -606,13 +613,15 @@ int kv_attn_extend_ref(const struct kv_attn_kv *kv, const struct kv_attn_batch *
 		uint32_t n_new = b->q_indptr ? b->q_indptr[r + 1] - row0 : 1;
 		uint32_t seq = b->seq_lens[r];
 
-		for (i = 0; i < n_new; i += EXTEND_ROWS, it++) {
-			struct ref_item *x = &m.items[it];
+		for (i = 0; i < n_new; i += x->n_rows, it++) {
+			uint32_t pos = seq - n_new + i;
+			uint32_t upto = EXTEND_ROWS - pos % EXTEND_ROWS;
 
+			x = &m.items[it];
 			x->req = r;
 			x->row0 = row0 + i;
-			x->n_rows = n_new - i < EXTEND_ROWS ? n_new - i : EXTEND_ROWS;
-			x->pos0 = seq - n_new + i;
+			x->n_rows = n_new - i < upto ? n_new - i : upto;
+			x->pos0 = pos;
 			x->t0 = 0;
 			x->t1 = x->pos0 + x->n_rows;
 			x->part = NO_PART;

@@ -173,25 +173,22 @@ ALWAYS vf ld_kv(uint32_t dt, const uint8_t *p)
 	return ld_f32(p);
 }
 
+/*
+ * The lanes' sum by halving: lane i += lane i + n/2 while n > 1, the very
+ * tree reduce8() below follows, so that a score comes out the same bits
+ * whichever tile shape computed it (and with it a row's result does not
+ * depend on how a call was cut into tiles).
+ */
 ALWAYS float hsum(vf v)
 {
-	float s = 0;
-	int i;
+	float x[KV_VL];
+	int n, i;
 
-#if KV_VL >= 8
-	typedef float vhalf __attribute__((vector_size(KV_VL * 2)));
-	vhalf lo, hi;
-
-	memcpy(&lo, &v, sizeof(lo));
-	memcpy(&hi, (char *)&v + sizeof(lo), sizeof(hi));
-	lo += hi;
-	for (i = 0; i < KV_VL / 2; i++)
-		s += lo[i];
-#else
-	for (i = 0; i < KV_VL; i++)
-		s += v[i];
-#endif
-	return s;
+	memcpy(x, &v, sizeof(x));
+	for (n = KV_VL / 2; n > 0; n /= 2)
+		for (i = 0; i < n; i++)
+			x[i] += x[i + n];
+	return x[0];
 }
 
 /*

@@ -465,6 +465,71 @@ TEST(threads_are_deterministic)
 	at_env_free(&e);
 }
 
+/*
+ * A prompt cut into calls anywhere (chunked prefill, a cached prefix)
+ * gives the very bits of one whole prefill: attn.h promises it, and
+ * prefix sharing leans on it (a page computed by one process after its
+ * own cached prefix must equal the page another computes from scratch).
+ */
+TEST(extend_is_chunk_invariant)
+{
+	static const uint32_t cuts[][3] = { { 3, 250, 447 }, { 16, 17, 600 }, { 1, 2, 9 } };
+	static const uint32_t tpps_here[] = { 1, 16 };
+	unsigned int t, k, i, s;
+
+	for (t = 0; t < 2; t++) {
+		struct at_case c = { .dtype = t ? KVS_DTYPE_BF16 : KVS_DTYPE_F16, .dim = 64,
+				     .tpp = tpps_here[t], .n_kv = 2, .group = 3, .n_reqs = 1,
+				     .seq = { 700 }, .n_new = { 700 }, .seed = 31 + t };
+		struct kv_attn_params p = { 0 };
+		struct at_env e;
+		size_t row_f, n;
+		float *whole, *part, *wl, *pl;
+
+		ASSERT_EQ(0, at_env_init(&e, &c));
+		p.n_q_heads = e.nq;
+		row_f = (size_t)e.nq * c.dim;
+		n = c.seq[0] * row_f;
+		for (i = 0; i < N_ISAS; i++) {
+			if (kv_attn_ref_set_isa(isas[i]))
+				continue;
+			whole = poisoned(n);
+			wl = poisoned((size_t)c.seq[0] * e.nq);
+			ASSERT_EQ(0, kv_attn_extend_ref(&e.kv, &e.bx, &p, e.q_ext, whole, wl));
+			for (k = 0; k < 3; k++) {
+				uint32_t bounds[5] = { 0, cuts[k][0], cuts[k][1], cuts[k][2], c.seq[0] };
+
+				part = poisoned(n);
+				pl = poisoned((size_t)c.seq[0] * e.nq);
+				for (s = 0; s < 4; s++) {
+					uint32_t qi[2] = { 0, bounds[s + 1] - bounds[s] };
+					uint32_t seq = bounds[s + 1];
+					struct kv_attn_batch b = e.bx;
+
+					b.seq_lens = &seq;
+					b.q_indptr = qi;
+					b.max_q_len = 0;
+					ASSERT_EQ(0, kv_attn_extend_ref(&e.kv, &b, &p,
+									e.q_ext + bounds[s] * row_f,
+									part + bounds[s] * row_f,
+									pl + (size_t)bounds[s] * e.nq));
+				}
+				EXPECT_EQ(0, memcmp(whole, part, n * sizeof(float))) {
+					TH_LOG("[%s] T=%u cuts %u/%u/%u: outputs differ",
+					       isas[i], c.tpp, cuts[k][0], cuts[k][1], cuts[k][2]);
+				}
+				EXPECT_EQ(0, memcmp(wl, pl, (size_t)c.seq[0] * e.nq * sizeof(float)));
+				free(part);
+				free(pl);
+			}
+			free(whole);
+			free(wl);
+		}
+		kv_attn_ref_set_isa(NULL);
+		at_env_free(&e);
+	}
+}
+
 /* A shared prefix: the same physical pages in every request's table. */
 TEST(shared_prefix_pages)
 {
