@@ -5,15 +5,20 @@
  * documents, a unique question each), as replicas of an engine on one host
  * would, and share prefix KV pages through the arbiter:
  *
- *   keys   = chained SHA-256 block keys of the prompt's full pages
- *   hits   = LOOKUP(keys)            pages some process already computed
- *   misses = ALLOC, "prefill" them, PUBLISH (a duplicate: use the canonical)
- *   done   = PUT everything          the pages stay CACHED for the next one
+ *   match   the prompt against the worker's radix tree, then the arbiter
+ *           (LOOKUP of chained SHA-256 block keys): pages some process
+ *           already computed;
+ *   prefill the rest with a small transformer (model.c) whose attention is
+ *           libkv's paged C reference, reading the shared pages in place;
+ *   decode  a few tokens greedily through the paged decode kernel;
+ *   finish  PUBLISH the new full pages (a duplicate: use the canonical)
+ *           and PUT everything: the pages stay CACHED for the next one.
  *
- * The prefill writes each page's bytes as a function of its key, so every
- * page a worker reads, its own or another's, is checked byte for byte:
- * shared memory and arbitration are both on trial.  Attention itself comes
- * with libkv's kernels; this run measures what sharing saves.
+ * Every --verify'th request of a worker is recomputed from scratch in
+ * private memory and compared to the bit: every KV row of every layer in
+ * its pages (its own and other processes'), each generated token and the
+ * final hidden state.  Shared memory, arbitration and the attention code
+ * are all on trial, and the recompute's time is the cost sharing saved.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -27,24 +32,30 @@
 #include <unistd.h>
 
 #include <kvshare/arbiter.h>
-#include <kvshare/blockhash.h>
+#include <kvshare/attn.h>
 #include <kvshare/radix.h>
 #include <kvshare/req_table.h>
+
+#include "model.h"
 
 struct opts {
 	const char *arbiter;
 	const char *pool;
 	const char *salt;
 	unsigned int workers, requests, system_tokens, doc_tokens, docs;
-	unsigned int question_tokens;
-	uint64_t seed;
+	unsigned int question_tokens, q_heads, gen_tokens, verify;
+	uint64_t seed, model_seed;
+	char default_salt[96];
 };
 
 /* What one worker did, sent to the parent through a pipe. */
 struct tally {
 	uint64_t requests, prompt_tokens, page_tokens;
 	uint64_t local_hit_pages, remote_hit_pages, computed_pages, dup_pages;
-	uint64_t evicted_pages, verified_bytes, mismatches, errors;
+	uint64_t evicted_pages, errors;
+	uint64_t prefill_tokens, decode_tokens;
+	uint64_t verified_requests, verified_bytes, mismatches;
+	uint64_t prefill_ns, decode_ns, verify_prefill_ns;
 	uint64_t ns;
 };
 
@@ -75,104 +86,174 @@ static void text(uint32_t *out, unsigned int n, uint64_t stream)
 		out[i] = (uint32_t)(splitmix64(&s) % 128000);
 }
 
-/* The bytes a "prefill" writes for the page with this key. */
-static void fill_page(uint64_t *p, size_t bytes, const struct kvs_key *key)
-{
-	uint64_t s = key->w[0] ^ key->w[3];
-	size_t i;
-
-	for (i = 0; i < bytes / 8; i++)
-		p[i] = splitmix64(&s);
-}
-
-static bool page_ok(const uint64_t *p, size_t bytes, const struct kvs_key *key)
-{
-	uint64_t s = key->w[0] ^ key->w[3];
-	size_t i;
-
-	for (i = 0; i < bytes / 8; i++)
-		if (p[i] != splitmix64(&s))
-			return false;
-	return true;
-}
-
 struct worker {
 	const struct opts *o;
 	unsigned int id;
 	struct kv_pool *pool;
 	struct kv_prefix_cache *cache;
 	struct kv_req_table *rt;
-	struct kv_block_hasher hasher;	/* the keys, for checking page bytes */
-	size_t page_bytes;
+	struct model *model;
+	const struct kvs_geometry *geom;
 	uint32_t tokens_per_page;
-	uint32_t *tokens;
-	struct kvs_key *keys;
+	uint32_t *tokens;		/* prompt, then the generated tokens */
+	uint32_t *pages;		/* the request's page table */
+	uint32_t max_pages;
+	float *hidden;			/* the served run's final hidden state */
+	uint8_t *scratch;		/* private pages for the recompute */
+	uint32_t *scratch_pages;
 	struct tally t;
 };
 
-/* Check one page this worker got from the cache, local or shared. */
-static void verify(struct worker *w, uint32_t page, const struct kvs_key *key)
+/*
+ * Recompute the request from scratch in private memory (poisoned with
+ * NaN, pages in reverse order) and compare: every KV row of every layer
+ * of tokens [0, n_kv), the generated tokens, the final hidden state.
+ * -EIO on any difference; the first is reported.
+ */
+static int verify(struct worker *w, const struct model_seq *served, uint32_t n_prompt,
+		  uint32_t n_kv)
 {
-	if (page_ok(kv_page_addr(w->pool, page), w->page_bytes, key))
-		w->t.verified_bytes += w->page_bytes;
-	else
-		w->t.mismatches++;
+	const struct kvs_geometry *g = w->geom;
+	const uint32_t T = g->tokens_per_page, n_pages = (n_kv + T - 1) / T;
+	const uint64_t row = kv_token_stride(g);
+	struct model_seq s = { w->scratch, n_pages, w->scratch_pages, n_pages };
+	const uint8_t *pool = served->pool_base;
+	const float *hidden;
+	uint32_t i, l, which, t, next, len;
+	uint64_t t0 = now_ns();
+	int ret;
+
+	memset(w->scratch, 0xff, (size_t)n_pages * g->page_bytes);
+	for (i = 0; i < n_pages; i++)
+		w->scratch_pages[i] = n_pages - 1 - i;
+	ret = model_prefill(w->model, &s, w->tokens, 0, n_prompt, &next);
+	w->t.verify_prefill_ns += now_ns() - t0;
+	for (i = n_prompt; !ret && i <= n_kv; i++) {
+		if (next != w->tokens[i]) {
+			fprintf(stderr, "kvserve: worker %u: token %u is %u, from scratch %u\n",
+				w->id, i, w->tokens[i], next);
+			return -EIO;
+		}
+		if (i < n_kv)
+			ret = model_decode(w->model, &s, w->tokens[i], i, &next);
+	}
+	if (ret)
+		return ret;
+	hidden = model_last_hidden(w->model, &len);
+	if (memcmp(hidden, w->hidden, len * sizeof(float))) {
+		fprintf(stderr, "kvserve: worker %u: final hidden state differs from scratch\n",
+			w->id);
+		return -EIO;
+	}
+	for (t = 0; t < n_kv; t++)
+		for (l = 0; l < g->n_layers; l++)
+			for (which = KV_K; which <= KV_V; which++) {
+				const uint8_t *a = pool + kv_offset(g, served->pages[t / T], l,
+								    which, t % T, 0, 0);
+				const uint8_t *b = w->scratch + kv_offset(g, s.pages[t / T], l,
+									  which, t % T, 0, 0);
+
+				if (memcmp(a, b, row)) {
+					fprintf(stderr, "kvserve: worker %u: %c of token %u, layer %u, "
+						"in page %u differs from scratch\n", w->id,
+						which == KV_K ? 'K' : 'V', t, l, served->pages[t / T]);
+					return -EIO;
+				}
+				w->t.verified_bytes += row;
+			}
+	w->t.verified_requests++;
+	return 0;
+}
+
+static void prompt(const struct opts *o, uint32_t *tokens, uint64_t pick)
+{
+	unsigned int doc = splitmix64(&pick) % o->docs;
+
+	text(tokens, o->system_tokens, o->seed);
+	text(tokens + o->system_tokens, o->doc_tokens, o->seed + 1 + doc);
+	text(tokens + o->system_tokens + o->doc_tokens, o->question_tokens,
+	     o->seed + 1000 + pick);
 }
 
 /*
  * One request, as an engine does it: match the prompt against the local
- * tree and then the arbiter, reserve pages for the rest, prefill them,
- * and hand the request to the cache when it finishes (which PUBLISHes
- * the new full pages, or swaps in another process's identical ones).
+ * tree and then the arbiter, reserve pages for the rest and for the
+ * tokens it will generate, prefill what was not cached, decode, and hand
+ * the request to the cache when it finishes (which PUBLISHes the new full
+ * pages, or swaps in another process's identical ones).
  */
 static int serve_one(struct worker *w, unsigned int r)
 {
 	const struct opts *o = w->o;
-	uint64_t pick = w->id * 1000003ull + r + o->seed;
-	unsigned int n_tok = o->system_tokens + o->doc_tokens + o->question_tokens;
-	unsigned int doc = splitmix64(&pick) % o->docs, i;
+	const uint32_t n_prompt = o->system_tokens + o->doc_tokens + o->question_tokens;
+	/* KV is written for all but the last generated token, never fed back. */
+	const uint32_t n_kv = n_prompt + o->gen_tokens - 1;
 	struct kv_radix_req req = { .tokens = w->tokens };
-	long n_keys, matched;
+	struct model_seq seq = {
+		.pool_base = kv_page_addr(w->pool, 0),
+		.pool_pages = kv_pool_info(w->pool)->n_pages, .pages = w->pages,
+	};
+	uint32_t indptr[2], seq_len, next, i, len;
+	uint64_t t0, t1;
+	long matched, n;
 	int ret;
 
-	text(w->tokens, o->system_tokens, o->seed);
-	text(w->tokens + o->system_tokens, o->doc_tokens, o->seed + 1 + doc);
-	text(w->tokens + o->system_tokens + o->doc_tokens, o->question_tokens,
-	     o->seed + 1000 + pick);
-	n_keys = kv_hash_chain(&w->hasher, NULL, w->tokens, n_tok, NULL, 0, w->keys);
-	if (n_keys < 0)
-		return n_keys;
-
+	prompt(o, w->tokens, w->id * 1000003ull + r + o->seed);
 	req.slot = kv_req_alloc(w->rt);
 	if (req.slot < 0)
 		return req.slot;
-	matched = kv_prefix_match(w->cache, w->rt, &req, n_tok);
+	/* The last prompt token is always computed: its logits pick the first new token. */
+	matched = kv_prefix_match(w->cache, w->rt, &req, n_prompt - 1);
 	if (matched < 0) {
 		kv_req_free(w->rt, req.slot);
 		return matched;
 	}
-	for (i = 0; i < matched / w->tokens_per_page; i++)
-		verify(w, kv_req_page(w->rt, req.slot, i), &w->keys[i]);
-	ret = kv_prefix_reserve(w->cache, w->rt, &req, n_tok);
+	ret = kv_prefix_reserve(w->cache, w->rt, &req, n_kv);
+	n = ret ? ret : kv_req_table_csr(w->rt, &req.slot, 1, indptr, w->pages,
+					  w->max_pages, &seq_len);
+	if (n < 0) {
+		kv_prefix_abort(w->cache, w->rt, &req);
+		return n;
+	}
+	seq.n_pages = n;
+
+	t0 = now_ns();
+	ret = model_prefill(w->model, &seq, w->tokens, matched, n_prompt - matched, &next);
+	t1 = now_ns();
+	for (i = n_prompt; !ret && i < n_kv; i++) {
+		w->tokens[i] = next;
+		ret = model_decode(w->model, &seq, next, i, &next);
+	}
+	w->tokens[n_kv] = next;
+	w->t.prefill_ns += t1 - t0;
+	w->t.decode_ns += now_ns() - t1;
+	w->t.prefill_tokens += n_prompt - matched;
+	w->t.decode_tokens += o->gen_tokens - 1;
+	if (!ret && o->verify && r % o->verify == 0) {
+		const float *h = model_last_hidden(w->model, &len);
+
+		memcpy(w->hidden, h, len * sizeof(float));
+		ret = verify(w, &seq, n_prompt, n_kv);
+		if (ret == -EIO)
+			w->t.mismatches++;
+	}
 	if (ret) {
 		kv_prefix_abort(w->cache, w->rt, &req);
 		return ret;
 	}
-	for (i = matched / w->tokens_per_page; i < n_keys; i++)
-		fill_page(kv_page_addr(w->pool, kv_req_page(w->rt, req.slot, i)),
-			  w->page_bytes, &w->keys[i]);
-	req.n_tokens = n_tok;
+	req.n_tokens = n_kv;
 	ret = kv_prefix_cache_finished(w->cache, w->rt, &req);
 	w->t.requests++;
-	w->t.prompt_tokens += n_tok;
-	w->t.page_tokens += n_keys * w->tokens_per_page;
+	w->t.prompt_tokens += n_prompt;
+	w->t.page_tokens += n_prompt / w->tokens_per_page * w->tokens_per_page;
 	return ret;
 }
 
 static int worker_setup(struct worker *w)
 {
 	const struct opts *o = w->o;
-	size_t n_tok = o->system_tokens + o->doc_tokens + o->question_tokens;
+	const uint32_t n_all = o->system_tokens + o->doc_tokens + o->question_tokens +
+			       o->gen_tokens;
 	struct kv_prefix_config cfg = { .salt = o->salt, .salt_len = strlen(o->salt) };
 	const struct kvs_pool_attach *info;
 	int ret;
@@ -184,16 +265,28 @@ static int worker_setup(struct worker *w)
 		return ret;
 	}
 	info = kv_pool_info(w->pool);
-	w->page_bytes = info->geom.page_bytes;
+	w->geom = &info->geom;
 	w->tokens_per_page = info->geom.tokens_per_page;
-	ret = kv_hasher_init(&w->hasher, o->salt, strlen(o->salt), w->tokens_per_page);
+	w->max_pages = n_all / w->tokens_per_page + 1;
+	ret = model_create(&info->geom, o->q_heads, o->model_seed, n_all, &w->model);
+	if (ret == -EINVAL) {
+		fprintf(stderr, "kvserve: --q-heads %u does not fit pool '%s' (%u KV heads of "
+			"dim %u, %s): it must be a multiple of the KV heads\n", o->q_heads,
+			o->pool, info->geom.n_kv_heads, info->geom.head_dim,
+			"the attention code takes fp16, bf16 and fp32");
+		return ret;
+	}
 	if (!ret)
 		ret = kv_prefix_create(kv_pool_arbiter(w->pool), info, &cfg, &w->cache);
 	if (!ret)
-		ret = kv_req_table_create(1, n_tok, w->tokens_per_page, &w->rt);
-	w->tokens = calloc(n_tok, sizeof(*w->tokens));
-	w->keys = calloc(n_tok / w->tokens_per_page + 1, sizeof(*w->keys));
-	if (!ret && (!w->tokens || !w->keys))
+		ret = kv_req_table_create(1, n_all, w->tokens_per_page, &w->rt);
+	w->tokens = calloc(n_all, sizeof(*w->tokens));
+	w->pages = calloc(w->max_pages, sizeof(*w->pages));
+	w->scratch_pages = calloc(w->max_pages, sizeof(*w->scratch_pages));
+	w->hidden = calloc((size_t)o->q_heads * info->geom.head_dim, sizeof(float));
+	w->scratch = o->verify ? malloc((size_t)w->max_pages * info->geom.page_bytes) : NULL;
+	if (!ret && (!w->tokens || !w->pages || !w->scratch_pages || !w->hidden ||
+		     (o->verify && !w->scratch)))
 		ret = -ENOMEM;
 	if (ret)
 		fprintf(stderr, "kvserve: worker %u: %s\n", w->id, strerror(-ret));
@@ -237,9 +330,13 @@ out:
 	if (w->cache)
 		kv_prefix_destroy(w->cache);
 	kv_req_table_destroy(w->rt);
+	model_destroy(w->model);
 	kv_pool_close(w->pool);
 	free(w->tokens);
-	free(w->keys);
+	free(w->pages);
+	free(w->scratch_pages);
+	free(w->hidden);
+	free(w->scratch);
 	return ret;
 }
 
@@ -247,11 +344,18 @@ static void usage(FILE *f)
 {
 	fputs("usage: kvserve [--arbiter PATH] [--pool NAME] [--workers N] [--requests R]\n"
 	      "               [--system-tokens S] [--doc-tokens D] [--docs K]\n"
-	      "               [--question-tokens Q] [--salt STR] [--seed N]\n\n"
+	      "               [--question-tokens Q] [--q-heads H] [--gen-tokens G]\n"
+	      "               [--verify V] [--model-seed M] [--salt STR] [--seed N]\n\n"
 	      "N worker processes each serve R prompts of S shared system-prompt tokens,\n"
-	      "D tokens of one of K shared documents and Q unique tokens, sharing prefix\n"
-	      "KV pages of pool NAME through the arbiter (libkv picks the module or the\n"
-	      "daemon unless --arbiter names one), and check every page byte for byte.\n", f);
+	      "D tokens of one of K shared documents and Q unique tokens, and generate G\n"
+	      "tokens each, with a small random-weight transformer of H query heads over\n"
+	      "pool NAME's geometry, sharing prefix KV pages through the arbiter (libkv\n"
+	      "picks the module or the daemon unless --arbiter names one).  Every V'th\n"
+	      "request of a worker (0: none) is recomputed from scratch and compared to\n"
+	      "the bit.  The model's weights come from M; the block keys' salt names\n"
+	      "the model (M and H) unless --salt replaces it.  --seed picks the texts.\n"
+	      "Defaults: 4 workers x 24 requests, 1024 + 2048 of 4 + 96 tokens, 4 q\n"
+	      "heads, 8 generated tokens, --verify 4, seeds 1.\n", f);
 }
 
 static int parse(int argc, char **argv, struct opts *o)
@@ -261,12 +365,16 @@ static int parse(int argc, char **argv, struct opts *o)
 		{ "workers", 1, NULL, 'w' }, { "requests", 1, NULL, 'r' },
 		{ "system-tokens", 1, NULL, 's' }, { "doc-tokens", 1, NULL, 'd' },
 		{ "docs", 1, NULL, 'k' }, { "question-tokens", 1, NULL, 'q' },
+		{ "q-heads", 1, NULL, 'H' }, { "gen-tokens", 1, NULL, 'g' },
+		{ "verify", 1, NULL, 'v' },
 		{ "salt", 1, NULL, 'S' }, { "seed", 1, NULL, 'x' },
+		{ "model-seed", 1, NULL, 'm' },
 		{ "help", 0, NULL, 'h' }, { NULL, 0, NULL, 0 },
 	};
 	unsigned int *nums[128] = {
 		['w'] = &o->workers, ['r'] = &o->requests, ['s'] = &o->system_tokens,
 		['d'] = &o->doc_tokens, ['k'] = &o->docs, ['q'] = &o->question_tokens,
+		['H'] = &o->q_heads, ['g'] = &o->gen_tokens, ['v'] = &o->verify,
 	};
 	int c, idx = 0;
 
@@ -280,9 +388,10 @@ static int parse(int argc, char **argv, struct opts *o)
 		case 'S': o->salt = optarg; continue;
 		case 'h': usage(stdout); exit(0);
 		case 'x':
-			o->seed = strtoull(optarg, &end, 0);
-			if (*end || !*optarg)
-				goto bad;
+		case 'm':
+			*(c == 'x' ? &o->seed : &o->model_seed) = strtoull(optarg, &end, 0);
+			if (*end || !*optarg || *optarg == '-')
+				goto bad_seed;
 			continue;
 		case '?':
 			usage(stderr);
@@ -294,13 +403,30 @@ static int parse(int argc, char **argv, struct opts *o)
 			goto bad;
 		*nums[c] = v;
 	}
-	if (!o->workers || !o->requests || !o->docs ||
+	if (!o->workers || !o->requests || !o->docs || !o->q_heads || !o->gen_tokens ||
 	    !(o->system_tokens + o->doc_tokens + o->question_tokens)) {
-		fprintf(stderr, "kvserve: workers, requests, docs and the prompt length "
-			"must not be 0\n");
+		fprintf(stderr, "kvserve: workers, requests, docs, q heads, generated tokens "
+			"and the prompt length must not be 0\n");
 		return -1;
 	}
+	if ((uint64_t)o->system_tokens + o->doc_tokens + o->question_tokens +
+	    o->gen_tokens > 1000000) {
+		fprintf(stderr, "kvserve: a prompt and its generated tokens must not pass "
+			"1000000 tokens\n");
+		return -1;
+	}
+	/* Block keys must name the model: another model's KV is not ours. */
+	if (!o->salt) {
+		snprintf(o->default_salt, sizeof(o->default_salt),
+			 "kvserve:model-seed=%llu,q-heads=%u",
+			 (unsigned long long)o->model_seed, o->q_heads);
+		o->salt = o->default_salt;
+	}
 	return 0;
+bad_seed:
+	fprintf(stderr, "kvserve: --%s: '%s' is not a number in 0..2^64-1\n",
+		longs[idx].name, optarg);
+	return -1;
 bad:
 	fprintf(stderr, "kvserve: --%s: '%s' is not a number in 0..1000000\n",
 		longs[idx].name, optarg);
@@ -318,15 +444,21 @@ static void add(struct tally *sum, const struct tally *t)
 	sum->computed_pages += t->computed_pages;
 	sum->dup_pages += t->dup_pages;
 	sum->verified_bytes += t->verified_bytes;
+	sum->verified_requests += t->verified_requests;
 	sum->mismatches += t->mismatches;
 	sum->errors += t->errors;
+	sum->prefill_tokens += t->prefill_tokens;
+	sum->decode_tokens += t->decode_tokens;
+	sum->prefill_ns += t->prefill_ns;
+	sum->decode_ns += t->decode_ns;
+	sum->verify_prefill_ns += t->verify_prefill_ns;
 	if (t->ns > sum->ns)
 		sum->ns = t->ns;
 }
 
 /* The pool's own view, with its invariants checked. */
 static int pool_report(const struct opts *o, struct kvs_pool_stats *st,
-		       uint32_t *tokens_per_page)
+		       struct kvs_geometry *geom)
 {
 	struct kvs_pool_attach info = { 0 };
 	struct kv_arbiter *arb;
@@ -336,7 +468,7 @@ static int pool_report(const struct opts *o, struct kvs_pool_stats *st,
 	if (ret)
 		return ret;
 	ret = kv_arbiter_attach(arb, o->pool, 0, &info);
-	*tokens_per_page = info.geom.tokens_per_page;
+	*geom = info.geom;
 	memset(st, 0, sizeof(*st));
 	st->flags = KVS_STATS_CHECK;
 	if (!ret)
@@ -381,44 +513,81 @@ static int spawn(const struct opts *o, struct tally *sum)
 	return failed ? -ECHILD : 0;
 }
 
+static const char *dtype_name(uint32_t dtype)
+{
+	return dtype == KVS_DTYPE_BF16 ? "bf16" : dtype == KVS_DTYPE_F16 ? "fp16" :
+	       dtype == KVS_DTYPE_F32 ? "fp32" : "?";
+}
+
+static double per(uint64_t ns, uint64_t n, double unit)
+{
+	return n ? ns / unit / n : 0.0;
+}
+
+static void report(const struct opts *o, const struct tally *sum,
+		   const struct kvs_geometry *g)
+{
+	uint64_t hits = sum->local_hit_pages + sum->remote_hit_pages;
+	uint32_t tpp = g->tokens_per_page;
+	double scratch = per(sum->verify_prefill_ns, sum->verified_requests, 1e6);
+	double served = per(sum->prefill_ns, sum->requests, 1e6);
+
+	printf("kvserve: %u workers x %u requests, prompts of %u tokens "
+	       "(%u system + %u of %u documents + %u unique), %u generated\n",
+	       o->workers, o->requests, o->system_tokens + o->doc_tokens + o->question_tokens,
+	       o->system_tokens, o->doc_tokens, o->docs, o->question_tokens, o->gen_tokens);
+	printf("  model                  %u layers, %u q heads over %u KV heads of dim %u, "
+	       "%s pages; attention: libkv C reference (%s)\n", g->n_layers, o->q_heads,
+	       g->n_kv_heads, g->head_dim, dtype_name(g->dtype), kv_attn_ref_isa());
+	printf("  requests served        %llu\n", (unsigned long long)sum->requests);
+	printf("  prompt tokens          %llu (%llu in full pages)\n",
+	       (unsigned long long)sum->prompt_tokens, (unsigned long long)sum->page_tokens);
+	printf("  pages from the cache   %llu (%.1f%% of full pages): %llu from the "
+	       "worker's own tree, %llu found through the arbiter\n",
+	       (unsigned long long)hits,
+	       sum->page_tokens ? 100.0 * hits * tpp / sum->page_tokens : 0.0,
+	       (unsigned long long)sum->local_hit_pages,
+	       (unsigned long long)sum->remote_hit_pages);
+	printf("  pages computed         %llu (+%llu computed twice in a race, "
+	       "deduplicated at PUBLISH)\n",
+	       (unsigned long long)sum->computed_pages, (unsigned long long)sum->dup_pages);
+	printf("  pages evicted locally  %llu\n", (unsigned long long)sum->evicted_pages);
+	printf("  prefill                %llu of %llu prompt tokens computed (%.1f%%), "
+	       "%.2f ms a request\n", (unsigned long long)sum->prefill_tokens,
+	       (unsigned long long)sum->prompt_tokens,
+	       sum->prompt_tokens ? 100.0 * sum->prefill_tokens / sum->prompt_tokens : 0.0,
+	       served);
+	printf("  decode                 %llu tokens, %.1f us a token\n",
+	       (unsigned long long)sum->decode_tokens,
+	       per(sum->decode_ns, sum->decode_tokens, 1e3));
+	printf("  verified               %llu requests recomputed from scratch, equal to "
+	       "the bit: %llu bytes of KV, every token, the final state\n",
+	       (unsigned long long)sum->verified_requests,
+	       (unsigned long long)sum->verified_bytes);
+	if (sum->verified_requests && served > 0)
+		printf("  from-scratch prefill   %.2f ms a request: %.1fx the served "
+		       "prefill's time\n", scratch, scratch / served);
+	printf("  wall time              %.1f ms (slowest worker)\n", sum->ns / 1e6);
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o = {
-		.pool = "kvserve", .salt = "kvserve", .workers = 4, .requests = 24,
+		.pool = "kvserve", .workers = 4, .requests = 24,
 		.system_tokens = 1024, .doc_tokens = 2048, .docs = 4,
-		.question_tokens = 96, .seed = 1,
+		.question_tokens = 96, .q_heads = 4, .gen_tokens = 8, .verify = 4, .seed = 1,
+		.model_seed = 1,
 	};
+	struct kvs_geometry geom = { 0 };
 	struct kvs_pool_stats st;
 	struct tally sum = { 0 };
-	uint64_t hits;
-	uint32_t tpp = 0;
 	int ret, check;
 
 	if (parse(argc, argv, &o))
 		return 2;
 	ret = spawn(&o, &sum);
-	check = pool_report(&o, &st, &tpp);
-	hits = sum.local_hit_pages + sum.remote_hit_pages;
-
-	printf("kvserve: %u workers x %u requests, prompts of %u tokens "
-	       "(%u system + %u of %u documents + %u unique)\n",
-	       o.workers, o.requests, o.system_tokens + o.doc_tokens + o.question_tokens,
-	       o.system_tokens, o.doc_tokens, o.docs, o.question_tokens);
-	printf("  requests served        %llu\n", (unsigned long long)sum.requests);
-	printf("  prompt tokens          %llu (%llu in full pages)\n",
-	       (unsigned long long)sum.prompt_tokens, (unsigned long long)sum.page_tokens);
-	printf("  pages from the cache   %llu (%.1f%% of full pages): %llu from the "
-	       "worker's own tree, %llu found through the arbiter\n",
-	       (unsigned long long)hits, sum.page_tokens ? 100.0 * hits * tpp / sum.page_tokens : 0.0,
-	       (unsigned long long)sum.local_hit_pages,
-	       (unsigned long long)sum.remote_hit_pages);
-	printf("  pages computed         %llu (+%llu computed twice in a race, "
-	       "deduplicated at PUBLISH)\n",
-	       (unsigned long long)sum.computed_pages, (unsigned long long)sum.dup_pages);
-	printf("  pages evicted locally  %llu\n", (unsigned long long)sum.evicted_pages);
-	printf("  bytes verified         %llu in pages served from the cache\n",
-	       (unsigned long long)sum.verified_bytes);
-	printf("  wall time              %.1f ms (slowest worker)\n", sum.ns / 1e6);
+	check = pool_report(&o, &st, &geom);
+	report(&o, &sum, &geom);
 	if (!check)
 		printf("  pool                   %llu cached, %llu shared, %llu free, "
 		       "%llu evictions; invariants hold\n",
@@ -428,7 +597,8 @@ int main(int argc, char **argv)
 		printf("  pool                   check failed: %s\n", strerror(-check));
 
 	if (ret || check || sum.mismatches || sum.errors) {
-		fprintf(stderr, "kvserve: FAILED: %llu byte mismatches, %llu request errors%s%s\n",
+		fprintf(stderr, "kvserve: FAILED: %llu requests differ from a recompute, "
+			"%llu request errors%s%s\n",
 			(unsigned long long)sum.mismatches, (unsigned long long)sum.errors,
 			ret ? ", a worker failed" : "", check ? ", pool check failed" : "");
 		return 1;

@@ -1,13 +1,18 @@
 # SPDX-License-Identifier: GPL-2.0
 # kvserve: the reference multi-process serving run (the main job).
+KVSERVE_OBJS := $(BUILD)/tools/kvserve/kvserve.o $(BUILD)/tools/kvserve/model.o
+
+# -O3 for the model's projections: they are most of a prefill's work.
+$(BUILD)/tools/kvserve/model.o: CFLAGS += -O3
+
 $(BUILD)/tools/kvserve/%.o: tools/kvserve/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LIBKV_CFLAGS) $(DEPFLAGS) -c -o $@ $<
 
-$(BUILD)/kvserve: $(BUILD)/tools/kvserve/kvserve.o $(LIBKV)
-	$(CC) $(CFLAGS) -o $@ $^ $(LIBKV_LDLIBS)
+$(BUILD)/kvserve: $(KVSERVE_OBJS) $(LIBKV) $(LIBKV_ATTN)
+	$(CC) $(CFLAGS) -o $@ $^ $(LIBKV_LDLIBS) $(LIBKV_ATTN_LDLIBS)
 
--include $(BUILD)/tools/kvserve/kvserve.d
+-include $(KVSERVE_OBJS:.o=.d)
 
 ALL_TARGETS += $(BUILD)/kvserve
 

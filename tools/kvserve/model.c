@@ -1,0 +1,268 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * kvserve's model (model.h): projections in plain C, attention through
+ * libkv's C reference.  Weights are [in][out] so that every projection is
+ * y += x[i] * W[i][:], a loop the compiler vectorizes without reordering
+ * a sum: the bits do not depend on the build's vector width either.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+
+#define VOCAB		512	/* greedy choice among this many tokens */
+#define MAX_HIDDEN	8192
+
+struct layer_w {
+	float *wq, *wk, *wv, *wo;
+};
+
+struct model {
+	struct kvs_geometry g;
+	uint32_t nq, hid, kvw;		/* q heads; nq * D; n_kv * D */
+	uint32_t max_tokens;
+	uint64_t seed;
+	struct layer_w *lw;
+	float *wout;			/* [hid][VOCAB] */
+	float *x, *xn, *q, *k, *v, *o;	/* activations, max_tokens rows */
+	float hidden[MAX_HIDDEN];	/* last row, normalized */
+	float logits[VOCAB];
+};
+
+static uint64_t splitmix64(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, 1). */
+static float uniform(uint64_t *s)
+{
+	return (float)(splitmix64(s) >> 40) * 0x1p-23f - 1.0f;
+}
+
+/* @in x @out weights, variance 1 / @in: activations keep their size. */
+static float *weights(uint32_t in, uint32_t out, uint64_t *s)
+{
+	float *w = malloc((size_t)in * out * sizeof(float));
+	float a = sqrtf(3.0f / in);
+	size_t i;
+
+	for (i = 0; w && i < (size_t)in * out; i++)
+		w[i] = uniform(s) * a;
+	return w;
+}
+
+void model_destroy(struct model *m)
+{
+	uint32_t l;
+
+	if (!m)
+		return;
+	for (l = 0; m->lw && l < m->g.n_layers; l++) {
+		free(m->lw[l].wq);
+		free(m->lw[l].wk);
+		free(m->lw[l].wv);
+		free(m->lw[l].wo);
+	}
+	free(m->lw);
+	free(m->wout);
+	free(m->x);
+	free(m->xn);
+	free(m->q);
+	free(m->k);
+	free(m->v);
+	free(m->o);
+	free(m);
+}
+
+int model_create(const struct kvs_geometry *g, uint32_t n_q_heads, uint64_t seed,
+		 uint32_t max_tokens, struct model **out)
+{
+	struct model *m;
+	uint64_t s = seed;
+	size_t rows = max_tokens;
+	uint32_t l;
+
+	*out = NULL;
+	if (!g->n_layers || !g->n_kv_heads || !n_q_heads || n_q_heads % g->n_kv_heads ||
+	    !max_tokens || (uint64_t)n_q_heads * g->head_dim > MAX_HIDDEN ||
+	    !kv_dtype_size(g->dtype))
+		return -EINVAL;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->g = *g;
+	m->g.page_bytes = kv_page_bytes(g);
+	m->nq = n_q_heads;
+	m->hid = n_q_heads * g->head_dim;
+	m->kvw = g->n_kv_heads * g->head_dim;
+	m->max_tokens = max_tokens;
+	m->seed = seed;
+	m->lw = calloc(g->n_layers, sizeof(*m->lw));
+	if (!m->lw)
+		goto nomem;
+	for (l = 0; l < g->n_layers; l++) {
+		m->lw[l].wq = weights(m->hid, m->hid, &s);
+		m->lw[l].wk = weights(m->hid, m->kvw, &s);
+		m->lw[l].wv = weights(m->hid, m->kvw, &s);
+		m->lw[l].wo = weights(m->hid, m->hid, &s);
+		if (!m->lw[l].wq || !m->lw[l].wk || !m->lw[l].wv || !m->lw[l].wo)
+			goto nomem;
+	}
+	m->wout = weights(m->hid, VOCAB, &s);
+	m->x = malloc(rows * m->hid * sizeof(float));
+	m->xn = malloc(rows * m->hid * sizeof(float));
+	m->q = malloc(rows * m->hid * sizeof(float));
+	m->o = malloc(rows * m->hid * sizeof(float));
+	m->k = malloc(rows * m->kvw * sizeof(float));
+	m->v = malloc(rows * m->kvw * sizeof(float));
+	if (!m->wout || !m->x || !m->xn || !m->q || !m->o || !m->k || !m->v)
+		goto nomem;
+	*out = m;
+	return 0;
+nomem:
+	model_destroy(m);
+	return -ENOMEM;
+}
+
+/* Token @tok at position @pos: a random vector per token plus sin/cos of the position. */
+static void embed(const struct model *m, uint32_t tok, uint32_t pos, float *x)
+{
+	uint64_t s = m->seed ^ ((uint64_t)tok * 0xd1b54a32d192ed03ull);
+	uint32_t i;
+
+	for (i = 0; i < m->hid; i++) {
+		float freq = powf(10000.0f, -(float)(i & ~1u) / m->hid);
+
+		x[i] = uniform(&s) + ((i & 1) ? cosf(pos * freq) : sinf(pos * freq));
+	}
+}
+
+static void rmsnorm(const float *x, float *y, uint32_t n)
+{
+	float ss = 0, inv;
+	uint32_t i;
+
+	for (i = 0; i < n; i++)
+		ss += x[i] * x[i];
+	inv = 1.0f / sqrtf(ss / n + 1e-5f);
+	for (i = 0; i < n; i++)
+		y[i] = x[i] * inv;
+}
+
+/* y[r] = x[r] W for @rows rows; W is [in][out]. */
+static void project(const float *x, const float *w, float *y, uint32_t rows,
+		    uint32_t in, uint32_t out)
+{
+	uint32_t r, i, j;
+
+	for (r = 0; r < rows; r++) {
+		const float *xr = x + (size_t)r * in;
+		float *yr = y + (size_t)r * out;
+
+		memset(yr, 0, out * sizeof(float));
+		for (i = 0; i < in; i++) {
+			const float a = xr[i], *wi = w + (size_t)i * out;
+
+			for (j = 0; j < out; j++)
+				yr[j] += a * wi[j];
+		}
+	}
+}
+
+/* Tokens at [pos, pos + n) are in m->x (embedded); run every layer. */
+static int forward(struct model *m, const struct model_seq *s, uint32_t pos, uint32_t n,
+		   bool decode, uint32_t *next)
+{
+	uint32_t indptr[2] = { 0, s->n_pages }, q_indptr[2] = { 0, n }, seq = pos + n;
+	struct kv_attn_batch b = {
+		.n_reqs = 1, .max_seq_len = seq, .max_q_len = n, .page_indptr = indptr,
+		.pages = s->pages, .seq_lens = &seq, .q_indptr = decode ? NULL : q_indptr,
+	};
+	struct kv_attn_params p = { .n_q_heads = m->nq };
+	struct kv_attn_kv kv = { .base = s->pool_base, .n_pages = s->pool_pages, .geom = m->g };
+	uint32_t l, r, i, best = 0;
+	int ret;
+
+	for (l = 0; l < m->g.n_layers; l++) {
+		const struct layer_w *w = &m->lw[l];
+
+		for (r = 0; r < n; r++)
+			rmsnorm(m->x + (size_t)r * m->hid, m->xn + (size_t)r * m->hid, m->hid);
+		project(m->xn, w->wq, m->q, n, m->hid, m->hid);
+		project(m->xn, w->wk, m->k, n, m->hid, m->kvw);
+		project(m->xn, w->wv, m->v, n, m->hid, m->kvw);
+		kv.layer = l;
+		ret = kv_attn_write_ref(&kv, &b, m->k, m->v);
+		if (ret)
+			return ret;
+		ret = decode ? kv_attn_decode_ref(&kv, &b, &p, m->q, m->o, NULL)
+			     : kv_attn_extend_ref(&kv, &b, &p, m->q, m->o, NULL);
+		if (ret)
+			return ret;
+		/* The residual: x += o Wo (q is free again: it takes o Wo). */
+		project(m->o, w->wo, m->q, n, m->hid, m->hid);
+		for (i = 0; i < n * m->hid; i++)
+			m->x[i] += m->q[i];
+	}
+	rmsnorm(m->x + (size_t)(n - 1) * m->hid, m->hidden, m->hid);
+	project(m->hidden, m->wout, m->logits, 1, m->hid, VOCAB);
+	for (i = 1; i < VOCAB; i++)
+		if (m->logits[i] > m->logits[best])
+			best = i;
+	*next = best;
+	return 0;
+}
+
+static int check_seq(const struct model *m, const struct model_seq *s, uint32_t pos,
+		     uint32_t n)
+{
+	uint32_t T = m->g.tokens_per_page;
+
+	if (!n || n > m->max_tokens || (uint64_t)pos + n > UINT32_MAX ||
+	    ((uint64_t)pos + n + T - 1) / T > s->n_pages)
+		return -EINVAL;
+	return 0;
+}
+
+int model_prefill(struct model *m, const struct model_seq *s, const uint32_t *tokens,
+		  uint32_t pos, uint32_t n, uint32_t *next)
+{
+	uint32_t r;
+	int ret = check_seq(m, s, pos, n);
+
+	if (ret)
+		return ret;
+	for (r = 0; r < n; r++)
+		embed(m, tokens[pos + r], pos + r, m->x + (size_t)r * m->hid);
+	return forward(m, s, pos, n, false, next);
+}
+
+int model_decode(struct model *m, const struct model_seq *s, uint32_t tok, uint32_t pos,
+		 uint32_t *next)
+{
+	int ret = check_seq(m, s, pos, 1);
+
+	if (ret)
+		return ret;
+	embed(m, tok, pos, m->x);
+	return forward(m, s, pos, 1, true, next);
+}
+
+const float *model_last_hidden(const struct model *m, uint32_t *len)
+{
+	*len = m->hid;
+	return m->hidden;
+}
+
+uint64_t model_macs_per_token(const struct model *m)
+{
+	return (uint64_t)m->g.n_layers * m->hid * (2ull * m->hid + 2ull * m->kvw);
+}

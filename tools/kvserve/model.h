@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * kvserve's model: a small decoder-only transformer with random weights,
+ * the compute its workers run over shared KV pages.  It is untrained and
+ * says nothing, but it has a decoder's data flow: token embedding (with a
+ * sinusoidal position), then per layer RMSNorm, q/k/v projections, the
+ * KV write into the request's pages, paged attention over everything
+ * before (libkv's C reference), and the output projection added to the
+ * residual; a greedy next token from the last row.  From layer 1 on, K and
+ * V depend on every earlier token through attention, so a page computed
+ * by another process is right only if that whole prefix, and the sharing,
+ * are right.
+ *
+ * Every process that creates a model with the same seed and geometry gets
+ * the same weights, and the same tokens give the same bits in any pages:
+ * the reference's extend does not depend on how a prompt is cut into
+ * calls (see <kvshare/attn.h>).  That is what makes a served request
+ * checkable against a recompute from scratch, to the bit.
+ */
+#ifndef KVSERVE_MODEL_H
+#define KVSERVE_MODEL_H
+
+#include <stdint.h>
+
+#include <kvshare/attn.h>
+
+struct model;
+
+/*
+ * A model over pools of geometry @g (layers, KV heads, head dim) with
+ * @n_q_heads query heads, weights from @seed, activations for up to
+ * @max_tokens tokens in one call.  0 or -errno (-EINVAL for a shape the
+ * attention code does not take).
+ */
+int model_create(const struct kvs_geometry *g, uint32_t n_q_heads, uint64_t seed,
+		 uint32_t max_tokens, struct model **out);
+void model_destroy(struct model *m);
+
+/* One request's view of a pool: its memory and the request's pages in token order. */
+struct model_seq {
+	void *pool_base;
+	uint64_t pool_pages;
+	const uint32_t *pages;		/* ceil(tokens / tokens_per_page) of them */
+	uint32_t n_pages;
+};
+
+/*
+ * Prefill tokens[pos .. pos + n) (n >= 1) of a sequence whose KV for
+ * tokens [0, pos) is in its pages already: their KV is written, layer by
+ * layer, and *next is the greedy token after tokens[pos + n - 1].
+ */
+int model_prefill(struct model *m, const struct model_seq *s, const uint32_t *tokens,
+		  uint32_t pos, uint32_t n, uint32_t *next);
+
+/* One decode step: token @tok at position @pos, through the decode kernel. */
+int model_decode(struct model *m, const struct model_seq *s, uint32_t tok, uint32_t pos,
+		 uint32_t *next);
+
+/* The last call's final hidden state (after the last RMSNorm), and its length. */
+const float *model_last_hidden(const struct model *m, uint32_t *len);
+
+/* Multiply-adds of one token through the projections (for throughput figures). */
+uint64_t model_macs_per_token(const struct model *m);
+
+#endif /* KVSERVE_MODEL_H */
