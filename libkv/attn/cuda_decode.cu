@@ -365,8 +365,11 @@ extern "C" int kv_attn_decode_cuda(const struct kv_attn_kv *kv, const struct kv_
 		return -EINVAL;
 	stream = (cudaStream_t)p->stream;
 	pl = dec_plan_for(kv, b, p);
+	/* Grids: the split kernel's x and y, and the combine's x (a block per
+	 * (request, q head)), checked before anything is launched. */
 	if ((uint64_t)b->n_reqs * pl.n_splits > INT32_MAX ||
-	    (uint64_t)kv->geom.n_kv_heads * pl.n_qchunks > 65535)
+	    (uint64_t)kv->geom.n_kv_heads * pl.n_qchunks > 65535 ||
+	    (pl.n_splits > 1 && (uint64_t)b->n_reqs * p->n_q_heads > INT32_MAX))
 		return -E2BIG;
 	scale = p->scale ? p->scale : 1.0f / sqrtf((float)kv->geom.head_dim);
 

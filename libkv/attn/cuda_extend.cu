@@ -212,7 +212,12 @@ extern "C" int kv_attn_extend_cuda(const struct kv_attn_kv *kv, const struct kv_
 	a.scale2 = scale * KV_LOG2E;
 	max_vecs = (uint64_t)(b->q_indptr ? b->max_q_len : 1) * a.group;
 	tiles = (max_vecs + EXT_VECS - 1) / EXT_VECS;
-	if (tiles > INT32_MAX)
+	/*
+	 * The kernel counts query vectors (n_new * group, blockIdx.x * EXT_VECS
+	 * + 15) in 32 bits: past that they would wrap, silently, long before
+	 * the grid's own limit.
+	 */
+	if (max_vecs > UINT32_MAX - EXT_VECS)
 		return -E2BIG;
 	if (kv->geom.dtype == KVS_DTYPE_BF16)
 		launch<__nv_bfloat16>(a, kv->geom.head_dim,
