@@ -284,7 +284,7 @@ TEST(write_matches_reference)
 		dv = tensor_to_device(c.dtype, e.V, n);
 		ASSERT_NE(NULL, dk);
 		ASSERT_NE(NULL, dv);
-		/* Every token new, as the reference wrote them; then as decode (last token). */
+		/* Every token new, as the reference wrote them. */
 		wb = d.b;
 		wb.q_indptr = to_device(e.tok_off, (c.n_reqs + 1) * sizeof(uint32_t));
 		wb.max_q_len = 1000;
@@ -297,6 +297,166 @@ TEST(write_matches_reference)
 		free(back);
 		kv_cuda_free(dk);
 		kv_cuda_free(dv);
+		dev_env_free(&d);
+		at_env_free(&e);
+	}
+}
+
+/*
+ * The write at every head dim and page size, the way an engine calls it:
+ * a prefill of all but each request's last token with no max_q_len (the
+ * kernel's own grid), then the last tokens as decode (q_indptr NULL).
+ * The pool must end up byte for byte as the reference wrote it.
+ */
+TEST(write_prefill_then_decode)
+{
+	unsigned int idx;
+
+	NEED_GPU();
+	for (idx = 0; idx < 12; idx++) {
+		struct at_case c = { .dtype = dtypes[idx % 2], .dim = dims[idx % 3],
+				     .tpp = tpps[idx / 3], .n_kv = 2, .group = 1,
+				     .n_layers = 2, .layer = idx % 2, .n_reqs = 5,
+				     .seq = { 2, 3, 63, 64, 300 }, .seed = 400 + idx };
+		const size_t row = (size_t)c.n_kv * c.dim;
+		uint32_t qi[6] = { 0 }, seq1[5], r, t, m = 0;
+		struct kv_attn_params p = { 0 };
+		struct kv_attn_batch wb;
+		float *kp, *vp, *kl, *vl;
+		void *dk, *dv, *dkl, *dvl;
+		struct dev_env d;
+		struct at_env e;
+		uint8_t *back;
+
+		ASSERT_EQ(0, at_env_init(&e, &c));
+		ASSERT_EQ(0, dev_env_init(&d, &e));
+		back = malloc(e.mem_bytes);
+		kp = malloc(e.n_tok * row * sizeof(float));
+		vp = malloc(e.n_tok * row * sizeof(float));
+		kl = malloc(c.n_reqs * row * sizeof(float));
+		vl = malloc(c.n_reqs * row * sizeof(float));
+		ASSERT_TRUE(back && kp && vp && kl && vl);
+		at_fill_nan(c.dtype, back, e.mem_bytes);
+		ASSERT_EQ(0, kv_cuda_memcpy(d.pool, back, e.mem_bytes));
+		/* Split every request's K/V rows into the prefill's and the last one. */
+		for (r = 0; r < c.n_reqs; r++) {
+			for (t = 0; t + 1 < c.seq[r]; t++, m++) {
+				memcpy(kp + m * row, e.K + (e.tok_off[r] + t) * row, row * sizeof(float));
+				memcpy(vp + m * row, e.V + (e.tok_off[r] + t) * row, row * sizeof(float));
+			}
+			memcpy(kl + r * row, e.K + (e.tok_off[r] + t) * row, row * sizeof(float));
+			memcpy(vl + r * row, e.V + (e.tok_off[r] + t) * row, row * sizeof(float));
+			seq1[r] = c.seq[r] - 1;
+			qi[r + 1] = m;
+		}
+		dk = tensor_to_device(c.dtype, kp, m * row);
+		dv = tensor_to_device(c.dtype, vp, m * row);
+		dkl = tensor_to_device(c.dtype, kl, c.n_reqs * row);
+		dvl = tensor_to_device(c.dtype, vl, c.n_reqs * row);
+		wb = d.b;
+		wb.seq_lens = to_device(seq1, sizeof(seq1));
+		wb.q_indptr = to_device(qi, sizeof(qi));
+		wb.max_q_len = 0;
+		ASSERT_TRUE(dk && dv && dkl && dvl && wb.seq_lens && wb.q_indptr);
+		ASSERT_EQ(0, kv_attn_write_cuda(&d.kv, &wb, &p, dk, dv));
+		kv_cuda_free((void *)wb.seq_lens);
+		kv_cuda_free((void *)wb.q_indptr);
+		wb = d.b;
+		ASSERT_EQ(0, kv_attn_write_cuda(&d.kv, &wb, &p, dkl, dvl));
+		ASSERT_EQ(0, kv_cuda_sync());
+		ASSERT_EQ(0, kv_cuda_memcpy(back, d.pool, e.mem_bytes));
+		EXPECT_EQ(0, memcmp(back, e.mem, e.mem_bytes)) {
+			TH_LOG("%s D=%u T=%u: pool differs from the reference's",
+			       at_dtype_name(c.dtype), c.dim, c.tpp);
+		}
+		kv_cuda_free(dk);
+		kv_cuda_free(dv);
+		kv_cuda_free(dkl);
+		kv_cuda_free(dvl);
+		free(back);
+		free(kp);
+		free(vp);
+		free(kl);
+		free(vl);
+		dev_env_free(&d);
+		at_env_free(&e);
+	}
+}
+
+/* Output bits of one run on the device, with or without an lse buffer. */
+static int run_bits(struct at_env *e, struct dev_env *d, bool extend,
+		    const struct kv_attn_params *p, bool with_lse, uint16_t *raw)
+{
+	uint32_t rows = extend ? e->rows_ext : e->rows_dec;
+	size_t n = (size_t)rows * e->nq * e->c.dim;
+	void *dq = tensor_to_device(e->c.dtype, extend ? e->q_ext : e->q_dec, n), *dout = NULL;
+	float *dlse = NULL;
+	int ret = dq ? kv_cuda_malloc(&dout, n * 2) : -ENOMEM;
+
+	if (!ret && with_lse)
+		ret = kv_cuda_malloc((void **)&dlse, (size_t)rows * e->nq * sizeof(float));
+	if (!ret)
+		ret = extend ? kv_attn_extend_cuda(&d->kv, &d->bx, p, dq, dout, dlse)
+			     : kv_attn_decode_cuda(&d->kv, &d->b, p, dq, dout, dlse);
+	if (!ret)
+		ret = kv_cuda_sync();
+	if (!ret)
+		ret = kv_cuda_memcpy(raw, dout, n * 2);
+	kv_cuda_free(dq);
+	kv_cuda_free(dout);
+	kv_cuda_free(dlse);
+	return ret;
+}
+
+/*
+ * Paths the grids above do not reach on a large GPU: decode without a
+ * split (max_seq_len 0: the kernel writes out and lse itself, no
+ * combine), GQA groups 2, 3 and 32, extend with q_indptr NULL (one new
+ * token a request), and lse NULL (same output bits as with it).
+ */
+TEST(unsplit_odd_groups_null_args)
+{
+	static const uint32_t groups[] = { 2, 3, 32 };
+	uint64_t rng = 505;
+	unsigned int k;
+
+	NEED_GPU();
+	for (k = 0; k < 3; k++) {
+		struct at_case c = { .dtype = dtypes[k % 2], .dim = dims[k], .tpp = tpps[k + 1],
+				     .n_kv = groups[k] == 32 ? 1 : 2, .group = groups[k],
+				     .qscale = 2, .seed = 500 + k };
+		struct kv_attn_params p = { 0 };
+		struct dev_env d;
+		struct at_env e;
+		uint16_t *a, *b;
+		size_t n;
+
+		edge_lengths(&c, &rng);
+		ASSERT_EQ(0, at_env_init(&e, &c));
+		ASSERT_EQ(0, dev_env_init(&d, &e));
+		p.n_q_heads = e.nq;
+		d.b.max_seq_len = 0;
+		ASSERT_EQ(0, check_cuda(_metadata, &e, &d, false, &p, "unsplit"));
+		n = (size_t)e.rows_dec * e.nq * c.dim;
+		a = malloc(n * 2);
+		b = malloc(n * 2);
+		ASSERT_TRUE(a && b);
+		ASSERT_EQ(0, run_bits(&e, &d, false, &p, true, a));
+		ASSERT_EQ(0, run_bits(&e, &d, false, &p, false, b));
+		EXPECT_EQ(0, memcmp(a, b, n * 2));
+		d.b.max_seq_len = e.b.max_seq_len;
+		ASSERT_EQ(0, check_cuda(_metadata, &e, &d, false, &p, "split"));
+		ASSERT_EQ(0, run_bits(&e, &d, false, &p, true, a));
+		ASSERT_EQ(0, run_bits(&e, &d, false, &p, false, b));
+		EXPECT_EQ(0, memcmp(a, b, n * 2));
+		/* Extend with one new token a request, said by q_indptr NULL. */
+		e.bx.q_indptr = NULL;
+		d.bx.q_indptr = NULL;
+		d.bx.max_q_len = 0;
+		e.rows_ext = c.n_reqs;
+		ASSERT_EQ(0, check_cuda(_metadata, &e, &d, true, &p, "extend, q_indptr NULL"));
+		free(a);
+		free(b);
 		dev_env_free(&d);
 		at_env_free(&e);
 	}
