@@ -94,11 +94,10 @@ struct worker {
 	struct kv_req_table *rt;
 	struct model *model;
 	const struct kvs_geometry *geom;
-	uint32_t tokens_per_page;
 	uint32_t *tokens;		/* prompt, then the generated tokens */
 	uint32_t *pages;		/* the request's page table */
 	uint32_t max_pages;
-	float *hidden;			/* the served run's final hidden state */
+	float *hidden;			/* the served run's final state, kept by verify() */
 	uint8_t *scratch;		/* private pages for the recompute */
 	uint32_t *scratch_pages;
 	struct tally t;
@@ -118,11 +117,14 @@ static int verify(struct worker *w, const struct model_seq *served, uint32_t n_p
 	const uint64_t row = kv_token_stride(g);
 	struct model_seq s = { w->scratch, n_pages, w->scratch_pages, n_pages };
 	const uint8_t *pool = served->pool_base;
-	const float *hidden;
 	uint32_t i, l, which, t, next, len;
-	uint64_t t0 = now_ns();
+	const float *hidden = model_last_hidden(w->model, &len);
+	uint64_t t0;
 	int ret;
 
+	/* The recompute overwrites the model's state: keep the served one. */
+	memcpy(w->hidden, hidden, len * sizeof(float));
+	t0 = now_ns();
 	memset(w->scratch, 0xff, (size_t)n_pages * g->page_bytes);
 	for (i = 0; i < n_pages; i++)
 		w->scratch_pages[i] = n_pages - 1 - i;
@@ -193,7 +195,7 @@ static int serve_one(struct worker *w, unsigned int r)
 		.pool_base = kv_page_addr(w->pool, 0),
 		.pool_pages = kv_pool_info(w->pool)->n_pages, .pages = w->pages,
 	};
-	uint32_t indptr[2], seq_len, next, i, len;
+	uint32_t indptr[2], seq_len, next, i;
 	uint64_t t0, t1;
 	long matched, n;
 	int ret;
@@ -230,9 +232,6 @@ static int serve_one(struct worker *w, unsigned int r)
 	w->t.prefill_tokens += n_prompt - matched;
 	w->t.decode_tokens += o->gen_tokens - 1;
 	if (!ret && o->verify && r % o->verify == 0) {
-		const float *h = model_last_hidden(w->model, &len);
-
-		memcpy(w->hidden, h, len * sizeof(float));
 		ret = verify(w, &seq, n_prompt, n_kv);
 		if (ret == -EIO)
 			w->t.mismatches++;
@@ -245,7 +244,7 @@ static int serve_one(struct worker *w, unsigned int r)
 	ret = kv_prefix_cache_finished(w->cache, w->rt, &req);
 	w->t.requests++;
 	w->t.prompt_tokens += n_prompt;
-	w->t.page_tokens += n_prompt / w->tokens_per_page * w->tokens_per_page;
+	w->t.page_tokens += n_prompt / w->geom->tokens_per_page * w->geom->tokens_per_page;
 	return ret;
 }
 
@@ -266,8 +265,7 @@ static int worker_setup(struct worker *w)
 	}
 	info = kv_pool_info(w->pool);
 	w->geom = &info->geom;
-	w->tokens_per_page = info->geom.tokens_per_page;
-	w->max_pages = n_all / w->tokens_per_page + 1;
+	w->max_pages = n_all / w->geom->tokens_per_page + 1;
 	ret = model_create(&info->geom, o->q_heads, o->model_seed, n_all, &w->model);
 	if (ret == -EINVAL) {
 		fprintf(stderr, "kvserve: --q-heads %u does not fit pool '%s' (%u KV heads of "
@@ -279,7 +277,7 @@ static int worker_setup(struct worker *w)
 	if (!ret)
 		ret = kv_prefix_create(kv_pool_arbiter(w->pool), info, &cfg, &w->cache);
 	if (!ret)
-		ret = kv_req_table_create(1, n_all, w->tokens_per_page, &w->rt);
+		ret = kv_req_table_create(1, n_all, w->geom->tokens_per_page, &w->rt);
 	w->tokens = calloc(n_all, sizeof(*w->tokens));
 	w->pages = calloc(w->max_pages, sizeof(*w->pages));
 	w->scratch_pages = calloc(w->max_pages, sizeof(*w->scratch_pages));

@@ -27,6 +27,7 @@ struct model {
 	uint64_t seed;
 	struct layer_w *lw;
 	float *wout;			/* [hid][VOCAB] */
+	float *freq;			/* [hid]: the position encoding's frequencies */
 	float *x, *xn, *q, *k, *v, *o;	/* activations, max_tokens rows */
 	float hidden[MAX_HIDDEN];	/* last row, normalized */
 	float logits[VOCAB];
@@ -73,6 +74,7 @@ void model_destroy(struct model *m)
 	}
 	free(m->lw);
 	free(m->wout);
+	free(m->freq);
 	free(m->x);
 	free(m->xn);
 	free(m->q);
@@ -117,13 +119,16 @@ int model_create(const struct kvs_geometry *g, uint32_t n_q_heads, uint64_t seed
 			goto nomem;
 	}
 	m->wout = weights(m->hid, VOCAB, &s);
+	m->freq = malloc(m->hid * sizeof(float));
+	for (l = 0; m->freq && l < m->hid; l++)
+		m->freq[l] = powf(10000.0f, -(float)(l & ~1u) / m->hid);
 	m->x = malloc(rows * m->hid * sizeof(float));
 	m->xn = malloc(rows * m->hid * sizeof(float));
 	m->q = malloc(rows * m->hid * sizeof(float));
 	m->o = malloc(rows * m->hid * sizeof(float));
 	m->k = malloc(rows * m->kvw * sizeof(float));
 	m->v = malloc(rows * m->kvw * sizeof(float));
-	if (!m->wout || !m->x || !m->xn || !m->q || !m->o || !m->k || !m->v)
+	if (!m->wout || !m->freq || !m->x || !m->xn || !m->q || !m->o || !m->k || !m->v)
 		goto nomem;
 	*out = m;
 	return 0;
@@ -138,11 +143,8 @@ static void embed(const struct model *m, uint32_t tok, uint32_t pos, float *x)
 	uint64_t s = m->seed ^ ((uint64_t)tok * 0xd1b54a32d192ed03ull);
 	uint32_t i;
 
-	for (i = 0; i < m->hid; i++) {
-		float freq = powf(10000.0f, -(float)(i & ~1u) / m->hid);
-
-		x[i] = uniform(&s) + ((i & 1) ? cosf(pos * freq) : sinf(pos * freq));
-	}
+	for (i = 0; i < m->hid; i++)
+		x[i] = uniform(&s) + ((i & 1) ? cosf(pos * m->freq[i]) : sinf(pos * m->freq[i]));
 }
 
 static void rmsnorm(const float *x, float *y, uint32_t n)
