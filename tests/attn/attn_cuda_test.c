@@ -118,6 +118,42 @@ static int dev_env_init(struct dev_env *d, const struct at_env *e)
 }
 
 /*
+ * Decode or extend on the device with queries @q (rounded to the storage
+ * type on the way), outputs poisoned with NaN first: the output's bits to
+ * @raw and the LSE to @lse, or no LSE buffer at all where @lse is NULL.
+ */
+static int run_device(const struct at_env *e, const struct dev_env *d, bool extend,
+		      const struct kv_attn_params *p, const float *q, uint16_t *raw, float *lse)
+{
+	uint32_t rows = extend ? e->rows_ext : e->rows_dec;
+	size_t n = (size_t)rows * e->nq * e->c.dim, n_lse = (size_t)rows * e->nq;
+	void *dq = tensor_to_device(e->c.dtype, q, n), *dout = NULL;
+	float *dlse = NULL;
+	int ret = dq ? kv_cuda_malloc(&dout, n * 2) : -ENOMEM;
+
+	if (!ret && lse)
+		ret = kv_cuda_malloc((void **)&dlse, n_lse * sizeof(float));
+	/* Poison: 0xffff is NaN in fp16 and bf16, 0xffffffff in fp32. */
+	if (!ret)
+		ret = kv_cuda_memset(dout, 0xff, n * 2);
+	if (!ret && dlse)
+		ret = kv_cuda_memset(dlse, 0xff, n_lse * sizeof(float));
+	if (!ret)
+		ret = extend ? kv_attn_extend_cuda(&d->kv, &d->bx, p, dq, dout, dlse)
+			     : kv_attn_decode_cuda(&d->kv, &d->b, p, dq, dout, dlse);
+	if (!ret)
+		ret = kv_cuda_sync();
+	if (!ret)
+		ret = kv_cuda_memcpy(raw, dout, n * 2);
+	if (!ret && dlse)
+		ret = kv_cuda_memcpy(lse, dlse, n_lse * sizeof(float));
+	kv_cuda_free(dq);
+	kv_cuda_free(dout);
+	kv_cuda_free(dlse);
+	return ret;
+}
+
+/*
  * Decode or extend on the device and by the reference, compared as the
  * header says.  0 when they agree.
  */
@@ -135,8 +171,6 @@ static int check_cuda(struct __test_metadata *_metadata, struct at_env *e, struc
 	double *refd = malloc(n * sizeof(double)), *ref_lsed = malloc(n_lse * sizeof(double));
 	struct kv_attn_workers *w = kv_attn_workers_create(2);
 	struct kv_attn_params pr = *p;
-	void *dq = NULL, *dout = NULL;
-	float *dlse = NULL;
 	double rnd_err = 0;
 	struct at_err err;
 	int ret, bad = 1;
@@ -154,21 +188,7 @@ static int check_cuda(struct __test_metadata *_metadata, struct at_env *e, struc
 		TH_LOG("%s: reference failed: %d", what, ret);
 		goto out;
 	}
-	dq = tensor_to_device(dt, qr, n);
-	if (!dq || kv_cuda_malloc(&dout, n * 2) ||
-	    kv_cuda_malloc((void **)&dlse, n_lse * sizeof(float)))
-		goto out;
-	/* Poison: 0xffff is NaN in fp16 and bf16, 0xffffffff in fp32. */
-	kv_cuda_memset(dout, 0xff, n * 2);
-	kv_cuda_memset(dlse, 0xff, n_lse * sizeof(float));
-	ret = extend ? kv_attn_extend_cuda(&d->kv, &d->bx, p, dq, dout, dlse)
-		     : kv_attn_decode_cuda(&d->kv, &d->b, p, dq, dout, dlse);
-	if (!ret)
-		ret = kv_cuda_sync();
-	if (!ret)
-		ret = kv_cuda_memcpy(raw, dout, n * 2);
-	if (!ret)
-		ret = kv_cuda_memcpy(lse, dlse, n_lse * sizeof(float));
+	ret = run_device(e, d, extend, p, qr, raw, lse);
 	if (ret) {
 		TH_LOG("%s: CUDA failed: %d (%s)", what, ret, kv_cuda_error());
 		goto out;
@@ -192,9 +212,6 @@ static int check_cuda(struct __test_metadata *_metadata, struct at_env *e, struc
 		       tol_frob(dt), err.max_abs, 2 * rnd_err + ATOL, err.lse_abs,
 		       err.not_finite);
 out:
-	kv_cuda_free(dq);
-	kv_cuda_free(dout);
-	kv_cuda_free(dlse);
 	kv_attn_workers_destroy(w);
 	free(qr);
 	free(ref);
@@ -383,31 +400,6 @@ TEST(write_prefill_then_decode)
 	}
 }
 
-/* Output bits of one run on the device, with or without an lse buffer. */
-static int run_bits(struct at_env *e, struct dev_env *d, bool extend,
-		    const struct kv_attn_params *p, bool with_lse, uint16_t *raw)
-{
-	uint32_t rows = extend ? e->rows_ext : e->rows_dec;
-	size_t n = (size_t)rows * e->nq * e->c.dim;
-	void *dq = tensor_to_device(e->c.dtype, extend ? e->q_ext : e->q_dec, n), *dout = NULL;
-	float *dlse = NULL;
-	int ret = dq ? kv_cuda_malloc(&dout, n * 2) : -ENOMEM;
-
-	if (!ret && with_lse)
-		ret = kv_cuda_malloc((void **)&dlse, (size_t)rows * e->nq * sizeof(float));
-	if (!ret)
-		ret = extend ? kv_attn_extend_cuda(&d->kv, &d->bx, p, dq, dout, dlse)
-			     : kv_attn_decode_cuda(&d->kv, &d->b, p, dq, dout, dlse);
-	if (!ret)
-		ret = kv_cuda_sync();
-	if (!ret)
-		ret = kv_cuda_memcpy(raw, dout, n * 2);
-	kv_cuda_free(dq);
-	kv_cuda_free(dout);
-	kv_cuda_free(dlse);
-	return ret;
-}
-
 /*
  * Paths the grids above do not reach on a large GPU: decode without a
  * split (max_seq_len 0: the kernel writes out and lse itself, no
@@ -429,6 +421,7 @@ TEST(unsplit_odd_groups_null_args)
 		struct dev_env d;
 		struct at_env e;
 		uint16_t *a, *b;
+		float *lse;
 		size_t n;
 
 		edge_lengths(&c, &rng);
@@ -440,14 +433,15 @@ TEST(unsplit_odd_groups_null_args)
 		n = (size_t)e.rows_dec * e.nq * c.dim;
 		a = malloc(n * 2);
 		b = malloc(n * 2);
-		ASSERT_TRUE(a && b);
-		ASSERT_EQ(0, run_bits(&e, &d, false, &p, true, a));
-		ASSERT_EQ(0, run_bits(&e, &d, false, &p, false, b));
+		lse = malloc((size_t)e.rows_dec * e.nq * sizeof(float));
+		ASSERT_TRUE(a && b && lse);
+		ASSERT_EQ(0, run_device(&e, &d, false, &p, e.q_dec, a, lse));
+		ASSERT_EQ(0, run_device(&e, &d, false, &p, e.q_dec, b, NULL));
 		EXPECT_EQ(0, memcmp(a, b, n * 2));
 		d.b.max_seq_len = e.b.max_seq_len;
 		ASSERT_EQ(0, check_cuda(_metadata, &e, &d, false, &p, "split"));
-		ASSERT_EQ(0, run_bits(&e, &d, false, &p, true, a));
-		ASSERT_EQ(0, run_bits(&e, &d, false, &p, false, b));
+		ASSERT_EQ(0, run_device(&e, &d, false, &p, e.q_dec, a, lse));
+		ASSERT_EQ(0, run_device(&e, &d, false, &p, e.q_dec, b, NULL));
 		EXPECT_EQ(0, memcmp(a, b, n * 2));
 		/* Extend with one new token a request, said by q_indptr NULL. */
 		e.bx.q_indptr = NULL;
@@ -457,6 +451,7 @@ TEST(unsplit_odd_groups_null_args)
 		ASSERT_EQ(0, check_cuda(_metadata, &e, &d, true, &p, "extend, q_indptr NULL"));
 		free(a);
 		free(b);
+		free(lse);
 		dev_env_free(&d);
 		at_env_free(&e);
 	}
