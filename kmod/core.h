@@ -15,13 +15,18 @@
 
 struct kvs_client;
 
-/* Who is calling, as the host knows it. */
+/*
+ * Who is calling, as the host knows it: the opener of the file (the
+ * module: file->f_cred) or the peer of the connection (the daemon:
+ * SO_PEERCRED and SO_PEERGROUPS at connect), never the calling thread.
+ */
 struct kvs_cred {
 	__u32 uid;
 	__u32 gid;
-	int admin;			/* may bypass pool modes (CAP_SYS_ADMIN) */
+	int admin;			/* bypasses pool modes and per-user limits */
 	const __u32 *groups;		/* user host only: supplementary groups */
 	__u32 n_groups;
+	const void *host_cred;		/* kernel host only: the struct cred */
 };
 
 /*
@@ -40,11 +45,18 @@ struct kvs_call {
 	void *mem_out;			/* out of ATTACH: pool memory to hand over */
 };
 
-/* Limits, set once by kvs_core_init(). */
+/*
+ * Limits, set once by kvs_core_init().  The per-user ones apply to callers
+ * that are not admin; 0 means no limit.
+ */
 struct kvs_limits {
 	__u32 max_pools;		/* 1..KVS_MAX_POOLS */
 	__u64 max_pool_pages;		/* 1..KVS_MAX_POOL_PAGES */
 	__u64 features;			/* KVS_FEAT_* this host serves */
+	__u32 max_user_pools;		/* pools one uid may own (registry slots) */
+	__u64 max_user_pool_pages;	/* pages of all the pools one uid owns */
+	__u64 max_user_held;		/* pages one uid's clients hold, all pools */
+	__u64 max_user_held_bytes;	/* the same in bytes of pool memory */
 };
 
 
@@ -76,6 +88,7 @@ union kvs_cmd_buf {
 	struct kvs_publish publish;
 	struct kvs_lookup lookup;
 	struct kvs_put put;
+	struct kvs_user_limits user;
 };
 
 /* For a host's metrics: the pool a client attached (0: none) and its holdings. */
@@ -96,11 +109,27 @@ __u32 kvs_cmd_size(unsigned int cmd);
 int kvs_cmd(struct kvs_client *cl, unsigned int cmd, void *arg, struct kvs_call *call);
 
 /*
+ * Take back a kvs_cmd() that succeeded but whose results the host could
+ * not deliver (the final copy to the caller failed): a CREATE's pool is
+ * destroyed, an ATTACH's client is detached (releasing whatever other
+ * threads took through it meanwhile) so that it may attach again.  Other
+ * commands undo their own holdings already; for them this does nothing.
+ * @arg is the struct as kvs_cmd() left it.
+ */
+void kvs_cmd_undo(struct kvs_client *cl, unsigned int cmd, void *arg,
+		  const struct kvs_cred *cred);
+
+/*
  * Host hooks, implemented once per host.
  */
 int kvs_host_in_group(const struct kvs_cred *cred, __u32 gid);
-/* Take a reference on the memory behind @fd for a new pool. */
-int kvs_host_mem_get(int fd, void **mem);
+/*
+ * Take a reference on the memory behind @fd for a new pool of @bytes:
+ * a memfd (shmem or hugetlbfs) sealed with F_SEAL_SHRINK and at least
+ * @bytes long.  -EBADF not an open fd; -EINVAL not such a memfd; -EPERM
+ * not sealed against shrinking; -ERANGE shorter than @bytes.
+ */
+int kvs_host_mem_get(int fd, __u64 bytes, void **mem);
 /* An extra reference on pool memory (for ATTACH's mem_out). */
 void kvs_host_mem_dup(void *mem);
 void kvs_host_mem_put(void *mem);

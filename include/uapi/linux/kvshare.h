@@ -35,6 +35,18 @@
  *   their results; pages it published stay published), while pages ALLOC
  *   evicted stay evicted.
  *
+ * - Credentials: what a call may do is decided by the credentials of
+ *   whoever opened the file (file->f_cred), or connected to the daemon
+ *   (SO_PEERCRED and SO_PEERGROUPS, read at connect), never by the thread
+ *   that issues the call: a file or connection passed to another process
+ *   carries its opener's rights, as any file does.  CAP_SYS_ADMIN in the
+ *   initial user namespace (uid 0 for the daemon) is "admin": it bypasses
+ *   pool modes and per-user limits.
+ * - Per-user limits (module parameters, or kvshared's configuration) bound
+ *   what one uid can take from everyone else: pools it owns, pages in those
+ *   pools, and pages (and bytes) that its files hold in any pool.  Hitting
+ *   one is EDQUOT; KVS_IOC_USER_LIMITS says which.
+ *
  * Errors every command may return: ENOTTY (unknown command), EFAULT (bad
  * pointer), EINVAL (flags, pads, reserved fields), E2BIG (struct or batch
  * too large), ENOMEM (kernel or daemon out of memory).
@@ -49,7 +61,7 @@
 #include <linux/ioctl.h>
 #include <linux/types.h>
 
-#define KVS_ABI_VERSION		1
+#define KVS_ABI_VERSION		2	/* 2: pool names are scoped by owner */
 #define KVS_DEVICE_NAME		"kvshare"
 
 #define KVS_NAME_MAX		64	/* pool name buffer, NUL included */
@@ -128,18 +140,26 @@ struct kvs_info {
  * the creating file.  The caller becomes the pool's owner (uid, gid).
  *
  * name:   1..KVS_NAME_MAX-1 bytes of [A-Za-z0-9._-], NUL-terminated, the
- *         rest of the buffer zero.  Unique among existing pools.
+ *         rest of the buffer zero.  Names are scoped by owner: unique among
+ *         the pools of the caller's uid, and another user's pool of the same
+ *         name is another pool (nobody can squat a name someone else uses).
  * mode:   permission bits (0..0777) checked as for a file: attaching needs
  *         read and write for the caller's class, listing pages and stats
  *         need read.  CAP_SYS_ADMIN bypasses them.
  * mem_fd: -1, or an fd whose file the arbiter keeps and hands to every
- *         attacher (KVS_ATTACH_MEM_FD): a memfd or a CUDA VMM export.
+ *         attacher (KVS_ATTACH_MEM_FD).  It must be a memfd (shmem, or
+ *         hugetlbfs with MFD_HUGETLB) sealed with F_SEAL_SHRINK and at
+ *         least n_pages * page_bytes long, so that no holder of the fd can
+ *         ever make another process's mapping fault by shrinking it.
  * max_pages_per_file: quota of pages (OWNED plus references) one file may
  *         hold; 0 means n_pages.
  * Errors: EINVAL bad name, geometry, mode, n_pages (0 or > max_pool_pages)
- *         or quota > n_pages, or mem_fd is not a regular file (memfd, tmpfs,
- *         hugetlbfs); EEXIST name in use; ENOSPC max_pools reached; EBADF
- *         mem_fd is not an open fd.
+ *         or quota > n_pages, or mem_fd is not a memfd (shmem or hugetlbfs);
+ *         EPERM mem_fd lacks F_SEAL_SHRINK; ERANGE mem_fd is shorter than
+ *         the pool; EEXIST the caller owns a pool of that name; ENOSPC
+ *         max_pools reached; EDQUOT the caller's pools or pages in them would
+ *         exceed a per-user limit (KVS_IOC_USER_LIMITS); EBADF mem_fd is not
+ *         an open fd.
  */
 struct kvs_pool_create {
 	char name[KVS_NAME_MAX];
@@ -162,16 +182,23 @@ struct kvs_pool_create {
 #define KVS_POOL_VALID		(KVS_POOL_NS_PER_UID)
 
 /*
- * KVS_IOC_POOL_ATTACH: bind this file to a pool, by name.  A file is
- * attached to at most one pool, for its whole life.
+ * KVS_IOC_POOL_ATTACH: bind this file to a pool, by owner and name.  A
+ * file is attached to at most one pool, for its whole life.
+ * owner: the uid that must own the pool: the pool attached is the one
+ *        named `name` among that uid's pools, so a pool another user
+ *        created under the same name is never attached by mistake.  An
+ *        older caller's struct, zero-extended, asks for root's pool.
  * ns:    the key namespace of every PUBLISH and LOOKUP through this file
  *        (the cache salt).  Must be 0 on a KVS_POOL_NS_PER_UID pool, whose
  *        namespace is the caller's uid.
  * flags: KVS_ATTACH_MEM_FD asks for a new O_CLOEXEC fd of the pool memory.
+ * If the result cannot be written back, nothing is attached (and no fd is
+ * installed).
  * Errors: EINVAL bad name, or ns != 0 on a KVS_POOL_NS_PER_UID pool;
- *         ENOENT no such pool (or being destroyed); EACCES mode forbids;
- *         EBUSY file already attached; ENODATA MEM_FD asked but the pool
- *         has no memory fd; EMFILE no fd free (nothing is attached then).
+ *         ENOENT owner has no pool of that name (or it is being
+ *         destroyed); EACCES mode forbids; EBUSY file already attached;
+ *         ENODATA MEM_FD asked but the pool has no memory fd; EMFILE no fd
+ *         free (nothing is attached then).
  */
 struct kvs_pool_attach {
 	char name[KVS_NAME_MAX];
@@ -182,7 +209,9 @@ struct kvs_pool_attach {
 	__u32 max_pages_per_file;	/* out */
 	__u64 n_pages;			/* out */
 	struct kvs_geometry geom;	/* out */
-	__u64 reserved[4];
+	__u32 owner;			/* in: uid the pool must belong to */
+	__u32 pad;			/* must be 0 */
+	__u64 reserved[3];
 };
 
 #define KVS_ATTACH_MEM_FD	(1u << 0)
@@ -205,8 +234,9 @@ struct kvs_pool_destroy {
  * CACHED pages (leaf first, least recently used first) when too few are
  * free.  All or nothing: a failed ALLOC evicts nothing.
  * pages: out, __u32[count] page indices.
- * Errors: EBADFD file not attached; EDQUOT the file's quota would be
- *         exceeded (checked first); ENOSPC not enough free or evictable
+ * Errors: EBADFD file not attached; EDQUOT the file's quota, or the
+ *         per-user limit on pages or bytes held, would be exceeded (checked
+ *         first); ENOSPC not enough free or evictable
  *         pages.
  */
 struct kvs_alloc {
@@ -259,8 +289,9 @@ struct kvs_publish {
  * keys:  in, struct kvs_key[count], the chain in order.
  * pages: out, __u32[count]; the first n_hit are written, the rest is
  *        left as it was.
- * Errors: EBADFD not attached; EDQUOT the run would exceed the quota
- *         (nothing is taken; a shorter chain may fit).
+ * Errors: EBADFD not attached; EDQUOT the run would exceed the file's
+ *         quota or a per-user limit (nothing is taken; a shorter chain may
+ *         fit).
  */
 struct kvs_lookup {
 	__u32 count;
@@ -309,9 +340,11 @@ struct kvs_quota {
  * pool.  With KVS_STATS_CHECK the arbiter also verifies the pool
  * invariants (free + owned + shared + cached = n_pages; each refcount
  * equals the references files hold; lists, index and child counts agree)
- * and fails with EUCLEAN if any is broken.
- * Errors: ENOENT no such pool; EACCES no read permission; EBADFD pool_id 0
- *         and not attached; EUCLEAN invariant broken.
+ * and fails with EUCLEAN if any is broken.  The check walks every page
+ * under the pool lock, so only an admin may ask for it.
+ * Errors: ENOENT no such pool; EACCES no read permission; EPERM CHECK
+ *         asked by a caller who is not admin; EBADFD pool_id 0 and not
+ *         attached; EUCLEAN invariant broken.
  */
 struct kvs_pool_stats {
 	__u32 pool_id;
@@ -370,6 +403,10 @@ struct kvs_pool_list {
  * KVS_IOC_PAGES: describe count pages of a pool from index start (for
  * tools).  count in: capacity (1..KVS_MAX_BATCH), out: entries written
  * (fewer at the end of the pool).  pool_id 0 means the attached pool.
+ * Keys and namespaces (salts) are what keep tenants apart: they are given
+ * to the pool's owner and to admins only, and are zero for everyone else.
+ * The pool lock is dropped and retaken between chunks of pages, so a
+ * large request never stalls the pool's users.
  * Errors: ENOENT no such pool; EACCES no read permission; EINVAL start
  *         >= n_pages, or count 0; E2BIG count > KVS_MAX_BATCH.
  */
@@ -409,6 +446,30 @@ struct kvs_pages {
  * CQE (a contended pool is retried from io_uring's worker).
  */
 #define KVS_URING_PAYLOAD_MAX	80
+
+/*
+ * KVS_IOC_USER_LIMITS: one user's usage against the per-user limits (a
+ * limit of 0 means none).  No attachment needed.
+ * uid:   with KVS_USER_UID, the user to report (admin only, or the caller's
+ *        own uid); else must be 0, and is set to the caller's uid.
+ * Errors: EPERM another user's figures asked by a caller who is not admin.
+ */
+struct kvs_user_limits {
+	__u32 uid;			/* in with KVS_USER_UID; out */
+	__u32 flags;			/* KVS_USER_* */
+	__u32 n_pools;			/* out: pools the user owns */
+	__u32 max_pools;		/* out */
+	__u64 pool_pages;		/* out: pages of the pools it owns */
+	__u64 max_pool_pages;		/* out */
+	__u64 held;			/* out: OWNED + references of its files, every pool */
+	__u64 max_held;			/* out */
+	__u64 held_bytes;		/* out: the same in bytes of pool memory */
+	__u64 max_held_bytes;		/* out */
+	__u64 reserved[4];		/* must be 0 */
+};
+
+#define KVS_USER_UID		(1u << 0)
+#define KVS_USER_VALID		(KVS_USER_UID)
 
 /*
  * The kvshared socket (a SOCK_STREAM unix socket, default
@@ -457,6 +518,7 @@ struct kvs_msg {
 #define KVS_IOC_POOL_STATS	_IOWR(KVS_IOC_MAGIC, 0x05, struct kvs_pool_stats)
 #define KVS_IOC_PAGES		_IOWR(KVS_IOC_MAGIC, 0x06, struct kvs_pages)
 #define KVS_IOC_QUOTA		_IOWR(KVS_IOC_MAGIC, 0x07, struct kvs_quota)
+#define KVS_IOC_USER_LIMITS	_IOWR(KVS_IOC_MAGIC, 0x08, struct kvs_user_limits)
 #define KVS_IOC_ALLOC		_IOWR(KVS_IOC_MAGIC, 0x10, struct kvs_alloc)
 #define KVS_IOC_PUBLISH		_IOWR(KVS_IOC_MAGIC, 0x11, struct kvs_publish)
 #define KVS_IOC_LOOKUP		_IOWR(KVS_IOC_MAGIC, 0x12, struct kvs_lookup)
