@@ -27,12 +27,14 @@ set -euo pipefail
 #   linux-source-6.1 xz-utils           kselftest_harness.h, kselftest.h and checkpatch.pl, extracted at build time
 #   perl                                checkpatch.pl
 #   coreutils                           timeout(1) around the VM and the test binaries
+#   systemd udev                        tests/install: systemd-analyze verify, systemd-sysusers, udevadm test
 PACKAGES=(
 	build-essential gcc make libc6-dev pkg-config
 	liburing-dev libxxhash-dev libssl-dev
 	linux-headers-amd64 linux-image-amd64 kmod
 	qemu-system-x86 busybox-static cpio gzip
 	linux-source-6.1 xz-utils perl coreutils
+	systemd udev
 )
 
 die() {
