@@ -31,6 +31,72 @@ static unsigned int max_pool_pages = KVS_MAX_POOL_PAGES;
 module_param(max_pool_pages, uint, 0444);
 MODULE_PARM_DESC(max_pool_pages, "Largest pool in pages (default and limit 4194304)");
 
+/*
+ * Per-user limits: what one uid that is not admin can take from everyone
+ * else (0: no limit).  The defaults let one user own a few pools and hold
+ * up to one maximal pool's worth of pages, while max_pools leaves room
+ * for several such users.
+ */
+static unsigned int max_user_pools = 8;
+module_param(max_user_pools, uint, 0444);
+MODULE_PARM_DESC(max_user_pools,
+		 "Pools one non-admin uid may own (0: no limit; default 8)");
+
+static unsigned long long max_user_pool_pages = KVS_MAX_POOL_PAGES;
+module_param(max_user_pool_pages, ullong, 0444);
+MODULE_PARM_DESC(max_user_pool_pages,
+		 "Pages of all the pools one non-admin uid owns (0: no limit; default 4194304)");
+
+static unsigned long long max_user_held = KVS_MAX_POOL_PAGES;
+module_param(max_user_held, ullong, 0444);
+MODULE_PARM_DESC(max_user_held,
+		 "Pages one non-admin uid's files hold, owned or referenced, in all pools (0: no limit; default 4194304)");
+
+static unsigned long long max_user_held_bytes;
+module_param(max_user_held_bytes, ullong, 0444);
+MODULE_PARM_DESC(max_user_held_bytes,
+		 "The same as max_user_held in bytes of pool memory (0: no limit; default 0)");
+
+/*
+ * The device node's mode, in octal.  The default 0660, with the udev rule
+ * that gives /dev/kvshare to group kvshare, lets the administrator choose
+ * who may use the arbiter at all.  0666 (every local user) is allowed when
+ * the administrator asks for it: pool modes and per-user limits still
+ * hold.  Only read and write bits mean something on a device node; any
+ * other bit, or 0 (which misc devices would turn into 0600), is refused
+ * and the module does not load.
+ */
+static unsigned int dev_mode = 0660;
+
+static int kvs_dev_mode_set(const char *val, const struct kernel_param *kp)
+{
+	unsigned int mode;
+	int ret;
+
+	ret = kstrtouint(val, 8, &mode);
+	if (ret || !mode || (mode & ~0666)) {
+		pr_err("dev_mode=%s: want octal read/write bits within 0666, e.g. 0660\n",
+		       val);
+		return -EINVAL;
+	}
+	*(unsigned int *)kp->arg = mode;
+	return 0;
+}
+
+static int kvs_dev_mode_get(char *buf, const struct kernel_param *kp)
+{
+	return scnprintf(buf, PAGE_SIZE, "%#o\n", *(unsigned int *)kp->arg);
+}
+
+static const struct kernel_param_ops kvs_dev_mode_ops = {
+	.set = kvs_dev_mode_set,
+	.get = kvs_dev_mode_get,
+};
+
+module_param_cb(dev_mode, &kvs_dev_mode_ops, &dev_mode, 0444);
+MODULE_PARM_DESC(dev_mode,
+		 "Mode of /dev/kvshare in octal (read/write bits only; default 0660)");
+
 int kvs_host_in_group(const struct kvs_cred *cred, __u32 gid)
 {
 	/* The credentials are current's: see kvs_current_cred(). */
@@ -190,7 +256,7 @@ static struct miscdevice kvs_misc = {
 	.minor	= MISC_DYNAMIC_MINOR,
 	.name	= KVS_DEVICE_NAME,
 	.fops	= &kvs_fops,
-	.mode	= 0666,
+	/* .mode is dev_mode, set before registering */
 };
 
 static int __init kvs_init(void)
@@ -199,15 +265,21 @@ static int __init kvs_init(void)
 		.max_pools = max_pools,
 		.max_pool_pages = max_pool_pages,
 		.features = KVS_FEAT_MEM_FD | KVS_FEAT_URING_CMD,
+		.max_user_pools = max_user_pools,
+		.max_user_pool_pages = max_user_pool_pages,
+		.max_user_held = max_user_held,
+		.max_user_held_bytes = max_user_held_bytes,
 	};
 	int ret;
 
 	ret = kvs_core_init(&limits);
 	if (ret) {
-		pr_err("bad limits: max_pools=%u max_pool_pages=%u\n",
-		       max_pools, max_pool_pages);
+		pr_err("bad limits: max_pools=%u max_pool_pages=%u max_user_pools=%u max_user_pool_pages=%llu max_user_held=%llu max_user_held_bytes=%llu\n",
+		       max_pools, max_pool_pages, max_user_pools,
+		       max_user_pool_pages, max_user_held, max_user_held_bytes);
 		return ret;
 	}
+	kvs_misc.mode = dev_mode;
 	ret = misc_register(&kvs_misc);
 	if (ret)
 		kvs_core_exit();
