@@ -97,10 +97,39 @@ module_param_cb(dev_mode, &kvs_dev_mode_ops, &dev_mode, 0444);
 MODULE_PARM_DESC(dev_mode,
 		 "Mode of /dev/kvshare in octal (read/write bits only; default 0660)");
 
+/* groups_search(), which 6.1 does not export: @gi is sorted by set_groups(). */
+static bool kvs_groups_search(const struct group_info *gi, kgid_t gid)
+{
+	unsigned int left = 0, right;
+
+	if (!gi)
+		return false;
+	right = gi->ngroups;
+	while (left < right) {
+		unsigned int mid = left + (right - left) / 2;
+
+		if (gid_gt(gid, gi->gid[mid]))
+			left = mid + 1;
+		else if (gid_lt(gid, gi->gid[mid]))
+			right = mid;
+		else
+			return true;
+	}
+	return false;
+}
+
+/*
+ * in_group_p() for the opener's credentials rather than current's (see
+ * kvs_file_cred()): its fsgid, then its supplementary groups.
+ */
 int kvs_host_in_group(const struct kvs_cred *cred, __u32 gid)
 {
-	/* The credentials are current's: see kvs_current_cred(). */
-	return in_group_p(make_kgid(&init_user_ns, gid));
+	const struct cred *fc = cred->host_cred;
+	kgid_t kgid = make_kgid(&init_user_ns, gid);
+
+	if (!fc || !gid_valid(kgid))
+		return 0;
+	return gid_eq(kgid, fc->fsgid) || kvs_groups_search(fc->group_info, kgid);
 }
 
 /*
@@ -147,13 +176,24 @@ int kvs_copy_out(struct kvs_call *call, __u64 dst, const void *src, __u64 len)
 	return copy_to_user(u64_to_user_ptr(dst), src, len) ? -EFAULT : 0;
 }
 
-void kvs_current_cred(struct kvs_cred *cred)
+/*
+ * Every command, ioctl or uring_cmd, is judged by the credentials of the
+ * file's opener (file->f_cred), never by those of the calling thread: an
+ * open /dev/kvshare is a capability, and passing it on (fork, SCM_RIGHTS,
+ * an io_uring worker) delegates exactly its opener's rights.  So a setuid
+ * program fed such an fd cannot be used as a confused deputy, acting on
+ * pools with its own rights on behalf of whoever opened the file.
+ */
+void kvs_file_cred(const struct file *file, struct kvs_cred *cred)
 {
-	cred->uid = from_kuid_munged(&init_user_ns, current_fsuid());
-	cred->gid = from_kgid_munged(&init_user_ns, current_fsgid());
-	cred->admin = capable(CAP_SYS_ADMIN);
+	const struct cred *fc = file->f_cred;
+
+	cred->uid = from_kuid_munged(&init_user_ns, fc->fsuid);
+	cred->gid = from_kgid_munged(&init_user_ns, fc->fsgid);
+	cred->admin = file_ns_capable(file, &init_user_ns, CAP_SYS_ADMIN);
 	cred->groups = NULL;
 	cred->n_groups = 0;
+	cred->host_cred = fc;
 }
 
 static int kvs_open(struct inode *inode, struct file *file)
@@ -229,7 +269,7 @@ static long kvs_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 			return mem_fd;
 	}
 
-	kvs_current_cred(&cred);
+	kvs_file_cred(file, &cred);
 	ret = kvs_cmd(file->private_data, cmd, &buf, &call);
 	if (!ret && call.mem_out)
 		return kvs_attach_finish(call.mem_out, mem_fd, &buf.attach, uarg, usize);

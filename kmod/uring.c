@@ -95,7 +95,7 @@ int kvs_uring_cmd(struct io_uring_cmd *ioucmd, unsigned int issue_flags)
 	if (usize > ksize && memchr_inv((char *)&buf + ksize, 0, usize - ksize))
 		return -E2BIG;
 
-	kvs_current_cred(&cred);
+	kvs_file_cred(ioucmd->file, &cred);
 	ret = kvs_cmd(ioucmd->file->private_data, op, &buf, &call);
 	if (ret)
 		return ret;	/* 0 or -errno: safe to return in 6.1 */
