@@ -13,11 +13,15 @@
 
 #include <linux/capability.h>
 #include <linux/cred.h>
+#include <linux/fcntl.h>
 #include <linux/file.h>
 #include <linux/fs.h>
+#include <linux/hugetlb.h>
+#include <linux/magic.h>
 #include <linux/miscdevice.h>
 #include <linux/module.h>
 #include <linux/random.h>
+#include <linux/shmem_fs.h>
 #include <linux/uaccess.h>
 
 #include "core.h"
@@ -133,19 +137,57 @@ int kvs_host_in_group(const struct kvs_cred *cred, __u32 gid)
 }
 
 /*
- * Pool memory is a file the pool keeps open.  Only regular files (memfd,
- * tmpfs, hugetlbfs) are taken: a kvshare or io_uring file could hold the
- * pool itself and make a reference cycle that nothing would ever free.
+ * The seals of a memfd, or NULL if @file is none.  A memfd is a shmem or
+ * hugetlbfs file on the kernel's internal mount of either (memfd_create(),
+ * MFD_HUGETLB); mm/memfd.c finds its seals the same way, but does not
+ * export memfd_fcntl().  A file of a mounted tmpfs or hugetlbfs is refused
+ * here even though its inode has seals: they are F_SEAL_SEAL from birth,
+ * so it could never be sealed against shrinking anyway.
  */
-int kvs_host_mem_get(int fd, void **mem)
+static unsigned int *kvs_memfd_seals(struct file *file)
+{
+	struct inode *inode = file_inode(file);
+
+	if (!(inode->i_sb->s_flags & SB_KERNMOUNT))
+		return NULL;
+	if (shmem_file(file))
+		return &SHMEM_I(inode)->seals;
+#ifdef CONFIG_HUGETLBFS
+	if (inode->i_sb->s_magic == HUGETLBFS_MAGIC)
+		return &HUGETLBFS_I(inode)->seals;
+#endif
+	return NULL;
+}
+
+/*
+ * Pool memory is a file the pool keeps open and hands, read-write, to
+ * every attacher.  Only a memfd sealed against shrinking is taken: anyone
+ * holding the file could otherwise ftruncate() it and make every other
+ * process's mapping of it fault (SIGBUS).  Seals are never removed, so
+ * once F_SEAL_SHRINK is seen the size checked after it stays.  A kvshare
+ * or io_uring file is no memfd, so a pool never holds a file that holds
+ * the pool (a reference cycle nothing would free).
+ */
+int kvs_host_mem_get(int fd, __u64 bytes, void **mem)
 {
 	struct file *file = fget(fd);
+	unsigned int *seals;
+	int ret;
 
 	if (!file)
 		return -EBADF;
-	if (!S_ISREG(file_inode(file)->i_mode)) {
+	seals = kvs_memfd_seals(file);
+	if (!seals)
+		ret = -EINVAL;
+	else if (!(READ_ONCE(*seals) & F_SEAL_SHRINK))
+		ret = -EPERM;
+	else if ((__u64)i_size_read(file_inode(file)) < bytes)
+		ret = -ERANGE;
+	else
+		ret = 0;
+	if (ret) {
 		fput(file);
-		return -EINVAL;
+		return ret;
 	}
 	*mem = file;
 	return 0;
