@@ -266,16 +266,32 @@ static bool kvs_wants_mem_fd(unsigned int cmd, const union kvs_cmd_buf *buf)
 	       (buf->attach.flags & KVS_ATTACH_MEM_FD);
 }
 
-static int kvs_attach_finish(struct file *mem, int fd, struct kvs_pool_attach *req,
-			     void __user *uarg, size_t usize)
+/*
+ * Write the results back.  If that fails the caller never learns what the
+ * command did, so it is taken back (a CREATE's pool destroyed, an
+ * ATTACH's client detached) and the memory fd is never installed: nothing
+ * is left that the caller could not see.
+ */
+static int kvs_finish(struct kvs_client *cl, unsigned int cmd, union kvs_cmd_buf *buf,
+		      const struct kvs_call *call, int mem_fd, void __user *uarg,
+		      size_t usize)
 {
-	req->mem_fd = fd;
-	if (copy_to_user(uarg, req, usize)) {
-		put_unused_fd(fd);
-		fput(mem);
+	struct file *mem = call->mem_out;
+
+	if (mem)
+		buf->attach.mem_fd = mem_fd;
+	if (copy_to_user(uarg, buf, usize)) {
+		kvs_cmd_undo(cl, cmd, buf, call->cred);
+		if (mem)
+			fput(mem);
+		if (mem_fd >= 0)
+			put_unused_fd(mem_fd);
 		return -EFAULT;
 	}
-	fd_install(fd, mem);
+	if (mem)
+		fd_install(mem_fd, mem);
+	else if (mem_fd >= 0)
+		put_unused_fd(mem_fd);
 	return 0;
 }
 
@@ -313,15 +329,12 @@ static long kvs_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 
 	kvs_file_cred(file, &cred);
 	ret = kvs_cmd(file->private_data, cmd, &buf, &call);
-	if (!ret && call.mem_out)
-		return kvs_attach_finish(call.mem_out, mem_fd, &buf.attach, uarg, usize);
-	if (mem_fd >= 0)
-		put_unused_fd(mem_fd);
-	if (ret)
+	if (ret) {
+		if (mem_fd >= 0)
+			put_unused_fd(mem_fd);
 		return ret;
-	if (copy_to_user(uarg, &buf, usize))
-		return -EFAULT;
-	return 0;
+	}
+	return kvs_finish(file->private_data, cmd, &buf, &call, mem_fd, uarg, usize);
 }
 
 static const struct file_operations kvs_fops = {

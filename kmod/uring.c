@@ -49,7 +49,12 @@ static void kvs_uring_done(struct io_uring_cmd *ioucmd, ssize_t res,
 #endif
 }
 
-/* The commands io_uring carries, and what each puts in cqe->res. */
+/*
+ * The commands io_uring carries, and what each puts in cqe->res.  Nothing
+ * is ever written back to the SQE, so CREATE and ATTACH, whose results
+ * must reach the caller (or be undone) and whose memory fd is installed
+ * only then, stay ioctl-only, as does every other command not listed.
+ */
 static int kvs_uring_result(unsigned int op, const union kvs_cmd_buf *buf)
 {
 	switch (_IOC_NR(op)) {
