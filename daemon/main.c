@@ -1,16 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * kvshared: arguments, setup, the event loop and an orderly shutdown.
+ * kvshared: arguments, setup, running the event loop and an orderly
+ * shutdown.
  *
- * One thread runs everything from one epoll set: the arbiter socket, the
- * metrics endpoint and a signalfd for SIGTERM/SIGINT, so that shutdown is
- * ordinary code (close every client, which releases its holdings, then
- * the pools, then the core) rather than work in a signal handler.
+ * One thread runs everything from one epoll set (loop.c): the arbiter
+ * socket, the metrics endpoint and a signalfd for SIGTERM/SIGINT, so that
+ * shutdown is ordinary code (close every client, which releases its
+ * holdings, then the pools, then the core) rather than work in a signal
+ * handler.  The top of the daemon: it calls the others, nothing calls it.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,68 +19,12 @@
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
-#include <time.h>
 
 #include "core.h"
 #include "kvshared.h"
 #include "server.h"
 
 #define TICK_MS		1000
-
-bool kvsd_verbose;
-static int epfd = -1;
-
-static void vlog(const char *fmt, va_list ap)
-{
-	char line[1024];
-
-	/* One write per line, so lines from a restarting daemon never mix. */
-	vsnprintf(line, sizeof(line), fmt, ap);
-	fprintf(stderr, "kvshared: %s\n", line);
-}
-
-void kvsd_log(const char *fmt, ...)
-{
-	va_list ap;
-	int saved = errno;
-
-	va_start(ap, fmt);
-	vlog(fmt, ap);
-	va_end(ap);
-	errno = saved;
-}
-
-void kvsd_debug(const char *fmt, ...)
-{
-	va_list ap;
-	int saved = errno;
-
-	if (!kvsd_verbose)
-		return;
-	va_start(ap, fmt);
-	vlog(fmt, ap);
-	va_end(ap);
-	errno = saved;
-}
-
-int kvsd_watch_add(struct kvsd_watch *w, uint32_t events)
-{
-	struct epoll_event ev = { .events = events, .data.ptr = w };
-
-	return epoll_ctl(epfd, EPOLL_CTL_ADD, w->fd, &ev) ? -errno : 0;
-}
-
-int kvsd_watch_mod(struct kvsd_watch *w, uint32_t events)
-{
-	struct epoll_event ev = { .events = events, .data.ptr = w };
-
-	return epoll_ctl(epfd, EPOLL_CTL_MOD, w->fd, &ev) ? -errno : 0;
-}
-
-void kvsd_watch_del(struct kvsd_watch *w)
-{
-	epoll_ctl(epfd, EPOLL_CTL_DEL, w->fd, NULL);
-}
 
 /* ---- signals --------------------------------------------------------------- */
 
@@ -204,42 +149,19 @@ static void close_arbiter(struct kvsd *d)
 
 /* ---- main ------------------------------------------------------------------------ */
 
-static uint64_t now_ms(void)
+static bool should_stop(void *arg)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	(void)arg;
+	return stop_signal != 0;
 }
 
-static void loop(void)
+/* Once a second: the modules' timers. */
+static void tick(void *arg)
 {
-	struct epoll_event evs[64];
-	uint64_t last_tick = now_ms();
-	int i, n;
-
-	while (!stop_signal) {
-		n = epoll_wait(epfd, evs, 64, TICK_MS);
-		if (n < 0 && errno != EINTR) {
-			kvsd_log("epoll_wait: %s", strerror(errno));
-			return;
-		}
-		for (i = 0; i < n; i++) {
-			struct kvsd_watch *w = evs[i].data.ptr;
-
-			/*
-			 * A handler frees only its own watch, so no event
-			 * still in evs[] can point at freed memory.
-			 */
-			w->fn(w, evs[i].events);
-		}
-		/* Timers are coarse: once a second, however busy the loop is. */
-		if (now_ms() - last_tick >= TICK_MS) {
-			last_tick = now_ms();
-			kvsd_server_tick();
-			kvsd_metrics_tick();
-		}
-	}
+	(void)arg;
+	kvsd_server_tick();
+	kvsd_metrics_tick();
+	kvsd_log_tick();
 }
 
 static int run(struct kvsd *d)
@@ -263,7 +185,7 @@ static int run(struct kvsd *d)
 			goto out;
 	}
 	kvsd_log("ready");
-	loop();
+	ret = kvsd_loop_run(should_stop, tick, NULL, TICK_MS);
 	if (stop_signal)
 		kvsd_log("%s received: shutting down", strsignal(stop_signal));
 out:
@@ -287,9 +209,12 @@ int main(int argc, char **argv)
 		return ret == 1 ? 0 : ret;
 	}
 	kvsd_verbose = d.cfg->verbose;
-	epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (epfd < 0 || signals_setup()) {
-		kvsd_log("setup: %s", strerror(errno));
+	ret = kvsd_loop_init();
+	if (!ret)
+		ret = signals_setup();
+	if (ret) {
+		kvsd_log("setup: %s", strerror(-ret));
+		kvsd_loop_fini();
 		kvsd_config_free(d.cfg);
 		return 1;
 	}
@@ -297,7 +222,7 @@ int main(int argc, char **argv)
 		 getuid(), d.cfg->n_pools);
 	ret = run(&d);
 	close(sig_watch.fd);
-	close(epfd);
+	kvsd_loop_fini();
 	kvsd_config_free(d.cfg);
 	if (!ret)
 		kvsd_log("stopped");
