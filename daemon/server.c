@@ -27,6 +27,8 @@
  *   ioctl.  A descriptor that is not a regular file (memfd, tmpfs,
  *   hugetlbfs) is EINVAL, as the module refuses it: a socket could even
  *   hold a connection to this daemon open forever.
+ * - Credentials are the peer's at connect: SO_PEERCRED (uid, gid, pid)
+ *   and SO_PEERGROUPS (supplementary groups); uid 0 is admin.
  * - Descriptors must be sent with the message's first byte (one sendmsg
  *   per message does that): the daemon reads exactly one message at a
  *   time, so descriptors can never be taken for the wrong message.
@@ -536,43 +538,46 @@ static void conn_event(struct kvsd_watch *w, uint32_t events)
 
 /* ---- accepting ----------------------------------------------------------- */
 
+#ifndef SO_PEERGROUPS
+#define SO_PEERGROUPS	59		/* Linux 4.13; older glibc lacks the name */
+#endif
+
 /*
- * Supplementary groups, which SO_PEERCRED does not give: from
- * /proc/PID/status at accept (the connection's credentials are fixed
- * then, as a file's are at open).
+ * Supplementary groups, which SO_PEERCRED does not give: SO_PEERGROUPS
+ * returns those the peer had when it connected, from the kernel, as
+ * SO_PEERCRED does its uid (a connection's credentials are fixed then, as
+ * a file's are at open).  Reading /proc/PID/status instead would see the
+ * groups the process has by the time we accept, or those of whatever
+ * process reused the pid.  ERANGE says how much room is needed.
+ * 0 or -errno (the connection is then refused: guessing no groups could
+ * deny, never grant, but a daemon that cannot read credentials is broken).
  */
-static void conn_read_groups(struct conn *c)
+static int conn_read_groups(struct conn *c)
 {
-	char path[64], *line = NULL, *p, *end;
-	size_t cap = 0;
-	FILE *f;
+	socklen_t len = 64 * sizeof(uint32_t);	/* gid_t: 32 bits */
+	uint32_t *g = NULL, *n;
 
-	if (c->pid <= 0)
-		return;
-	snprintf(path, sizeof(path), "/proc/%d/status", c->pid);
-	f = fopen(path, "re");
-	if (!f)
-		return;
-	while (getline(&line, &cap, f) > 0) {
-		if (strncmp(line, "Groups:", 7))
-			continue;
-		for (p = line + 7;; p = end) {
-			unsigned long g = strtoul(p, &end, 10);
-			uint32_t *n;
-
-			if (end == p || c->cred.n_groups >= MAX_GROUPS)
-				break;
-			n = realloc(c->groups, (c->cred.n_groups + 1) * sizeof(*n));
-			if (!n)
-				break;
-			c->groups = n;
-			c->groups[c->cred.n_groups++] = g;
+	for (;;) {
+		n = realloc(g, len ? len : sizeof(*g));
+		if (!n) {
+			free(g);
+			return -ENOMEM;
 		}
-		break;
+		g = n;
+		if (!getsockopt(c->w.fd, SOL_SOCKET, SO_PEERGROUPS, g, &len))
+			break;
+		if (errno != ERANGE || len > MAX_GROUPS * sizeof(*g)) {
+			int ret = -errno;
+
+			free(g);
+			return ret;
+		}
+		/* len now says what is needed; groups may grow meanwhile. */
 	}
-	free(line);
-	fclose(f);
+	c->groups = g;
+	c->cred.n_groups = len / sizeof(*g);
 	c->cred.groups = c->groups;
+	return 0;
 }
 
 static void conn_new(int fd)
@@ -580,6 +585,7 @@ static void conn_new(int fd)
 	struct ucred uc;
 	socklen_t len = sizeof(uc);
 	struct conn *c;
+	int ret;
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len)) {
 		kvsd_log("accept: SO_PEERCRED: %s", strerror(errno));
@@ -601,10 +607,17 @@ static void conn_new(int fd)
 	c->pid = uc.pid;
 	c->cred.uid = uc.uid;
 	c->cred.gid = uc.gid;
+	/* uid 0 is admin: the daemon's counterpart of CAP_SYS_ADMIN. */
 	c->cred.admin = uc.uid == 0;
-	conn_read_groups(c);
-	if (kvsd_watch_add(&c->w, EPOLLIN)) {
+	ret = conn_read_groups(c);
+	if (ret)
+		kvsd_log("accept: SO_PEERGROUPS: %s (pid %d uid %u refused)",
+			 strerror(-ret), uc.pid, uc.uid);
+	else if (kvsd_watch_add(&c->w, EPOLLIN))
 		kvsd_log("accept: epoll: %s", strerror(errno));
+	else
+		ret = 1;
+	if (ret <= 0) {
 		kvs_client_free(c->cl);
 		free(c->groups);
 		free(c);
