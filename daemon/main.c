@@ -86,6 +86,11 @@ static int open_module(struct kvsd *d)
 	kvsd_log("module mode: %s (max %u pools of %llu pages); clients use the "
 		 "device directly, no arbiter socket", d->cfg->device, info.max_pools,
 		 (unsigned long long)info.max_pool_pages);
+	/* The module enforces its own parameters on every opener. */
+	if (d->cfg->user_keys_given)
+		kvsd_log("module mode: the per-user limits are the module's "
+			 "parameters (/sys/module/kvshare/parameters/max_user_*); "
+			 "kvshared's max_user_* settings do not apply");
 	return 0;
 }
 
@@ -95,6 +100,10 @@ static int open_core(struct kvsd *d)
 		.max_pools = d->cfg->max_pools,
 		.max_pool_pages = d->cfg->max_pool_pages,
 		.features = KVS_FEAT_MEM_FD | KVS_FEAT_DAEMON,
+		.max_user_pools = d->cfg->max_user_pools,
+		.max_user_pool_pages = d->cfg->max_user_pool_pages,
+		.max_user_held = d->cfg->max_user_held,
+		.max_user_held_bytes = d->cfg->max_user_held_bytes,
 	};
 	int ret = kvs_core_init(&limits);
 
@@ -111,6 +120,12 @@ static int open_core(struct kvsd *d)
 	kvsd_log("socket mode: the arbiter runs in kvshared (max %u pools of "
 		 "%llu pages)", limits.max_pools,
 		 (unsigned long long)limits.max_pool_pages);
+	kvsd_log("per-user limits (0: none): max_user_pools %u, "
+		 "max_user_pool_pages %llu, max_user_held %llu, "
+		 "max_user_held_bytes %llu", limits.max_user_pools,
+		 (unsigned long long)limits.max_user_pool_pages,
+		 (unsigned long long)limits.max_user_held,
+		 (unsigned long long)limits.max_user_held_bytes);
 	return 0;
 }
 
@@ -155,7 +170,7 @@ static bool should_stop(void *arg)
 	return stop_signal != 0;
 }
 
-/* Once a second: the modules' timers. */
+/* Once a tick (a second at most): the modules' timers. */
 static void tick(void *arg)
 {
 	(void)arg;
@@ -166,6 +181,7 @@ static void tick(void *arg)
 
 static int run(struct kvsd *d)
 {
+	unsigned int tick_ms;
 	int ret;
 
 	ret = choose_mode(d);
@@ -185,7 +201,11 @@ static int run(struct kvsd *d)
 			goto out;
 	}
 	kvsd_log("ready");
-	ret = kvsd_loop_run(should_stop, tick, NULL, TICK_MS);
+	/* Stalled clients are dropped within a quarter of the timeout. */
+	tick_ms = d->cfg->stall_timeout_ms / 4;
+	if (tick_ms > TICK_MS)
+		tick_ms = TICK_MS;
+	ret = kvsd_loop_run(should_stop, tick, NULL, tick_ms);
 	if (stop_signal)
 		kvsd_log("%s received: shutting down", strsignal(stop_signal));
 out:
