@@ -128,13 +128,14 @@ TEST_F(cmd, cmd_size_and_unknown_commands)
 	EXPECT_EQ(sizeof(struct kvs_publish), kvs_cmd_size(KVS_IOC_PUBLISH));
 	EXPECT_EQ(sizeof(struct kvs_lookup), kvs_cmd_size(KVS_IOC_LOOKUP));
 	EXPECT_EQ(sizeof(struct kvs_put), kvs_cmd_size(KVS_IOC_PUT));
+	EXPECT_EQ(sizeof(struct kvs_user_limits), kvs_cmd_size(KVS_IOC_USER_LIMITS));
 	/* Size bits are ignored. */
 	EXPECT_EQ(sizeof(struct kvs_alloc),
 		  kvs_cmd_size(_IOC(_IOC_READ | _IOC_WRITE, KVS_IOC_MAGIC, 0x10, 8)));
 	EXPECT_EQ(sizeof(struct kvs_pool_stats),
 		  kvs_cmd_size(_IOC(_IOC_READ | _IOC_WRITE, KVS_IOC_MAGIC, 0x05, 4096)));
 	/* Not kvshare commands. */
-	EXPECT_EQ(0, kvs_cmd_size(_IOWR(KVS_IOC_MAGIC, 0x08, struct kvs_alloc)));
+	EXPECT_EQ(0, kvs_cmd_size(_IOWR(KVS_IOC_MAGIC, 0x09, struct kvs_alloc)));
 	EXPECT_EQ(0, kvs_cmd_size(_IOWR(KVS_IOC_MAGIC, 0x14, struct kvs_alloc)));
 	EXPECT_EQ(0, kvs_cmd_size(_IOWR(KVS_IOC_MAGIC, 0xff, struct kvs_alloc)));
 	EXPECT_EQ(0, kvs_cmd_size(_IOWR(KVS_IOC_MAGIC + 1, 0x10, struct kvs_alloc)));
@@ -143,7 +144,7 @@ TEST_F(cmd, cmd_size_and_unknown_commands)
 	memset(&a, 0, sizeof(a));
 	EXPECT_EQ(-ENOTTY, kt_cmd(self->own, _IOWR(KVS_IOC_MAGIC, 0x14, struct kvs_alloc), &a));
 	EXPECT_EQ(-ENOTTY, kt_cmd(self->own, _IOWR(KVS_IOC_MAGIC + 1, 0x10, struct kvs_alloc), &a));
-	EXPECT_EQ(-ENOTTY, kt_cmd(self->own, _IOWR(KVS_IOC_MAGIC, 0x08, struct kvs_alloc), &a));
+	EXPECT_EQ(-ENOTTY, kt_cmd(self->own, _IOWR(KVS_IOC_MAGIC, 0x09, struct kvs_alloc), &a));
 }
 
 TEST(core_init_limits)
@@ -495,14 +496,20 @@ TEST_F(cmd, attach_errors)
 	EXPECT_EQ(-EINVAL, kt_cmd(c, KVS_IOC_POOL_ATTACH, &at));
 	at.flags = 1u << 31;
 	EXPECT_EQ(-EINVAL, kt_cmd(c, KVS_IOC_POOL_ATTACH, &at));
-	for (i = 0; i < 4; i++) {
+	for (i = 0; i < 3; i++) {
 		memset(&at, 0, sizeof(at));
 		strcpy(at.name, "a1");
+		at.owner = OWNER_UID;
 		at.reserved[i] = 1;
 		EXPECT_EQ(-EINVAL, kt_cmd(c, KVS_IOC_POOL_ATTACH, &at)) {
 			TH_LOG("reserved[%d]", i);
 		}
 	}
+	memset(&at, 0, sizeof(at));
+	strcpy(at.name, "a1");
+	at.owner = OWNER_UID;
+	at.pad = 1;
+	EXPECT_EQ(-EINVAL, kt_cmd(c, KVS_IOC_POOL_ATTACH, &at));
 	/* Unterminated name: rejected one way or the other. */
 	memset(&at, 0, sizeof(at));
 	memset(at.name, 'a', sizeof(at.name));
@@ -547,9 +554,8 @@ TEST_F(cmd, attach_mem_fd)
 	ASSERT_NE(NULL, c);
 	ASSERT_NE(NULL, c2);
 	fds0 = open_fds();
-	fd = memfd_create("kt-pool", MFD_CLOEXEC);
+	fd = kt_memfd(4 * KT_PAGE_BYTES);
 	ASSERT_LE(0, fd);
-	ASSERT_EQ(0, ftruncate(fd, 4 * KT_PAGE_BYTES));
 	kt_create_req(&r, "mem", 4, 0600, 0, 0);
 	r.mem_fd = fd;
 	ASSERT_EQ(0, kt_cmd(self->own, KVS_IOC_POOL_CREATE, &r));
@@ -599,7 +605,7 @@ TEST_F(cmd, mem_fd_released_at_core_exit)
 	int fd, fds0;
 
 	fds0 = open_fds();
-	fd = memfd_create("kt-pool2", MFD_CLOEXEC);
+	fd = kt_memfd(4 * KT_PAGE_BYTES);
 	ASSERT_LE(0, fd);
 	kt_create_req(&r, "mem2", 4, 0600, 0, 0);
 	r.mem_fd = fd;

@@ -16,11 +16,14 @@
 #define _KVS_TESTS_CORE_KT_H
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "kselftest_harness.h"
 #include "core.h"
@@ -216,6 +219,20 @@ static KT_UNUSED void kt_create_req(struct kvs_pool_create *r, const char *name,
 	r->flags = flags;
 	r->mem_fd = -1;
 	r->max_pages_per_file = quota;
+}
+
+/* Pool memory as the core wants it: a memfd of @bytes sealed against shrinking. */
+static KT_UNUSED int kt_memfd(__u64 bytes)
+{
+	int fd = memfd_create("kt-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	if (fd < 0)
+		return -1;
+	if (ftruncate(fd, bytes) || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
 }
 
 static KT_UNUSED int kt_create(struct kt_client *c, const char *name, __u64 n_pages,
