@@ -234,14 +234,19 @@ static int kvs_geometry_check(struct kvs_geometry *g)
 	return 0;
 }
 
-static struct kvs_pool *kvs_pool_find_name(const char *name)
+/*
+ * Names are scoped by owner: (uid, name) is the key, so that a name one
+ * user took never stands in the way of, or for, another user's pool.
+ */
+static struct kvs_pool *kvs_pool_find_name(u32 uid, const char *name)
 {
 	u32 i;
 
 	for (i = 0; i < kvs_reg.limits.max_pools; i++) {
 		struct kvs_pool *pool = kvs_reg.slots[i];
 
-		if (pool && !strncmp(pool->name, name, KVS_NAME_MAX))
+		if (pool && pool->uid == uid &&
+		    !strncmp(pool->name, name, KVS_NAME_MAX))
 			return pool;
 	}
 	return NULL;
@@ -341,7 +346,7 @@ int kvs_pool_create(struct kvs_pool_create *req, const struct kvs_cred *cred)
 
 	mutex_lock(&kvs_reg.lock);
 	ret = -EEXIST;
-	if (kvs_pool_find_name(req->name))
+	if (kvs_pool_find_name(cred->uid, req->name))
 		goto unlock;
 	ret = -ENOSPC;
 	for (slot = 0; slot < (int)kvs_reg.limits.max_pools; slot++)
@@ -405,7 +410,7 @@ int kvs_pool_attach(struct kvs_client *cl, struct kvs_pool_attach *req,
 	if (cl->pool)
 		goto unlock;
 	ret = -ENOENT;
-	pool = kvs_pool_find_name(req->name);
+	pool = kvs_pool_find_name(req->owner, req->name);
 	if (!pool)
 		goto unlock;
 	ret = -EACCES;
