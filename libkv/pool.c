@@ -44,8 +44,10 @@ static int kv_pool_map(struct kv_pool *pool)
 	return 0;
 }
 
-int kv_pool_open(const char *arbiter, const char *name, uint64_t ns,
-		 unsigned int flags, struct kv_pool **out)
+/* @owner NULL: the default owner of the handle (kv_arbiter_attach()). */
+static int kv_pool_open_as(const char *arbiter, const uint32_t *owner,
+			   const char *name, uint64_t ns, unsigned int flags,
+			   struct kv_pool **out)
 {
 	struct kv_pool *pool = calloc(1, sizeof(*pool));
 	int ret;
@@ -57,7 +59,10 @@ int kv_pool_open(const char *arbiter, const char *name, uint64_t ns,
 	if (ret)
 		goto fail;
 	pool->info.flags = KVS_ATTACH_MEM_FD;
-	ret = kv_arbiter_attach(pool->arb, name, ns, &pool->info);
+	if (owner)
+		ret = kv_arbiter_attach_owner(pool->arb, *owner, name, ns, &pool->info);
+	else
+		ret = kv_arbiter_attach(pool->arb, name, ns, &pool->info);
 	if (ret)
 		goto fail;
 	ret = kv_pool_map(pool);
@@ -68,6 +73,18 @@ int kv_pool_open(const char *arbiter, const char *name, uint64_t ns,
 fail:
 	kv_pool_close(pool);
 	return ret;
+}
+
+int kv_pool_open_owner(const char *arbiter, uint32_t owner, const char *name,
+		       uint64_t ns, unsigned int flags, struct kv_pool **out)
+{
+	return kv_pool_open_as(arbiter, &owner, name, ns, flags, out);
+}
+
+int kv_pool_open(const char *arbiter, const char *name, uint64_t ns,
+		 unsigned int flags, struct kv_pool **out)
+{
+	return kv_pool_open_as(arbiter, NULL, name, ns, flags, out);
 }
 
 void kv_pool_close(struct kv_pool *pool)
