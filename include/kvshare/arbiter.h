@@ -103,6 +103,11 @@ struct kv_pool;
 /*
  * Open the arbiter (@arbiter as for kv_arbiter_open), attach to pool @name
  * of the default owner (kv_arbiter_default_owner()), map its memory.
+ * The memory must be a memfd sealed against shrinking (F_SEAL_SHRINK) and
+ * as long as the pool, as the arbiter demands at CREATE: else -EINVAL
+ * (not a memfd), -EPERM (not sealed) or -ERANGE (too short), and nothing
+ * is mapped.  -ENODEV: the memory is not a file (CUDA memory, imported by
+ * the GPU code); -ENODATA: the pool has no memory.
  */
 int kv_pool_open(const char *arbiter, const char *name, uint64_t ns,
 		 unsigned int flags, struct kv_pool **out);
