@@ -2,7 +2,8 @@
 /*
  * Internal structures of the arbiter core.  Everything about one pool is
  * protected by pool->lock; the pool registry by the registry lock, which
- * is never taken while a pool lock is held.
+ * is never taken while a pool lock is held.  A client's attach_lock comes
+ * before both.
  */
 #ifndef _KVS_CORE_INTERNAL_H
 #define _KVS_CORE_INTERNAL_H
@@ -83,7 +84,13 @@ struct kvs_pool {
 };
 
 struct kvs_client {
-	struct kvs_pool *pool;		/* set once by ATTACH, then constant */
+	/*
+	 * Held for read by every command on the client, for write by
+	 * kvs_cmd_undo() of an ATTACH: the attachment (pool, id, ns, quota)
+	 * changes back to none only when no command is using it.
+	 */
+	struct rw_semaphore attach_lock;
+	struct kvs_pool *pool;		/* set by ATTACH, cleared only by its undo */
 	struct list_head node;		/* in pool->clients, under pool->lock */
 	u32 id;
 	u32 quota;
@@ -131,11 +138,19 @@ extern atomic64_t kvs_objects;
 int kvs_pool_create(struct kvs_pool_create *req, const struct kvs_cred *cred);
 int kvs_pool_attach(struct kvs_client *cl, struct kvs_pool_attach *req,
 		    struct kvs_call *call);
+void kvs_pool_undo_create(const struct kvs_pool_create *req,
+			  const struct kvs_cred *cred);
+void kvs_pool_detach(struct kvs_client *cl);
 int kvs_pool_destroy(const struct kvs_pool_destroy *req, const struct kvs_cred *cred);
 int kvs_pool_list(struct kvs_pool_list *req, struct kvs_call *call);
 struct kvs_pool *kvs_pool_get_readable(struct kvs_client *cl, u32 pool_id,
 				       const struct kvs_cred *cred, int *err);
 void kvs_pool_put(struct kvs_pool *pool);
 void kvs_fill_info(struct kvs_info *info);
+
+/* core_user.c */
+int kvs_users_init(const struct kvs_limits *limits);
+void kvs_users_exit(void);
+int kvs_user_limits(struct kvs_user_limits *req, const struct kvs_cred *cred);
 
 #endif /* _KVS_CORE_INTERNAL_H */

@@ -128,6 +128,20 @@ static inline void mutex_lock(struct mutex *l) { pthread_mutex_lock(&l->m); }
 static inline void mutex_unlock(struct mutex *l) { pthread_mutex_unlock(&l->m); }
 static inline int mutex_trylock(struct mutex *l) { return !pthread_mutex_trylock(&l->m); }
 
+/*
+ * rw_semaphore: a pthread rwlock.  down_read_trylock() answers 1 when it
+ * got the lock, as the kernel's does.
+ */
+struct rw_semaphore {
+	pthread_rwlock_t l;
+};
+static inline void init_rwsem(struct rw_semaphore *s) { pthread_rwlock_init(&s->l, NULL); }
+static inline void down_read(struct rw_semaphore *s) { pthread_rwlock_rdlock(&s->l); }
+static inline int down_read_trylock(struct rw_semaphore *s) { return !pthread_rwlock_tryrdlock(&s->l); }
+static inline void up_read(struct rw_semaphore *s) { pthread_rwlock_unlock(&s->l); }
+static inline void down_write(struct rw_semaphore *s) { pthread_rwlock_wrlock(&s->l); }
+static inline void up_write(struct rw_semaphore *s) { pthread_rwlock_unlock(&s->l); }
+
 /* refcount_t: saturating, like lib/refcount.c. */
 typedef struct {
 	int refs;
