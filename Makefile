@@ -106,7 +106,7 @@ KMOD_SRCS := $(kvshare-y:.o=.c)
 # kmod/core.mk, when it exists, may adjust KVCORE_SRCS / KVCORE_CFLAGS, or set
 # KVCORE_OWN_RULES := 1 and provide the two library rules itself.
 KVCORE_SRCS   := kmod/core_pool.c kmod/core_arbiter.c kmod/core_table.c \
-                 kmod/core_cmd.c kmod/host_user.c
+                 kmod/core_cmd.c kmod/core_user.c kmod/host_user.c
 KVCORE_CFLAGS := -DKVS_USER -pthread
 -include kmod/core.mk
 

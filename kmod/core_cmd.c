@@ -382,6 +382,12 @@ static int kvs_cmd_put(struct kvs_client *cl, void *arg, struct kvs_call *call)
 	return ret;
 }
 
+static int kvs_cmd_user_limits(struct kvs_client *cl, void *arg,
+			       struct kvs_call *call)
+{
+	return kvs_user_limits(arg, call->cred);
+}
+
 struct kvs_cmd_desc {
 	u32 size;
 	int (*fn)(struct kvs_client *cl, void *arg, struct kvs_call *call);
@@ -399,6 +405,7 @@ static const struct kvs_cmd_desc kvs_cmds[] = {
 	KVS_CMD(KVS_IOC_POOL_STATS, kvs_cmd_stats),
 	KVS_CMD(KVS_IOC_PAGES, kvs_cmd_pages),
 	KVS_CMD(KVS_IOC_QUOTA, kvs_cmd_quota),
+	KVS_CMD(KVS_IOC_USER_LIMITS, kvs_cmd_user_limits),
 	KVS_CMD(KVS_IOC_ALLOC, kvs_cmd_alloc),
 	KVS_CMD(KVS_IOC_PUBLISH, kvs_cmd_publish),
 	KVS_CMD(KVS_IOC_LOOKUP, kvs_cmd_lookup),
@@ -427,8 +434,30 @@ int kvs_cmd(struct kvs_client *cl, unsigned int cmd, void *arg,
 	    struct kvs_call *call)
 {
 	const struct kvs_cmd_desc *desc = kvs_cmd_find(cmd);
+	int ret;
 
 	if (!desc)
 		return -ENOTTY;
-	return desc->fn(cl, arg, call);
+	/* Keeps the attachment (and so the pool) for the whole command. */
+	if (!call->nonblock)
+		down_read(&cl->attach_lock);
+	else if (!down_read_trylock(&cl->attach_lock))
+		return -EAGAIN;
+	ret = desc->fn(cl, arg, call);
+	up_read(&cl->attach_lock);
+	return ret;
+}
+
+static bool kvs_cmd_is(unsigned int cmd, unsigned int ioc)
+{
+	return kvs_cmd_find(cmd) && _IOC_NR(cmd) == _IOC_NR(ioc);
+}
+
+void kvs_cmd_undo(struct kvs_client *cl, unsigned int cmd, void *arg,
+		  const struct kvs_cred *cred)
+{
+	if (kvs_cmd_is(cmd, KVS_IOC_POOL_CREATE))
+		kvs_pool_undo_create(arg, cred);
+	else if (kvs_cmd_is(cmd, KVS_IOC_POOL_ATTACH))
+		kvs_pool_detach(cl);
 }
