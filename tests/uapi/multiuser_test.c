@@ -451,7 +451,7 @@ static void victim_works(const char *tag, const char *small, const char *big)
 	__u32 p[4], q[4], n = 0;
 
 	child_open(&c);
-	kvs_pool_args(&pc, "", 2);
+	kvs_pool_args(&pc, "", 8);	/* room for its quota: 2 published + 2 looked up */
 	snprintf(pc.name, sizeof(pc.name), "mu-%d-victim-%s", (int)getppid(), tag);
 	KVS_CHILD_EQ(0, kvs_pool_create(&c, &pc));
 	KVS_CHILD_EQ(0, kvs_attach_owner(&c, geteuid(), pc.name, 0, 0, NULL));
@@ -467,7 +467,7 @@ static void victim_works(const char *tag, const char *small, const char *big)
 	KVS_CHILD_EQ(0, kvs_alloc(&b, 1, p));
 	child_limits(&c, &u);
 	KVS_CHILD_EQ(1, u.n_pools);
-	KVS_CHILD_EQ(2, u.pool_pages);
+	KVS_CHILD_EQ(8, u.pool_pages);
 	KVS_CHILD_EQ(2 + 2 + 4 + 1, u.held);	/* 2 OWNED->SHARED, 2 refs, 4 + 1 OWNED */
 	KVS_CHILD_EQ(4 * KVS_T_PAGE_BYTES + 4 * 1024 + 16384, u.held_bytes);
 	/* Its pool goes once its last file does (the process's exit). */
