@@ -1244,6 +1244,7 @@ TEST(pool_quota_limit)
 	ASSERT_EQ(0, kt_create(c, "q5", 10, 0600, 0, 5, &id));
 	memset(&at, 0, sizeof(at));
 	strcpy(at.name, "q5");
+	at.owner = 1000;
 	ASSERT_EQ(0, kt_cmd(c, KVS_IOC_POOL_ATTACH, &at));
 	EXPECT_EQ(5, at.max_pages_per_file);
 	EXPECT_EQ(10, at.n_pages);
