@@ -64,8 +64,12 @@ struct kvsd_pool {
 	struct kvsd_pool *next;
 };
 
-/* Creates every configured pool; a pool that fails is logged and skipped. */
-void kvsd_pools_create(struct kvsd *d);
+/*
+ * Creates every configured pool; a pool that fails is logged and skipped.
+ * -EEXIST (logged) when the module holds a pool of a configured name that
+ * must not be adopted: the daemon then exits non-zero.
+ */
+int kvsd_pools_create(struct kvsd *d);
 /* Module mode: destroys them in the module.  Frees the list either way. */
 void kvsd_pools_destroy(struct kvsd *d);
 

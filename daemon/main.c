@@ -189,7 +189,9 @@ static int run(struct kvsd *d)
 		close_arbiter(d);
 		return 1;
 	}
-	kvsd_pools_create(d);
+	ret = kvsd_pools_create(d);
+	if (ret)
+		goto out;
 	if (d->mode == KVSD_MODE_SOCKET) {
 		ret = kvsd_server_start(d, d->cfg->socket);
 		if (ret)

@@ -207,6 +207,24 @@ static int xread(int fd, void *buf, size_t len)
 	return 0;
 }
 
+/*
+ * Pool memory as the arbiter takes it: a memfd of @bytes sealed against
+ * shrinking (else anyone holding it could make the others fault).  The fd
+ * or -1.
+ */
+static int sealed_memfd(const char *name, size_t bytes)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	if (fd < 0)
+		return -1;
+	if (ftruncate(fd, bytes) || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 static void __attribute__((noreturn)) hang(void)
 {
 	for (;;)
@@ -1129,9 +1147,8 @@ TEST_F_TIMEOUT(kvd, garbage_clients_cannot_disturb_others, 60)
 	ASSERT_EQ(0, pipe_writers_gone(pfd[0], 5000)) TH_LOG("the daemon kept a refused descriptor");
 	close(pfd[0]);
 	/* A memfd with mem_fd 0 is the right way: the pool exists, then goes. */
-	mfd = memfd_create("kvd-raw", MFD_CLOEXEC);
+	mfd = sealed_memfd("kvd-raw", 4 * PAGE_BYTES);
 	ASSERT_LE(0, mfd);
-	ASSERT_EQ(0, ftruncate(mfd, 4 * PAGE_BYTES));
 	pc.mem_fd = 0;
 	len = raw_build(buf, KVS_IOC_POOL_CREATE, &pc, sizeof(pc), NULL, 0, 24);
 	ASSERT_EQ(0, raw_send(fd, buf, len, &mfd, 1));
@@ -1275,9 +1292,8 @@ TEST_F(kvd, quota_exhausted_while_others_allocate)
 	pid_t a;
 	char ch;
 
-	mfd = memfd_create("kvd-quota", MFD_CLOEXEC);
+	mfd = sealed_memfd("kvd-quota", 32 * PAGE_BYTES);
 	ASSERT_LE(0, mfd);
-	ASSERT_EQ(0, ftruncate(mfd, 32 * PAGE_BYTES));
 	memset(&pc, 0, sizeof(pc));
 	snprintf(pc.name, sizeof(pc.name), "q");
 	pc.n_pages = 32;
