@@ -110,7 +110,7 @@ static struct {
 	uint64_t next_id;
 	bool accept_paused;
 	bool accept_warned;		/* logged once per episode */
-	uint64_t buffered;		/* bytes of every connection's buffer */
+	uint64_t buffered;		/* buffer bytes beyond BUF_MIN, all connections */
 } srv = { .listen = { .fd = -1 } };
 
 /* ---- connections ------------------------------------------------------- */
@@ -144,9 +144,15 @@ static void conn_log_close(struct conn *c, const char *why)
 		 what);
 }
 
+/* What a buffer of @cap bytes counts against max_buffer_total. */
+static uint64_t buf_counted(uint32_t cap)
+{
+	return cap > BUF_MIN ? cap - BUF_MIN : 0;
+}
+
 static void conn_free_buf(struct conn *c)
 {
-	srv.buffered -= c->cap;
+	srv.buffered -= buf_counted(c->cap);
 	free(c->buf);
 	c->buf = NULL;
 	c->cap = 0;
@@ -187,13 +193,13 @@ static int conn_reserve(struct conn *c, uint32_t need)
 		return 0;
 	if (need < BUF_MIN)
 		need = BUF_MIN;
-	if (need > BUF_MIN &&
-	    srv.buffered - c->cap + need > srv.d->cfg->max_buffer_total)
+	if (srv.buffered - buf_counted(c->cap) + buf_counted(need) >
+	    srv.d->cfg->max_buffer_total)
 		return -ENOBUFS;
 	p = realloc(c->buf, need);
 	if (!p)
 		return -ENOMEM;
-	srv.buffered += need - c->cap;
+	srv.buffered += buf_counted(need) - buf_counted(c->cap);
 	c->buf = p;
 	c->cap = need;
 	return 0;

@@ -6,7 +6,7 @@
  * arbiter client, and ->release frees it, dropping every page reference
  * and OWNED page it held, whichever way its process ended.  The arbiter
  * itself is the portable core (core_*.c); this file only moves command
- * structs and arrays across the user boundary and supplies the kernel's
+ * structs and arrays across the user boundary and supplies the opener's
  * credentials, files and randomness.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -160,13 +160,14 @@ static unsigned int *kvs_memfd_seals(struct file *file)
 }
 
 /*
- * Pool memory is a file the pool keeps open and hands, read-write, to
- * every attacher.  Only a memfd sealed against shrinking is taken: anyone
- * holding the file could otherwise ftruncate() it and make every other
- * process's mapping of it fault (SIGBUS).  Seals are never removed, so
- * once F_SEAL_SHRINK is seen the size checked after it stays.  A kvshare
- * or io_uring file is no memfd, so a pool never holds a file that holds
- * the pool (a reference cycle nothing would free).
+ * Pool memory is a file the pool keeps open and hands to every attacher
+ * (KVS_ATTACH_MEM_FD installs that same open file), so whatever the file
+ * allows its creator, every attacher may do.  Only a memfd sealed against
+ * shrinking is taken: anyone holding the file could otherwise ftruncate()
+ * it and make every other process's mapping of it fault (SIGBUS).  Seals
+ * are never removed, so once F_SEAL_SHRINK is seen the size checked after
+ * it stays.  A kvshare or io_uring file is no memfd, so a pool never holds
+ * a file that holds the pool (a reference cycle nothing would free).
  */
 int kvs_host_mem_get(int fd, __u64 bytes, void **mem)
 {
