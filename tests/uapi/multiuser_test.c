@@ -399,14 +399,17 @@ static int mu_unload(void)
 /*
  * Reload kvshare.ko with module parameters @params ("" for the defaults)
  * from $KVS_MODULE (default /lib/modules/kvshare.ko, as unload_test does)
- * and give the new device node to the test group (no udev in the VM).
+ * and give the new device node the old one's group (no udev in the VM).
  * Every file of the device must be closed.
  */
 static int mu_reload(const char *params)
 {
 	const char *ko = getenv("KVS_MODULE");
+	long gid = kvs_dev_group();
 	int kfd, ret;
 
+	if (gid < 0)
+		return (int)gid;
 	if (!ko || !*ko)
 		ko = KVS_MODULE_DEFAULT;
 	kfd = open(ko, O_RDONLY | O_CLOEXEC);
@@ -416,7 +419,7 @@ static int mu_reload(const char *params)
 	if (!ret && syscall(__NR_finit_module, kfd, params, 0))
 		ret = -errno;
 	close(kfd);
-	return ret ? ret : kvs_dev_share_group();
+	return ret ? ret : kvs_dev_set_group(gid);
 }
 
 /* Are the attacker's limits @l cheap to reach, and shaped as the test needs? */
