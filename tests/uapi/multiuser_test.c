@@ -186,7 +186,7 @@ static __u32 find_pool(struct __test_metadata *_metadata, struct kvs_conn *c,
 /*
  * /dev/kvshare is 0660, its group the VM's kvshare group (what the udev
  * rule does in a real install): uid 65534 without that group cannot open
- * it at all, with it it can.
+ * it at all; with the group it can.
  * On 19bd58c the module made the device 0666: the attacker opened it.
  */
 TEST_F(mu, device_needs_group)
@@ -1268,7 +1268,7 @@ struct undo_call {
 	unsigned long cmd;
 	void *arg;
 	pid_t tid;
-	volatile int started, done;
+	int started, done;		/* __atomic_* only */
 	int ret;
 };
 
