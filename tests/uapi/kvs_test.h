@@ -801,6 +801,8 @@ static inline int kvs_dev_set_group(long gid)
 #ifndef KVS_TEST_DAEMON
 	if (gid < 0 || chown(kvs_dev_path(), -1, (gid_t)gid))
 		return gid < 0 ? (int)gid : -errno;
+#else
+	(void)gid;
 #endif
 	return 0;
 }
