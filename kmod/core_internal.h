@@ -3,7 +3,8 @@
  * Internal structures of the arbiter core.  Everything about one pool is
  * protected by pool->lock; the pool registry by the registry lock, which
  * is never taken while a pool lock is held.  A client's attach_lock comes
- * before both.
+ * before both.  The per-user usage lock (core_user.c) is a leaf, after all
+ * of them.  Lock order: attach_lock, registry, pool, users.
  */
 #ifndef _KVS_CORE_INTERNAL_H
 #define _KVS_CORE_INTERNAL_H
@@ -66,6 +67,7 @@ struct kvs_pool {
 	u32 max_per_file;
 	struct kvs_geometry geom;
 	void *mem;			/* host memory object, or NULL */
+	struct kvs_user *user;		/* the owner's usage, charged until freed */
 	u64 seed;			/* keys -> index slots, per pool */
 
 	/* Under lock. */
@@ -95,6 +97,7 @@ struct kvs_client {
 	u32 id;
 	u32 quota;
 	u64 ns;
+	struct kvs_user *user;		/* charged for holdings; NULL: admin */
 	u64 held;			/* OWNED pages plus references */
 	struct kvs_hold_table holds;
 };
@@ -149,8 +152,15 @@ void kvs_pool_put(struct kvs_pool *pool);
 void kvs_fill_info(struct kvs_info *info);
 
 /* core_user.c */
+struct kvs_user;
 int kvs_users_init(const struct kvs_limits *limits);
 void kvs_users_exit(void);
+struct kvs_user *kvs_user_get(u32 uid);
+void kvs_user_put(struct kvs_user *u);
+int kvs_user_charge_pool(struct kvs_user *u, u64 n_pages, bool limited);
+void kvs_user_uncharge_pool(struct kvs_user *u, u64 n_pages);
+int kvs_user_charge_held(struct kvs_user *u, u32 n, u64 page_bytes);
+void kvs_user_uncharge_held(struct kvs_user *u, u64 n, u64 page_bytes);
 int kvs_user_limits(struct kvs_user_limits *req, const struct kvs_cred *cred);
 
 #endif /* _KVS_CORE_INTERNAL_H */

@@ -47,6 +47,10 @@ int kvs_core_init(const struct kvs_limits *limits)
 
 static void kvs_pool_free(struct kvs_pool *pool)
 {
+	if (pool->user) {
+		kvs_user_uncharge_pool(pool->user, pool->n_pages);
+		kvs_user_put(pool->user);
+	}
 	if (pool->mem)
 		kvs_host_mem_put(pool->mem);
 	kvfree(pool->index);
@@ -112,6 +116,8 @@ static struct kvs_pool *kvs_client_unbind(struct kvs_client *cl)
 	list_del_init(&cl->node);
 	pool->n_files--;
 	mutex_unlock(&pool->lock);
+	kvs_user_put(cl->user);
+	cl->user = NULL;
 	return pool;
 }
 
@@ -318,9 +324,30 @@ static struct kvs_pool *kvs_pool_alloc(const struct kvs_pool_create *req,
 	return pool;
 }
 
+/*
+ * Charge a new pool to its owner before building it: a user at its limit
+ * must not make the arbiter allocate the bookkeeping first.
+ */
+static struct kvs_user *kvs_pool_charge(const struct kvs_pool_create *req,
+					const struct kvs_cred *cred, int *err)
+{
+	struct kvs_user *u = kvs_user_get(cred->uid);
+
+	*err = -ENOMEM;
+	if (!u)
+		return NULL;
+	*err = kvs_user_charge_pool(u, req->n_pages, !cred->admin);
+	if (*err) {
+		kvs_user_put(u);
+		return NULL;
+	}
+	return u;
+}
+
 int kvs_pool_create(struct kvs_pool_create *req, const struct kvs_cred *cred)
 {
 	struct kvs_pool *pool;
+	struct kvs_user *user;
 	void *mem = NULL;
 	u64 bytes;
 	int ret, slot;
@@ -328,21 +355,27 @@ int kvs_pool_create(struct kvs_pool_create *req, const struct kvs_cred *cred)
 	ret = kvs_pool_validate(req);
 	if (ret)
 		return ret;
+	user = kvs_pool_charge(req, cred, &ret);
+	if (!user)
+		return ret;
 	if (req->mem_fd >= 0) {
 		/* Both bounded (pages by KVS_MAX_POOL_PAGES, bytes by 1 GiB). */
 		bytes = req->n_pages * req->geom.page_bytes;
 		ret = kvs_host_mem_get(req->mem_fd, bytes, &mem);
 		if (ret)
-			return ret;
+			goto uncharge;
 	}
 	/* Build the pool outside the registry lock: 1M pages take a while. */
 	pool = kvs_pool_alloc(req, cred);
 	if (!pool) {
 		if (mem)
 			kvs_host_mem_put(mem);
-		return -ENOMEM;
+		ret = -ENOMEM;
+		goto uncharge;
 	}
 	pool->mem = mem;
+	/* From here the pool's last put uncharges. */
+	pool->user = user;
 
 	mutex_lock(&kvs_reg.lock);
 	ret = -EEXIST;
@@ -365,6 +398,10 @@ unlock:
 	mutex_unlock(&kvs_reg.lock);
 	if (ret)
 		kvs_pool_put(pool);
+	return ret;
+uncharge:
+	kvs_user_uncharge_pool(user, req->n_pages);
+	kvs_user_put(user);
 	return ret;
 }
 
@@ -390,6 +427,7 @@ int kvs_pool_attach(struct kvs_client *cl, struct kvs_pool_attach *req,
 		    struct kvs_call *call)
 {
 	const struct kvs_cred *cred = call->cred;
+	struct kvs_user *user = NULL;
 	struct kvs_pool *pool;
 	u32 i;
 	int ret;
@@ -404,6 +442,12 @@ int kvs_pool_attach(struct kvs_client *cl, struct kvs_pool_attach *req,
 		return -EINVAL;
 	if (!kvs_name_valid(req->name))
 		return -EINVAL;
+	/* What the client will hold is charged to its user, unless admin. */
+	if (!cred->admin) {
+		user = kvs_user_get(cred->uid);
+		if (!user)
+			return -ENOMEM;
+	}
 
 	mutex_lock(&kvs_reg.lock);
 	ret = -EBUSY;
@@ -430,6 +474,8 @@ int kvs_pool_attach(struct kvs_client *cl, struct kvs_pool_attach *req,
 		kvs_reg.next_client_id = 1;
 	cl->ns = pool->flags & KVS_POOL_NS_PER_UID ? cred->uid : req->ns;
 	cl->quota = pool->max_per_file;
+	cl->user = user;
+	user = NULL;
 	mutex_lock(&pool->lock);
 	list_add_tail(&cl->node, &pool->clients);
 	pool->n_files++;
@@ -449,6 +495,7 @@ int kvs_pool_attach(struct kvs_client *cl, struct kvs_pool_attach *req,
 	ret = 0;
 unlock:
 	mutex_unlock(&kvs_reg.lock);
+	kvs_user_put(user);
 	return ret;
 }
 

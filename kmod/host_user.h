@@ -174,6 +174,13 @@ static inline s64 atomic64_read(const atomic64_t *v)
 {
 	return __atomic_load_n(&v->counter, __ATOMIC_RELAXED);
 }
+static inline void atomic64_sub(s64 n, atomic64_t *v) { __atomic_fetch_sub(&v->counter, n, __ATOMIC_RELAXED); }
+/* As the kernel's: on failure *old is updated to the value found. */
+static inline bool atomic64_try_cmpxchg(atomic64_t *v, s64 *old, s64 new)
+{
+	return __atomic_compare_exchange_n(&v->counter, old, new, false,
+					   __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+}
 
 /* The part of <linux/list.h> the core uses. */
 struct list_head {

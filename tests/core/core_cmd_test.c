@@ -469,7 +469,7 @@ TEST_F(cmd, attach_reports_pool)
 	EXPECT_EQ(16, at.geom.tokens_per_page);
 	EXPECT_EQ(KVS_DTYPE_F16, at.geom.dtype);
 	/* Stats of the attached pool by id 0. */
-	ASSERT_EQ(0, kt_stats(c, 0, KVS_STATS_CHECK, &st));
+	ASSERT_EQ(0, kt_stats_check(c, 0, &st));
 	EXPECT_EQ(12, st.n_pages);
 	EXPECT_EQ(12, st.n_free);
 	EXPECT_EQ(1, st.n_files);
@@ -957,7 +957,7 @@ TEST_F(cmd, stats_errors)
 		}
 	}
 	/* A fresh pool. */
-	ASSERT_EQ(0, kt_stats(self->own, id, KVS_STATS_CHECK, &st));
+	ASSERT_EQ(0, kt_stats_check(self->own, id, &st));
 	EXPECT_EQ(6, st.n_pages);
 	EXPECT_EQ(6, st.n_free);
 	EXPECT_EQ(0, st.n_owned + st.n_shared + st.n_cached + st.n_evictable + st.n_refs +

@@ -1344,7 +1344,10 @@ TEST(ns_per_uid_pool)
 	ASSERT_EQ(0, kt_publish_chain(z, &q, 1, KVS_NO_PAGE, 70, 0, &r, &n_dup));
 	EXPECT_EQ(0, n_dup);
 	EXPECT_EQ(q, r);
-	EXPECT_EQ(2000, kt_desc(z, 0, q).ns);
+	/* Only the pool's owner (x) sees namespaces; z's own page is no exception. */
+	EXPECT_EQ(2000, kt_desc(x, 0, q).ns);
+	EXPECT_EQ(0, kt_desc(z, 0, q).ns);
+	EXPECT_EQ(0, kt_desc(z, 0, p).ns);
 	KT_EXPECT_PAGE(x, 0, p, KVS_PAGE_SHARED, 2);
 	KT_EXPECT_PAGE(x, 0, q, KVS_PAGE_SHARED, 1);
 	KT_CHECK(x, 0);
