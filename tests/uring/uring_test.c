@@ -1521,7 +1521,7 @@ TEST_F(uring, unknown_cmd_op)
 	struct kvs_lookup lk;
 	const __u32 ops[] = {
 		_IOWR(KVS_IOC_MAGIC, 0x14, struct kvs_lookup),
-		_IOWR(KVS_IOC_MAGIC, 0x08, struct kvs_lookup),
+		_IOWR(KVS_IOC_MAGIC, 0x09, struct kvs_lookup),
 		_IOWR(KVS_IOC_MAGIC, 0x0f, struct kvs_lookup),
 		_IOWR(KVS_IOC_MAGIC, 0xff, struct kvs_lookup),
 		_IOWR('x', 0x12, struct kvs_lookup),		/* LOOKUP's nr, other type */
