@@ -777,20 +777,30 @@ static inline int kvs_pool_memfd(__u64 n_pages)
  * kvshare.ko creates /dev/kvshare 0660 root:root (module parameter
  * dev_mode) and a udev rule gives it to group "kvshare" in a real
  * install.  The VM has no udev: tools/vm/guest-init.sh gives the device
- * to KVS_TEST_GID after insmod, and a suite that reloads the module calls
- * kvs_dev_share_group() again.  "Members" (a real install's group
- * kvshare) hold KVS_TEST_GID as a supplementary group; the attacker of
- * the multi-user tests is uid KVS_NOBODY, with or without it.
+ * to KVS_TEST_GID after insmod, and a suite that reloads the module gives
+ * the new node the group the old one had (kvs_dev_group() before,
+ * kvs_dev_set_group() after), as udev would.  "Members" (a real
+ * install's group kvshare) hold KVS_TEST_GID as a supplementary group;
+ * the attacker of the multi-user tests is uid KVS_NOBODY, with or
+ * without it.
  */
 #define KVS_TEST_GID		65533
 #define KVS_NOBODY		65534
 
-static inline int kvs_dev_share_group(void)
+/* The device's group, or -errno. */
+static inline long kvs_dev_group(void)
+{
+	struct stat sb;
+
+	return stat(kvs_dev_path(), &sb) ? -errno : (long)sb.st_gid;
+}
+
+/* Give the device to group @gid: the group only, the mode is the module's. */
+static inline int kvs_dev_set_group(long gid)
 {
 #ifndef KVS_TEST_DAEMON
-	/* The group only: the mode is the module's, and under test. */
-	if (chown(kvs_dev_path(), -1, KVS_TEST_GID))
-		return -errno;
+	if (gid < 0 || chown(kvs_dev_path(), -1, (gid_t)gid))
+		return gid < 0 ? (int)gid : -errno;
 #endif
 	return 0;
 }
