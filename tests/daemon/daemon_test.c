@@ -1989,7 +1989,7 @@ static int trickle_until_closed(int fd, int max_ms)
 TEST_F_TIMEOUT(kvd, stalled_and_hoarding_clients_are_dropped, 60)
 {
 	const char *const caps[] = {
-		"--stall-timeout-ms", "1000", "--max-conn-buffer", "1M",
+		"--stall-timeout-ms", "2000", "--max-conn-buffer", "1M",
 		"--max-buffer-total", "1M", NULL,
 	};
 	struct loop_shm *shm;
@@ -2026,11 +2026,12 @@ TEST_F_TIMEOUT(kvd, stalled_and_hoarding_clients_are_dropped, 60)
 		KVD_CHILD_EQ(0, progress(shm, 0, 2));	/* a is buffered by now */
 		((struct kvs_msg *)buf)->len = 256 << 10;
 		KVD_CHILD_EQ(0, raw_send(b, buf, 200 << 10, NULL, 0));
-		KVD_CHILD_EQ(0, raw_expect_closed(b, 5000));
+		/* At once: well before the stall timeout could close it. */
+		KVD_CHILD_EQ(0, raw_expect_closed(b, 1000));
 		close(b);
 		KVD_CHILD_EQ(0, progress(shm, 0, 3));
 		/* a stalls in its message: dropped after the stall timeout. */
-		ms = trickle_until_closed(a, 5000);
+		ms = trickle_until_closed(a, 6000);
 		KVD_CHILD_TRUE(ms >= 0);
 		close(a);
 		KVD_CHILD_EQ(0, progress(shm, 0, 3));
@@ -2040,8 +2041,8 @@ TEST_F_TIMEOUT(kvd, stalled_and_hoarding_clients_are_dropped, 60)
 		KVD_CHILD_TRUE(fd >= 0);
 		((struct kvs_msg *)buf)->len = 64 << 10;
 		KVD_CHILD_EQ(0, raw_send(fd, buf, HDR + 100, NULL, 0));
-		ms = trickle_until_closed(fd, 5000);
-		KVD_CHILD_TRUE(ms >= 800 && ms < 4000);
+		ms = trickle_until_closed(fd, 6000);
+		KVD_CHILD_TRUE(ms >= 1800 && ms < 5000);
 		close(fd);
 		KVD_CHILD_EQ(0, progress(shm, 0, 3));
 
@@ -2050,7 +2051,7 @@ TEST_F_TIMEOUT(kvd, stalled_and_hoarding_clients_are_dropped, 60)
 		KVD_CHILD_TRUE(fd >= 0);
 		((struct kvs_msg *)buf)->len = (1 << 20) + 4096;
 		KVD_CHILD_EQ(0, raw_send(fd, buf, HDR + 100, NULL, 0));
-		KVD_CHILD_EQ(0, raw_expect_closed(fd, 5000));
+		KVD_CHILD_EQ(0, raw_expect_closed(fd, 1000));
 		close(fd);
 
 		/* Requests sent, replies never read: dropped after the timeout. */
@@ -2068,7 +2069,7 @@ TEST_F_TIMEOUT(kvd, stalled_and_hoarding_clients_are_dropped, 60)
 		}
 		KVD_CHILD_TRUE(i < 4096);
 		KVD_CHILD_EQ(0, progress(shm, 0, 3));
-		ms = trickle_until_closed(fd, 5000);
+		ms = trickle_until_closed(fd, 6000);
 		KVD_CHILD_TRUE(ms >= 0);
 		close(fd);
 		KVD_CHILD_EQ(0, progress(shm, 0, 3));
