@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
+# The directory variables come from the environment (checked below).
+# shellcheck disable=SC2154
 #
 # dist/install.sh install|uninstall: the body of `make install` and
 # `make uninstall`.  dist/install.mk passes everything in the environment

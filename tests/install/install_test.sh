@@ -12,6 +12,8 @@
 #                           (a kernel build, ~1 min; KDIR as in the Makefile)
 #   KVS_TEST_MAKE_ARGS      extra arguments for the nested make (e.g. -o FILE)
 set -uo pipefail
+# Single quotes around $(make) and $1 text meant for make and sh -c:
+# shellcheck disable=SC2016
 
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
@@ -211,7 +213,7 @@ t_link() {
 		return ret < 0 ? 0 : 1;
 	}
 	EOF
-	if ! flags=$(PKG_CONFIG_PATH= PKG_CONFIG_LIBDIR=$D$PREFIX/lib/pkgconfig \
+	if ! flags=$(PKG_CONFIG_PATH='' PKG_CONFIG_LIBDIR=$D$PREFIX/lib/pkgconfig \
 		     PKG_CONFIG_SYSROOT_DIR=$D pkg-config --static --cflags --libs kvshare); then
 		say "pkg-config --static --cflags --libs kvshare failed"
 		return 1
@@ -435,6 +437,7 @@ t_dkms_build() {
 	mkdir -p "$b"
 	cp -a "$D/usr/src/kvshare-$VERSION/." "$b/"
 	# dkms runs MAKE in the build directory, with these two set.
+	# shellcheck disable=SC2086
 	(export kernel_source_dir=$kdir dkms_tree=$W/dkms
 	 cd "$b" && cmd=$(bash -c '. ./dkms.conf; echo "${MAKE[0]}"') &&
 	 env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL $cmd) > "$W/dkms.log" 2>&1
