@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0
+# Single quotes keep $(...) and $1 for make and sh -c:
+# shellcheck disable=SC2016
 #
 # install_test: `make install DESTDIR=...` and `make uninstall`, as TAP.
 # Run from the repository root (the Makefile runs host suites there), after
@@ -12,8 +14,6 @@
 #                           (a kernel build, ~1 min; KDIR as in the Makefile)
 #   KVS_TEST_MAKE_ARGS      extra arguments for the nested make (e.g. -o FILE)
 set -uo pipefail
-# Single quotes around $(make) and $1 text meant for make and sh -c:
-# shellcheck disable=SC2016
 
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
