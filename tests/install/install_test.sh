@@ -36,7 +36,8 @@ say() { echo "# $*"; }
 # (skip, with the reason in $why).
 TESTS=(
 	t_install t_binaries t_lib_files t_system_files t_dkms_files t_module
-	t_manifest t_headers_alone t_link t_unit_paths t_unit_verify t_sysusers
+	t_manifest t_headers_alone t_link t_unit_paths t_unit_verify t_config_loads
+	t_sysusers
 	t_udev_syntax t_udev_real t_dkms_conf t_dkms_tree t_dkms_build
 	t_uninstall t_uninstall_keeps_changed_conf t_reinstall t_prefix_usr
 )
@@ -259,6 +260,30 @@ t_unit_verify() {
 	local st=$?
 	diag < "$W/verify"
 	[ $st = 0 ] && [ ! -s "$W/verify" ]
+}
+
+# The installed kvshared accepts the installed configuration: it starts,
+# says "ready" and stops cleanly.  On a private socket, in socket mode,
+# metrics on a free port; the configured memory is only reserved (memfd),
+# and the example's CUDA pool is skipped without a driver.
+t_config_loads() {
+	desc="installed kvshared starts with the installed kvshared.conf"
+	local pid _ st
+
+	"$D$PREFIX/sbin/kvshared" --config "$D/etc/kvshare/kvshared.conf" \
+		--socket "$W/kvs.sock" --mode socket --metrics 127.0.0.1:0 \
+		> "$W/kvshared.log" 2>&1 &
+	pid=$!
+	for _ in $(seq 100); do
+		grep -q '^kvshared: ready' "$W/kvshared.log" && break
+		kill -0 $pid 2> /dev/null || break
+		sleep 0.1
+	done
+	kill -TERM $pid 2> /dev/null
+	wait $pid
+	st=$?
+	diag < "$W/kvshared.log"
+	grep -q '^kvshared: ready' "$W/kvshared.log" && [ $st = 0 ]
 }
 
 # systemd-sysusers on a minimal root: it must plan to create the group.
