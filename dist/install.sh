@@ -68,6 +68,29 @@ cleanup() { [ -z "$tmpdir" ] || rm -rf "$tmpdir"; }
 trap cleanup EXIT
 
 # ---------------------------------------------------------------------------
+# What the module was built from: Kbuild, the sources, and the repository
+# files Kbuild's dependency records (kmod/.NAME.o.cmd) name, which are the
+# headers the preprocessor actually read.
+module_inputs() {
+	local c cmd
+
+	echo Kbuild
+	# shellcheck disable=SC2086
+	for c in $KMOD_SRCS; do
+		echo "$c"
+		cmd=$(dirname "$c")/.$(basename "${c%.c}").o.cmd
+		[ ! -f "$cmd" ] || awk -v p="$PWD/" '{
+			for (i = 1; i <= NF; i++)
+				if (index($i, p) == 1) {
+					f = substr($i, length(p) + 1)
+					sub(/[:\\]+$/, "", f)
+					if (f !~ /\.o$/)
+						print f
+				}
+		}' "$cmd"
+	done | sort -u
+}
+
 install_module() {
 	local ko=${KO:-kvshare.ko} newer magic
 
@@ -78,9 +101,9 @@ install_module() {
 	[ -n "${KVER:-}" ] && [ -n "${moduledir:-}" ] ||
 		die "$ko exists but KVER is unknown (no kernel headers?)"
 	# A module older than its sources would not be the code being installed.
-	# shellcheck disable=SC2086
-	newer=$(find Kbuild $KMOD_SRCS kmod/*.h include/uapi/linux/kvshare.h \
-		-newer "$ko" -print -quit)
+	newer=$(module_inputs | while read -r f; do
+		[ ! "$f" -nt "$ko" ] || { echo "$f"; break; }
+	done)
 	[ -z "$newer" ] || die "$ko is older than $newer: run 'make module' (or remove $ko to install without it)"
 	if command -v modinfo >/dev/null; then
 		magic=$(modinfo -F vermagic "$ko" | cut -d' ' -f1)
