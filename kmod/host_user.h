@@ -137,7 +137,10 @@ struct rw_semaphore {
 };
 static inline void init_rwsem(struct rw_semaphore *s) { pthread_rwlock_init(&s->l, NULL); }
 static inline void down_read(struct rw_semaphore *s) { pthread_rwlock_rdlock(&s->l); }
-static inline int down_read_trylock(struct rw_semaphore *s) { return !pthread_rwlock_tryrdlock(&s->l); }
+static inline int down_read_trylock(struct rw_semaphore *s)
+{
+	return !pthread_rwlock_tryrdlock(&s->l);
+}
 static inline void up_read(struct rw_semaphore *s) { pthread_rwlock_unlock(&s->l); }
 static inline void down_write(struct rw_semaphore *s) { pthread_rwlock_wrlock(&s->l); }
 static inline void up_write(struct rw_semaphore *s) { pthread_rwlock_unlock(&s->l); }
@@ -174,7 +177,10 @@ static inline s64 atomic64_read(const atomic64_t *v)
 {
 	return __atomic_load_n(&v->counter, __ATOMIC_RELAXED);
 }
-static inline void atomic64_sub(s64 n, atomic64_t *v) { __atomic_fetch_sub(&v->counter, n, __ATOMIC_RELAXED); }
+static inline void atomic64_sub(s64 n, atomic64_t *v)
+{
+	__atomic_fetch_sub(&v->counter, n, __ATOMIC_RELAXED);
+}
 /* As the kernel's: on failure *old is updated to the value found. */
 static inline bool atomic64_try_cmpxchg(atomic64_t *v, s64 *old, s64 new)
 {
