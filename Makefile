@@ -10,6 +10,7 @@
 #   make unittest   host suites only        make vmtest    VM suites only
 #   make bench      host benchmarks         make vmbench   benchmarks in the VM
 #   make checkpatch kernel style check (informational)
+#   make install    [DESTDIR=] [PREFIX=/usr/local] (dist/install.mk)   make uninstall
 #   make clean
 #
 # ---------------------------------------------------------------------------
@@ -106,7 +107,7 @@ KMOD_SRCS := $(kvshare-y:.o=.c)
 # kmod/core.mk, when it exists, may adjust KVCORE_SRCS / KVCORE_CFLAGS, or set
 # KVCORE_OWN_RULES := 1 and provide the two library rules itself.
 KVCORE_SRCS   := kmod/core_pool.c kmod/core_arbiter.c kmod/core_table.c \
-                 kmod/core_cmd.c kmod/host_user.c
+                 kmod/core_cmd.c kmod/core_user.c kmod/host_user.c
 KVCORE_CFLAGS := -DKVS_USER -pthread
 -include kmod/core.mk
 
@@ -156,6 +157,9 @@ kselftest-headers: $(KSFT_HDRS)
 # Fragments (see the contract at the top).
 FRAGMENTS := $(sort $(wildcard daemon/*.mk libkv/*.mk tools/*/*.mk tests/*/*.mk))
 include $(FRAGMENTS)
+# Packaging last: `make install` / `make uninstall` install what the
+# fragments above build (dist/install.mk).
+include $(wildcard dist/*.mk)
 
 # ---------------------------------------------------------------------------
 .PHONY: all setup module test test-run unittest vmtest bench vmbench \
@@ -334,5 +338,5 @@ clean:
 	rm -rf .tmp_versions
 
 help:
-	@sed -n '3,14p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,15p' Makefile | sed 's/^# \{0,1\}//'
 	@echo "kernel headers: $(or $(KDIR),(none: run make setup))  VM kernel: $(VMLINUZ)"

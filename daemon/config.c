@@ -15,6 +15,7 @@
 #include <grp.h>
 #include <pwd.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <sys/un.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +55,22 @@ static void usage(FILE *f)
 	      "  --verbose, -v        log every command\n"
 	      "  --foreground         accepted; kvshared never daemonizes\n"
 	      "  --help, -h           this text\n"
+	      "\n"
+	      "Socket mode: caps that keep one client from hurting the others\n"
+	      "  --max-connections N          connections at once (default 1024)\n"
+	      "  --max-connections-per-uid N  of one uid; uid 0 exempt (default 64)\n"
+	      "  --max-conn-buffer BYTES      request plus reply buffered for one\n"
+	      "                               connection (default and limit 8M)\n"
+	      "  --max-buffer-total BYTES     for all connections (default 1G)\n"
+	      "  --stall-timeout-ms MS        a client stalled mid-message or not\n"
+	      "                               reading its reply is dropped (10000)\n"
+	      "Socket mode: per-user limits, as the module's parameters (0 = none)\n"
+	      "  --max-user-pools N           pools one uid may own (default 8)\n"
+	      "  --max-user-pool-pages N      pages of the pools one uid owns\n"
+	      "                               (default 4194304)\n"
+	      "  --max-user-held N            pages one uid's clients hold, all\n"
+	      "                               pools (default 4194304)\n"
+	      "  --max-user-held-bytes BYTES  the same in bytes (default 0)\n"
 	      "\n"
 	      "Pool keys: pages=N layers=L kv_heads=H head_dim=D\n"
 	      "  [tokens_per_page=16] [dtype=f16|bf16|f32|fp8] [mode=0660]\n"
@@ -498,9 +515,79 @@ static int check_metrics(const char *where, const char *spec)
 	return ret ? -EINVAL : 0;
 }
 
+/*
+ * The numeric [daemon] keys, each also a flag (--max-pools for max_pools):
+ * range and where the value goes.
+ */
+struct num_opt {
+	const char *key;
+	const char *flag;
+	uint64_t min, max;
+	size_t off;
+	bool u64;
+};
+
+#define NUM_OPT(k, f, lo, hi, field) { k, f, lo, hi, \
+	offsetof(struct kvsd_config, field), \
+	sizeof(((struct kvsd_config *)0)->field) == 8 }
+
+static const struct num_opt num_opts[] = {
+	NUM_OPT("max_pools", "--max-pools", 1, 1024, max_pools),
+	NUM_OPT("max_pool_pages", "--max-pool-pages", 1, KVS_MAX_POOL_PAGES,
+		max_pool_pages),
+	NUM_OPT("max_connections", "--max-connections", 1, 65536, max_connections),
+	NUM_OPT("max_connections_per_uid", "--max-connections-per-uid", 1, 65536,
+		max_connections_per_uid),
+	NUM_OPT("max_conn_buffer", "--max-conn-buffer", 4096, KVS_MSG_MAX,
+		max_conn_buffer),
+	NUM_OPT("max_buffer_total", "--max-buffer-total", 1 << 20, 1ull << 40,
+		max_buffer_total),
+	NUM_OPT("stall_timeout_ms", "--stall-timeout-ms", 100, 3600000,
+		stall_timeout_ms),
+	/* The per-user limits: the module parameters' names; 0 = none. */
+	NUM_OPT("max_user_pools", "--max-user-pools", 0, 1024, max_user_pools),
+	NUM_OPT("max_user_pool_pages", "--max-user-pool-pages", 0, 1ull << 40,
+		max_user_pool_pages),
+	NUM_OPT("max_user_held", "--max-user-held", 0, 1ull << 40, max_user_held),
+	NUM_OPT("max_user_held_bytes", "--max-user-held-bytes", 0, 1ull << 62,
+		max_user_held_bytes),
+};
+
+#define FIRST_USER_OPT	7	/* num_opts[] from max_user_pools on */
+
+static int num_opt_find(const char *key)
+{
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(num_opts); i++)
+		if (!strcmp(num_opts[i].key, key))
+			return i;
+	return -1;
+}
+
+/* Parse @val for num_opts[@i] into @cfg.  0 or -EINVAL (reported). */
+static int num_opt_set(struct kvsd_config *cfg, unsigned int i, const char *where,
+		       const char *key, const char *val)
+{
+	const struct num_opt *o = &num_opts[i];
+	char *field = (char *)cfg + o->off;
+	uint64_t v;
+
+	if (num_key(where, key, val, o->min, o->max, &v))
+		return -EINVAL;
+	if (o->u64)
+		memcpy(field, &v, sizeof(v));
+	else
+		*(uint32_t *)field = v;
+	if (i >= FIRST_USER_OPT)
+		cfg->user_keys_given |= 1u << (i - FIRST_USER_OPT);
+	return 0;
+}
+
 /* Flags given on the command line, which the file must not override. */
 struct flags_seen {
-	bool socket, metrics, max_pools, max_pool_pages;
+	bool socket, metrics;
+	uint32_t num;			/* bit i: num_opts[i] given as a flag */
 };
 
 static int set_str(char **dst, const char *val)
@@ -517,6 +604,8 @@ static int set_str(char **dst, const char *val)
 static int daemon_key(struct kvsd_config *cfg, const struct flags_seen *fs,
 		      const char *where, const char *key, const char *val)
 {
+	int i;
+
 	if (!*val) {
 		cfg_err(where, "'%s' has no value", key);
 		return -EINVAL;
@@ -531,23 +620,16 @@ static int daemon_key(struct kvsd_config *cfg, const struct flags_seen *fs,
 			return 0;
 		return check_metrics(where, val) ?: set_str(&cfg->metrics, val);
 	}
-	if (!strcmp(key, "max_pools")) {
-		uint32_t v;
+	i = num_opt_find(key);
+	if (i >= 0) {
+		struct kvsd_config scratch;
 
-		if (u32_key(where, key, val, 1, 1024, &v))
-			return -EINVAL;
-		if (!fs->max_pools)
-			cfg->max_pools = v;
-		return 0;
-	}
-	if (!strcmp(key, "max_pool_pages")) {
-		uint64_t v;
-
-		if (num_key(where, key, val, 1, KVS_MAX_POOL_PAGES, &v))
-			return -EINVAL;
-		if (!fs->max_pool_pages)
-			cfg->max_pool_pages = v;
-		return 0;
+		/* Checked even where the flag wins, so the file stays valid. */
+		if (fs->num & (1u << i)) {
+			memset(&scratch, 0, sizeof(scratch));
+			return num_opt_set(&scratch, i, where, key, val);
+		}
+		return num_opt_set(cfg, i, where, key, val);
 	}
 	cfg_err(where, "unknown [daemon] key '%s'", key);
 	return -EINVAL;
@@ -573,7 +655,8 @@ struct file_parse {
 	bool daemon_seen;
 	struct pool_parse pool;
 	bool in_pool;
-	bool seen_daemon_key[4];
+	bool seen_socket, seen_metrics;
+	uint32_t seen_num;		/* bit i: num_opts[i] */
 };
 
 static int file_section(struct file_parse *fp, const char *where, char *line)
@@ -614,10 +697,29 @@ static int file_section(struct file_parse *fp, const char *where, char *line)
 	return -EINVAL;
 }
 
+/* Has [daemon] key @key been seen before?  Marks it seen. */
+static bool daemon_key_repeated(struct file_parse *fp, const char *key)
+{
+	bool *flag = !strcmp(key, "socket") ? &fp->seen_socket :
+		     !strcmp(key, "metrics") ? &fp->seen_metrics : NULL;
+	int i = num_opt_find(key);
+	bool seen;
+
+	if (flag) {
+		seen = *flag;
+		*flag = true;
+		return seen;
+	}
+	if (i < 0)
+		return false;
+	seen = fp->seen_num & (1u << i);
+	fp->seen_num |= 1u << i;
+	return seen;
+}
+
 static int file_line(struct file_parse *fp, const char *where, char *line)
 {
 	char *eq, *key, *val;
-	int i;
 
 	line = trim(line);
 	if (!*line || *line == '#' || *line == ';')
@@ -638,14 +740,10 @@ static int file_line(struct file_parse *fp, const char *where, char *line)
 		cfg_err(where, "'%s' outside a section", key);
 		return -EINVAL;
 	}
-	i = !strcmp(key, "socket") ? 0 : !strcmp(key, "metrics") ? 1 :
-	    !strcmp(key, "max_pools") ? 2 : !strcmp(key, "max_pool_pages") ? 3 : -1;
-	if (i >= 0 && fp->seen_daemon_key[i]) {
+	if (daemon_key_repeated(fp, key)) {
 		cfg_err(where, "'%s' given twice", key);
 		return -EINVAL;
 	}
-	if (i >= 0)
-		fp->seen_daemon_key[i] = true;
 	return daemon_key(fp->cfg, fp->fs, where, key, val);
 }
 
@@ -700,24 +798,38 @@ static int mode_opt(const char *val, enum kvsd_mode_opt *out)
 }
 
 enum {
-	OPT_CONFIG = 256, OPT_SOCKET, OPT_METRICS, OPT_POOL, OPT_MAX_POOLS,
-	OPT_MODE, OPT_DEVICE, OPT_FOREGROUND, OPT_MAX_POOL_PAGES,
+	OPT_CONFIG = 256, OPT_SOCKET, OPT_METRICS, OPT_POOL, OPT_MODE,
+	OPT_DEVICE, OPT_FOREGROUND,
+	OPT_NUM = 512,			/* + index in num_opts[] */
 };
 
-static const struct option long_opts[] = {
+static const struct option fixed_opts[] = {
 	{ "config", required_argument, NULL, OPT_CONFIG },
 	{ "socket", required_argument, NULL, OPT_SOCKET },
 	{ "metrics", required_argument, NULL, OPT_METRICS },
 	{ "pool", required_argument, NULL, OPT_POOL },
-	{ "max-pools", required_argument, NULL, OPT_MAX_POOLS },
-	{ "max-pool-pages", required_argument, NULL, OPT_MAX_POOL_PAGES },
 	{ "mode", required_argument, NULL, OPT_MODE },
 	{ "device", required_argument, NULL, OPT_DEVICE },
 	{ "foreground", no_argument, NULL, OPT_FOREGROUND },
 	{ "verbose", no_argument, NULL, 'v' },
 	{ "help", no_argument, NULL, 'h' },
-	{ NULL, 0, NULL, 0 }
 };
+
+/* fixed_opts, then one flag per num_opts[] entry, then the terminator. */
+static struct option long_opts[ARRAY_SIZE(fixed_opts) + ARRAY_SIZE(num_opts) + 1];
+
+static void long_opts_init(void)
+{
+	unsigned int i, n = ARRAY_SIZE(fixed_opts);
+
+	memcpy(long_opts, fixed_opts, sizeof(fixed_opts));
+	for (i = 0; i < ARRAY_SIZE(num_opts); i++) {
+		long_opts[n + i].name = num_opts[i].flag + 2;
+		long_opts[n + i].has_arg = required_argument;
+		long_opts[n + i].val = OPT_NUM + i;
+	}
+	memset(&long_opts[n + i], 0, sizeof(long_opts[0]));
+}
 
 /*
  * --pool flags are kept until the file is read, so that the file's pools
@@ -728,6 +840,7 @@ static int parse_args(int argc, char **argv, struct kvsd_config *cfg,
 {
 	int c;
 
+	long_opts_init();
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":hv", long_opts, NULL)) != -1) {
 		int ret = 0;
@@ -757,18 +870,6 @@ static int parse_args(int argc, char **argv, struct kvsd_config *cfg,
 		case OPT_POOL:
 			(*pool_args)[(*n_pool_args)++] = optarg;
 			break;
-		case OPT_MAX_POOLS:
-			fs->max_pools = true;
-			if (u32_key("--max-pools", "value", optarg, 1, 1024,
-				    &cfg->max_pools))
-				return KVSD_EXIT_USAGE;
-			break;
-		case OPT_MAX_POOL_PAGES:
-			fs->max_pool_pages = true;
-			if (num_key("--max-pool-pages", "value", optarg, 1,
-				    KVS_MAX_POOL_PAGES, &cfg->max_pool_pages))
-				return KVSD_EXIT_USAGE;
-			break;
 		case OPT_MODE:
 			if (mode_opt(optarg, &cfg->mode)) {
 				cfg_err("--mode", "'%s' is not auto, module or socket", optarg);
@@ -779,6 +880,12 @@ static int parse_args(int argc, char **argv, struct kvsd_config *cfg,
 			ret = set_str(&cfg->device, optarg);
 			break;
 		case OPT_FOREGROUND:
+			break;
+		case OPT_NUM ... OPT_NUM + ARRAY_SIZE(num_opts) - 1:
+			fs->num |= 1u << (c - OPT_NUM);
+			if (num_opt_set(cfg, c - OPT_NUM, num_opts[c - OPT_NUM].flag,
+					"value", optarg))
+				return KVSD_EXIT_USAGE;
 			break;
 		case ':':
 			cfg_err(argv[optind - 1], "option needs a value");
@@ -815,6 +922,15 @@ int kvsd_config_load(int argc, char **argv, struct kvsd_config **out)
 	}
 	cfg->max_pools = KVSD_DEFAULT_MAX_POOLS;
 	cfg->max_pool_pages = KVS_MAX_POOL_PAGES;
+	cfg->max_connections = KVSD_DEFAULT_MAX_CONNECTIONS;
+	cfg->max_connections_per_uid = KVSD_DEFAULT_MAX_CONNECTIONS_PER_UID;
+	cfg->max_conn_buffer = KVSD_DEFAULT_MAX_CONN_BUFFER;
+	cfg->max_buffer_total = KVSD_DEFAULT_MAX_BUFFER_TOTAL;
+	cfg->stall_timeout_ms = KVSD_DEFAULT_STALL_TIMEOUT_MS;
+	cfg->max_user_pools = KVSD_DEFAULT_MAX_USER_POOLS;
+	cfg->max_user_pool_pages = KVSD_DEFAULT_MAX_USER_POOL_PAGES;
+	cfg->max_user_held = KVSD_DEFAULT_MAX_USER_HELD;
+	cfg->max_user_held_bytes = KVSD_DEFAULT_MAX_USER_HELD_BYTES;
 	ret = parse_args(argc, argv, cfg, &fs, &pool_args, &n_pool_args);
 	if (!ret && cfg->config_file && config_file(cfg, &fs))
 		ret = KVSD_EXIT_USAGE;

@@ -15,6 +15,16 @@
 #define KVSD_EXIT_USAGE		2
 #define KVSD_DEFAULT_DEVICE	"/dev/" KVS_DEVICE_NAME
 #define KVSD_DEFAULT_MAX_POOLS	64
+#define KVSD_DEFAULT_MAX_CONNECTIONS	1024
+#define KVSD_DEFAULT_MAX_CONNECTIONS_PER_UID	64
+#define KVSD_DEFAULT_MAX_CONN_BUFFER	KVS_MSG_MAX
+#define KVSD_DEFAULT_MAX_BUFFER_TOTAL	(1ull << 30)
+#define KVSD_DEFAULT_STALL_TIMEOUT_MS	10000
+/* The module parameters' defaults, which the same keys here default to. */
+#define KVSD_DEFAULT_MAX_USER_POOLS	8
+#define KVSD_DEFAULT_MAX_USER_POOL_PAGES 4194304ull
+#define KVSD_DEFAULT_MAX_USER_HELD	4194304ull
+#define KVSD_DEFAULT_MAX_USER_HELD_BYTES 0ull
 
 enum kvsd_mem_kind {
 	KVSD_MEM_HOST,			/* memfd */
@@ -50,6 +60,18 @@ struct kvsd_config {
 	char *device;
 	uint32_t max_pools;
 	uint64_t max_pool_pages;
+	/* The socket's caps (socket mode), against one client hurting others. */
+	uint32_t max_connections;	/* connections at once */
+	uint32_t max_connections_per_uid; /* of one uid (uid 0 exempt) */
+	uint64_t max_conn_buffer;	/* bytes buffered for one connection */
+	uint64_t max_buffer_total;	/* bytes buffered for all of them */
+	uint32_t stall_timeout_ms;	/* mid-message or unread reply: dropped */
+	/* Per-user limits of the core (socket mode; 0 = none). */
+	uint32_t max_user_pools;
+	uint64_t max_user_pool_pages;
+	uint64_t max_user_held;
+	uint64_t max_user_held_bytes;
+	uint32_t user_keys_given;	/* bit per max_user_* key given */
 	enum kvsd_mode_opt mode;
 	bool verbose;
 	struct kvsd_pool_cfg *pools;

@@ -6,9 +6,12 @@
  * with the arbiter core linked in (build/libkvcore.a).  It also exports
  * Prometheus metrics.
  *
- * Shared declarations of main.c (the event loop), pools.c, mem.c,
- * mem_cuda.c and metrics.c.  Parsing lives in config.h, the arbiter socket
- * in server.h.
+ * Shared declarations of pools.c, mem.c, mem_cuda.c and metrics.c.
+ * Parsing lives in config.h, the arbiter socket in server.h, the log in
+ * log.h and the event loop in loop.h.  Calls go one way: main.c calls
+ * metrics.c, server.c, pools.c and config.c; metrics.c calls server.c and
+ * pools.c; server.c calls pools.c; pools.c calls mem.c; all of them call
+ * log.c and loop.c, which call nothing above them.
  */
 #ifndef _KVSHARED_H
 #define _KVSHARED_H
@@ -19,6 +22,8 @@
 #include <linux/kvshare.h>
 
 #include "config.h"
+#include "log.h"
+#include "loop.h"
 
 struct kvs_client;
 
@@ -40,25 +45,6 @@ struct kvsd {
 	struct kvsd_pool *pools;	/* the pools this daemon created */
 };
 
-/* Logging: one line per event on stderr, "kvshared: ..." */
-void kvsd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* The same, only with --verbose. */
-void kvsd_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-extern bool kvsd_verbose;
-
-/*
- * The event loop (main.c): level-triggered epoll whose data is a watch;
- * fn runs with the events epoll reported.
- */
-struct kvsd_watch {
-	int fd;
-	void (*fn)(struct kvsd_watch *w, uint32_t events);
-};
-
-int kvsd_watch_add(struct kvsd_watch *w, uint32_t events);
-int kvsd_watch_mod(struct kvsd_watch *w, uint32_t events);
-void kvsd_watch_del(struct kvsd_watch *w);
-
 /*
  * A command on the daemon's own behalf (socket mode: the core with the
  * daemon's admin client; module mode: an ioctl on dev_fd).  Pointer
@@ -78,8 +64,12 @@ struct kvsd_pool {
 	struct kvsd_pool *next;
 };
 
-/* Creates every configured pool; a pool that fails is logged and skipped. */
-void kvsd_pools_create(struct kvsd *d);
+/*
+ * Creates every configured pool; a pool that fails is logged and skipped.
+ * -EEXIST (logged) when the module holds a pool of a configured name that
+ * must not be adopted: the daemon then exits non-zero.
+ */
+int kvsd_pools_create(struct kvsd *d);
 /* Module mode: destroys them in the module.  Frees the list either way. */
 void kvsd_pools_destroy(struct kvsd *d);
 

@@ -1,16 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * kvshared: arguments, setup, the event loop and an orderly shutdown.
+ * kvshared: arguments, setup, running the event loop and an orderly
+ * shutdown.
  *
- * One thread runs everything from one epoll set: the arbiter socket, the
- * metrics endpoint and a signalfd for SIGTERM/SIGINT, so that shutdown is
- * ordinary code (close every client, which releases its holdings, then
- * the pools, then the core) rather than work in a signal handler.
+ * One thread runs everything from one epoll set (loop.c): the arbiter
+ * socket, the metrics endpoint and a signalfd for SIGTERM/SIGINT, so that
+ * shutdown is ordinary code (close every client, which releases its
+ * holdings, then the pools, then the core) rather than work in a signal
+ * handler.  The top of the daemon: it calls the others, nothing calls it.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,68 +19,12 @@
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
-#include <time.h>
 
 #include "core.h"
 #include "kvshared.h"
 #include "server.h"
 
 #define TICK_MS		1000
-
-bool kvsd_verbose;
-static int epfd = -1;
-
-static void vlog(const char *fmt, va_list ap)
-{
-	char line[1024];
-
-	/* One write per line, so lines from a restarting daemon never mix. */
-	vsnprintf(line, sizeof(line), fmt, ap);
-	fprintf(stderr, "kvshared: %s\n", line);
-}
-
-void kvsd_log(const char *fmt, ...)
-{
-	va_list ap;
-	int saved = errno;
-
-	va_start(ap, fmt);
-	vlog(fmt, ap);
-	va_end(ap);
-	errno = saved;
-}
-
-void kvsd_debug(const char *fmt, ...)
-{
-	va_list ap;
-	int saved = errno;
-
-	if (!kvsd_verbose)
-		return;
-	va_start(ap, fmt);
-	vlog(fmt, ap);
-	va_end(ap);
-	errno = saved;
-}
-
-int kvsd_watch_add(struct kvsd_watch *w, uint32_t events)
-{
-	struct epoll_event ev = { .events = events, .data.ptr = w };
-
-	return epoll_ctl(epfd, EPOLL_CTL_ADD, w->fd, &ev) ? -errno : 0;
-}
-
-int kvsd_watch_mod(struct kvsd_watch *w, uint32_t events)
-{
-	struct epoll_event ev = { .events = events, .data.ptr = w };
-
-	return epoll_ctl(epfd, EPOLL_CTL_MOD, w->fd, &ev) ? -errno : 0;
-}
-
-void kvsd_watch_del(struct kvsd_watch *w)
-{
-	epoll_ctl(epfd, EPOLL_CTL_DEL, w->fd, NULL);
-}
 
 /* ---- signals --------------------------------------------------------------- */
 
@@ -141,6 +86,11 @@ static int open_module(struct kvsd *d)
 	kvsd_log("module mode: %s (max %u pools of %llu pages); clients use the "
 		 "device directly, no arbiter socket", d->cfg->device, info.max_pools,
 		 (unsigned long long)info.max_pool_pages);
+	/* The module enforces its own parameters on every opener. */
+	if (d->cfg->user_keys_given)
+		kvsd_log("module mode: the per-user limits are the module's "
+			 "parameters (/sys/module/kvshare/parameters/max_user_*); "
+			 "kvshared's max_user_* settings do not apply");
 	return 0;
 }
 
@@ -150,6 +100,10 @@ static int open_core(struct kvsd *d)
 		.max_pools = d->cfg->max_pools,
 		.max_pool_pages = d->cfg->max_pool_pages,
 		.features = KVS_FEAT_MEM_FD | KVS_FEAT_DAEMON,
+		.max_user_pools = d->cfg->max_user_pools,
+		.max_user_pool_pages = d->cfg->max_user_pool_pages,
+		.max_user_held = d->cfg->max_user_held,
+		.max_user_held_bytes = d->cfg->max_user_held_bytes,
 	};
 	int ret = kvs_core_init(&limits);
 
@@ -166,6 +120,12 @@ static int open_core(struct kvsd *d)
 	kvsd_log("socket mode: the arbiter runs in kvshared (max %u pools of "
 		 "%llu pages)", limits.max_pools,
 		 (unsigned long long)limits.max_pool_pages);
+	kvsd_log("per-user limits (0: none): max_user_pools %u, "
+		 "max_user_pool_pages %llu, max_user_held %llu, "
+		 "max_user_held_bytes %llu", limits.max_user_pools,
+		 (unsigned long long)limits.max_user_pool_pages,
+		 (unsigned long long)limits.max_user_held,
+		 (unsigned long long)limits.max_user_held_bytes);
 	return 0;
 }
 
@@ -204,46 +164,24 @@ static void close_arbiter(struct kvsd *d)
 
 /* ---- main ------------------------------------------------------------------------ */
 
-static uint64_t now_ms(void)
+static bool should_stop(void *arg)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	(void)arg;
+	return stop_signal != 0;
 }
 
-static void loop(void)
+/* Once a tick (a second at most): the modules' timers. */
+static void tick(void *arg)
 {
-	struct epoll_event evs[64];
-	uint64_t last_tick = now_ms();
-	int i, n;
-
-	while (!stop_signal) {
-		n = epoll_wait(epfd, evs, 64, TICK_MS);
-		if (n < 0 && errno != EINTR) {
-			kvsd_log("epoll_wait: %s", strerror(errno));
-			return;
-		}
-		for (i = 0; i < n; i++) {
-			struct kvsd_watch *w = evs[i].data.ptr;
-
-			/*
-			 * A handler frees only its own watch, so no event
-			 * still in evs[] can point at freed memory.
-			 */
-			w->fn(w, evs[i].events);
-		}
-		/* Timers are coarse: once a second, however busy the loop is. */
-		if (now_ms() - last_tick >= TICK_MS) {
-			last_tick = now_ms();
-			kvsd_server_tick();
-			kvsd_metrics_tick();
-		}
-	}
+	(void)arg;
+	kvsd_server_tick();
+	kvsd_metrics_tick();
+	kvsd_log_tick();
 }
 
 static int run(struct kvsd *d)
 {
+	unsigned int tick_ms;
 	int ret;
 
 	ret = choose_mode(d);
@@ -251,7 +189,9 @@ static int run(struct kvsd *d)
 		close_arbiter(d);
 		return 1;
 	}
-	kvsd_pools_create(d);
+	ret = kvsd_pools_create(d);
+	if (ret)
+		goto out;
 	if (d->mode == KVSD_MODE_SOCKET) {
 		ret = kvsd_server_start(d, d->cfg->socket);
 		if (ret)
@@ -263,7 +203,11 @@ static int run(struct kvsd *d)
 			goto out;
 	}
 	kvsd_log("ready");
-	loop();
+	/* Stalled clients are dropped within a quarter of the timeout. */
+	tick_ms = d->cfg->stall_timeout_ms / 4;
+	if (tick_ms > TICK_MS)
+		tick_ms = TICK_MS;
+	ret = kvsd_loop_run(should_stop, tick, NULL, tick_ms);
 	if (stop_signal)
 		kvsd_log("%s received: shutting down", strsignal(stop_signal));
 out:
@@ -287,9 +231,12 @@ int main(int argc, char **argv)
 		return ret == 1 ? 0 : ret;
 	}
 	kvsd_verbose = d.cfg->verbose;
-	epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (epfd < 0 || signals_setup()) {
-		kvsd_log("setup: %s", strerror(errno));
+	ret = kvsd_loop_init();
+	if (!ret)
+		ret = signals_setup();
+	if (ret) {
+		kvsd_log("setup: %s", strerror(-ret));
+		kvsd_loop_fini();
 		kvsd_config_free(d.cfg);
 		return 1;
 	}
@@ -297,7 +244,7 @@ int main(int argc, char **argv)
 		 getuid(), d.cfg->n_pools);
 	ret = run(&d);
 	close(sig_watch.fd);
-	close(epfd);
+	kvsd_loop_fini();
 	kvsd_config_free(d.cfg);
 	if (!ret)
 		kvsd_log("stopped");

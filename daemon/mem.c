@@ -5,6 +5,9 @@
  * The memfd is sized to n_pages * page_bytes (rounded up to the huge page
  * size for hugetlb) and sealed against shrinking and growing, so that no
  * attacher can truncate it under the others (they would take SIGBUS).
+ * The arbiter (module and core alike) refuses memory without
+ * F_SEAL_SHRINK, so a memfd that cannot be sealed (hugetlbfs before Linux
+ * 4.16) fails the pool here, with the reason, rather than at CREATE.
  * Ordinary memfd pages are allocated on first touch; hugetlb pages are
  * allocated now with fallocate(), because a hugetlb mapping that cannot
  * be backed fails only at fault time, in some client, with SIGBUS.
@@ -42,10 +45,19 @@ static int round_up(uint64_t bytes, uint64_t align, uint64_t *out)
 	return 0;
 }
 
-/* Sealing is a guard, not a requirement: older hugetlbfs lacks it. */
-static void seal_size(int fd)
+/* 0, or -errno with the reason in @err. */
+static int seal_size(int fd, bool huge, char *err, size_t err_len)
 {
-	fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+	int ret;
+
+	if (!fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL))
+		return 0;
+	ret = -errno;
+	snprintf(err, err_len, "sealing the memfd%s against resizing: %s (the "
+		 "arbiter takes only memory sealed with F_SEAL_SHRINK%s)",
+		 huge ? " (MFD_HUGETLB)" : "", strerror(errno),
+		 huge ? "; hugetlbfs memfds can be sealed from Linux 4.16" : "");
+	return ret;
 }
 
 static int memfd_pool(const struct kvsd_pool_cfg *pc, uint64_t bytes,
@@ -65,14 +77,14 @@ static int memfd_pool(const struct kvsd_pool_cfg *pc, uint64_t bytes,
 		flags |= MFD_HUGETLB;
 	snprintf(name, sizeof(name), "kvshare:%s", pc->name);
 	fd = memfd_create(name, flags);
-	if (fd < 0 && huge && errno == EINVAL) {
-		/* Kernels before 4.16 refuse sealing on hugetlbfs. */
-		fd = memfd_create(name, flags & ~MFD_ALLOW_SEALING);
-	}
 	if (fd < 0) {
 		ret = -errno;
-		snprintf(err, err_len, "memfd_create%s: %s", huge ? " (MFD_HUGETLB)" : "",
-			 strerror(errno));
+		/* Kernels before 4.16 refuse MFD_ALLOW_SEALING with MFD_HUGETLB. */
+		snprintf(err, err_len, "memfd_create%s: %s%s",
+			 huge ? " (MFD_HUGETLB | MFD_ALLOW_SEALING)" : "",
+			 strerror(errno), huge && errno == EINVAL ?
+			 " (hugetlbfs memfds can be sealed from Linux 4.16; the "
+			 "arbiter takes only sealed memory)" : "");
 		return ret;
 	}
 	if (ftruncate(fd, mem->bytes)) {
@@ -92,7 +104,11 @@ static int memfd_pool(const struct kvsd_pool_cfg *pc, uint64_t bytes,
 		close(fd);
 		return ret;
 	}
-	seal_size(fd);
+	ret = seal_size(fd, huge, err, err_len);
+	if (ret) {
+		close(fd);
+		return ret;
+	}
 	mem->fd = fd;
 	return 0;
 }

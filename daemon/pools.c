@@ -10,12 +10,18 @@
  * metrics and the connection log use.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <linux/magic.h>
+#include <linux/securebits.h>
 #include <sys/fsuid.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 
 #include "core.h"
 #include "kvshared.h"
@@ -117,71 +123,198 @@ void kvsd_pool_name(struct kvsd *d, uint32_t id, char *buf)
 	free(descs);
 }
 
-/*
- * The module takes the owner from the caller's fsuid/fsgid: switch them
- * for the one call (root only; others can only create pools as
- * themselves).  setfs*id report failure only by not changing.
- */
-static int module_create(struct kvsd *d, const struct kvsd_pool_cfg *pc,
-			 struct kvs_pool_create *req)
+/* The owner a configured pool must have: its uid=/gid=, else ours. */
+static uint32_t pool_uid(const struct kvsd *d, const struct kvsd_pool_cfg *pc)
 {
-	uid_t old_uid = setfsuid(-1);
-	gid_t old_gid = setfsgid(-1);
-	int ret;
+	if (pc->uid >= 0)
+		return pc->uid;
+	/* The module's owner is the opener's fsuid, which follows euid. */
+	return d->mode == KVSD_MODE_MODULE ? geteuid() : getuid();
+}
 
-	if (pc->gid >= 0 && (setfsgid(pc->gid), (int64_t)setfsgid(-1) != pc->gid))
-		return -EPERM;
-	if (pc->uid >= 0 && (setfsuid(pc->uid), (int64_t)setfsuid(-1) != pc->uid)) {
-		setfsgid(old_gid);
-		return -EPERM;
-	}
-	ret = ioctl(d->dev_fd, KVS_IOC_POOL_CREATE, req) < 0 ? -errno : 0;
-	setfsuid(old_uid);
-	setfsgid(old_gid);
-	return ret;
+static uint32_t pool_gid(const struct kvsd *d, const struct kvsd_pool_cfg *pc)
+{
+	if (pc->gid >= 0)
+		return pc->gid;
+	return d->mode == KVSD_MODE_MODULE ? getegid() : getgid();
 }
 
 /*
- * A pool of this name already in the module is ours from an earlier run
- * (the module keeps pools, with their memory, after the daemon exits):
- * adopt it if it is the same pool, so that clients keep working.
+ * A new /dev/kvshare file opened as the pool's owner: the module judges
+ * every command, CREATE's owner included, by the credentials the file was
+ * opened with.  fsuid/fsgid are switched for the open() alone (root only;
+ * others can only create pools as themselves).  SECBIT_NO_SETUID_FIXUP
+ * keeps our capabilities across the switch, so that the device's own mode
+ * does not have to admit the owner, and the file stays admin (the daemon's
+ * pools are not held to per-user limits).  setfs*id report failure only by
+ * not changing.  The fd, or -errno.
+ */
+static int module_open_as(struct kvsd *d, const struct kvsd_pool_cfg *pc)
+{
+	uid_t old_uid = setfsuid(-1);
+	gid_t old_gid = setfsgid(-1);
+	int bits = prctl(PR_GET_SECUREBITS), fd, ret = 0;
+
+	if (bits >= 0)
+		prctl(PR_SET_SECUREBITS, bits | SECBIT_NO_SETUID_FIXUP);
+	if (pc->gid >= 0 && (setfsgid(pc->gid), (int64_t)setfsgid(-1) != pc->gid))
+		ret = -EPERM;
+	if (!ret && pc->uid >= 0 &&
+	    (setfsuid(pc->uid), (int64_t)setfsuid(-1) != pc->uid))
+		ret = -EPERM;
+	fd = ret ? ret : open(d->cfg->device, O_RDWR | O_CLOEXEC);
+	if (fd < 0 && !ret)
+		ret = -errno;
+	setfsuid(old_uid);
+	setfsgid(old_gid);
+	if (bits >= 0)
+		prctl(PR_SET_SECUREBITS, bits);
+	return ret ? ret : fd;
+}
+
+static int module_create(struct kvsd *d, const struct kvsd_pool_cfg *pc,
+			 struct kvs_pool_create *req)
+{
+	int fd, ret;
+
+	if (pc->uid < 0 && pc->gid < 0)
+		return ioctl(d->dev_fd, KVS_IOC_POOL_CREATE, req) < 0 ? -errno : 0;
+	fd = module_open_as(d, pc);
+	if (fd < 0)
+		return fd;
+	ret = ioctl(fd, KVS_IOC_POOL_CREATE, req) < 0 ? -errno : 0;
+	close(fd);
+	return ret;
+}
+
+/* Why @p is not the pool @pc asks for, into @why; false if it is. */
+static bool pool_differs(const struct kvsd *d, const struct kvsd_pool_cfg *pc,
+			 const struct kvs_pool_desc *p, char *why, size_t len)
+{
+	const struct kvs_geometry *g = &p->geom;
+
+	if (p->n_pages != pc->n_pages || g->n_layers != pc->geom.n_layers ||
+	    g->n_kv_heads != pc->geom.n_kv_heads || g->head_dim != pc->geom.head_dim ||
+	    g->tokens_per_page != pc->geom.tokens_per_page || g->dtype != pc->geom.dtype)
+		snprintf(why, len, "its geometry differs (%llu pages, %u layers, "
+			 "%u kv heads, head dim %u, %u tokens, %s)",
+			 (unsigned long long)p->n_pages, g->n_layers, g->n_kv_heads,
+			 g->head_dim, g->tokens_per_page, kvsd_dtype_name(g->dtype));
+	else if (!p->has_mem_fd != (pc->mem == KVSD_MEM_NONE))
+		snprintf(why, len, "it %s memory", p->has_mem_fd ? "has" : "has no");
+	else if (p->mode != pc->mode || p->gid != pool_gid(d, pc))
+		snprintf(why, len, "its mode %04o or gid %u differ (want %04o, gid %u)",
+			 p->mode, p->gid, pc->mode, pool_gid(d, pc));
+	else if (p->flags != pc->flags ||
+		 p->max_pages_per_file != (pc->quota ? pc->quota : p->n_pages))
+		snprintf(why, len, "its flags 0x%x or quota %u differ", p->flags,
+			 p->max_pages_per_file);
+	else
+		return false;
+	return true;
+}
+
+/*
+ * The memory a pool hands its attachers is what this daemon would have
+ * made: a memfd of the configured kind, sealed against shrinking, long
+ * enough.  An ATTACH on a file of our own, naming the owner we expect.
+ */
+static bool pool_mem_differs(struct kvsd *d, const struct kvsd_pool_cfg *pc,
+			     uint32_t owner, char *why, size_t len)
+{
+	struct kvs_pool_attach at;
+	struct statfs sfs;
+	struct stat st;
+	int fd, seals;
+	bool huge;
+
+	if (pc->mem == KVSD_MEM_NONE)
+		return false;
+	fd = open(d->cfg->device, O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(why, len, "%s: %s", d->cfg->device, strerror(errno));
+		return true;
+	}
+	memset(&at, 0, sizeof(at));
+	memcpy(at.name, pc->name, sizeof(at.name));
+	at.owner = owner;
+	at.flags = KVS_ATTACH_MEM_FD;
+	if (ioctl(fd, KVS_IOC_POOL_ATTACH, &at)) {
+		snprintf(why, len, "attaching it to check its memory: %s",
+			 strerror(errno));
+		close(fd);
+		return true;
+	}
+	close(fd);		/* detaches; the memory fd stays ours */
+	huge = !fstatfs(at.mem_fd, &sfs) && sfs.f_type == HUGETLBFS_MAGIC;
+	seals = fcntl(at.mem_fd, F_GET_SEALS);
+	if (fstat(at.mem_fd, &st) || seals < 0 || !(seals & F_SEAL_SHRINK))
+		snprintf(why, len, "its memory is not a memfd sealed against shrinking");
+	else if (huge != (pc->mem == KVSD_MEM_HUGETLB))
+		snprintf(why, len, "its memory is %s, not memory=%s",
+			 huge ? "hugetlb" : "not hugetlb", kvsd_mem_name(pc->mem));
+	else if ((uint64_t)st.st_size < pc->n_pages * kvsd_page_bytes(&pc->geom))
+		snprintf(why, len, "its memory is only %lld bytes", (long long)st.st_size);
+	else
+		why[0] = '\0';
+	close(at.mem_fd);
+	return why[0];
+}
+
+/*
+ * CREATE said EEXIST: the pool's owner already has a pool of this name
+ * (names are scoped by owner), normally ours from an earlier run (the
+ * module keeps pools, with their memory, after the daemon exits).  Adopt
+ * it only if it is owned by the uid we expect and is the pool we would
+ * have created; anything else is refused (the caller exits non-zero), as
+ * clients would otherwise attach to a pool whose mode, gid or memory is
+ * not what the configuration says.  0, or -EEXIST after logging why.
  */
 static int module_adopt(struct kvsd *d, const struct kvsd_pool_cfg *pc,
 			const struct kvs_pool_create *req, uint32_t *id)
 {
 	struct kvs_pool_desc *descs = NULL;
-	uint32_t i, n = 0;
-	int ret = -EEXIST;
+	uint32_t i, n = 0, owner = pool_uid(d, pc);
+	const struct kvs_pool_desc *p = NULL;
+	char why[256], found[32] = "none";
+	int ret;
 
-	if (kvsd_pool_list(d, &descs, &n))
+	(void)req;
+	ret = kvsd_pool_list(d, &descs, &n);
+	if (ret) {
+		kvsd_log("pool '%s': refusing to adopt it: listing the module's pools: %s",
+			 pc->name, strerror(-ret));
 		return -EEXIST;
-	for (i = 0; i < n; i++) {
-		const struct kvs_pool_desc *p = &descs[i];
-
-		if (strcmp(p->name, pc->name))
-			continue;
-		if (p->n_pages == req->n_pages &&
-		    p->geom.n_layers == req->geom.n_layers &&
-		    p->geom.n_kv_heads == req->geom.n_kv_heads &&
-		    p->geom.head_dim == req->geom.head_dim &&
-		    p->geom.tokens_per_page == req->geom.tokens_per_page &&
-		    p->geom.dtype == req->geom.dtype &&
-		    p->has_mem_fd == (pc->mem != KVSD_MEM_NONE)) {
-			*id = p->pool_id;
-			ret = 0;
-		}
-		break;
 	}
+	for (i = 0; i < n; i++) {
+		if (strcmp(descs[i].name, pc->name))
+			continue;
+		snprintf(found, sizeof(found), "uid %u", descs[i].uid);
+		if (descs[i].uid == owner) {
+			p = &descs[i];
+			break;
+		}
+	}
+	if (!p)
+		snprintf(why, sizeof(why), "no pool of that name is owned by the "
+			 "expected owner");
+	else if (!pool_differs(d, pc, p, why, sizeof(why)) &&
+		 !pool_mem_differs(d, pc, owner, why, sizeof(why)))
+		*id = p->pool_id;
 	free(descs);
-	return ret;
+	if (*id)
+		return 0;
+	kvsd_log("pool '%s': refusing to adopt the pool of that name in the module "
+		 "(owner %s, expected uid %u): %s", pc->name, found, owner, why);
+	return -EEXIST;
 }
 
 static int arbiter_create(struct kvsd *d, const struct kvsd_pool_cfg *pc,
 			  struct kvs_pool_create *req)
 {
 	struct kvs_cred cred = {
-		.uid = pc->uid >= 0 ? (uint32_t)pc->uid : getuid(),
-		.gid = pc->gid >= 0 ? (uint32_t)pc->gid : getgid(),
+		.uid = pool_uid(d, pc),
+		.gid = pool_gid(d, pc),
 		.admin = 1,
 	};
 
@@ -195,18 +328,22 @@ static const char *create_hint(const struct kvsd *d, const struct kvsd_pool_cfg 
 {
 	switch (err) {
 	case -EINVAL:
-		if (d->mode == KVSD_MODE_MODULE && pc->mem == KVSD_MEM_CUDA)
-			return " (the module takes only regular-file memory; "
-			       "memory=cuda needs --mode socket)";
+		if (pc->mem == KVSD_MEM_CUDA)
+			return " (the arbiter takes only sealed memfds as pool "
+			       "memory: memory=cuda cannot be registered)";
 		if (d->mode == KVSD_MODE_MODULE)
 			return " (above the module's max_pool_pages?)";
 		return "";
+	case -EPERM:
+		if (d->mode == KVSD_MODE_MODULE && (pc->uid >= 0 || pc->gid >= 0))
+			return " (uid=/gid= need root in module mode)";
+		return " (the memory is not sealed against shrinking)";
+	case -ERANGE:
+		return " (the memory is shorter than the pool)";
 	case -ENOSPC:
 		return " (max_pools reached)";
-	case -EEXIST:
-		return " (a different pool of this name exists in the module)";
-	case -EPERM:
-		return " (uid=/gid= need root in module mode)";
+	case -EDQUOT:
+		return " (a per-user limit of the owner: see KVS_IOC_USER_LIMITS)";
 	}
 	return "";
 }
@@ -225,7 +362,7 @@ static void human_size(uint64_t bytes, char *buf, size_t len)
 	snprintf(buf, len, "%llu %s", (unsigned long long)bytes, units[u]);
 }
 
-static void log_created(const struct kvsd_pool_cfg *pc,
+static void log_created(const struct kvsd *d, const struct kvsd_pool_cfg *pc,
 			const struct kvs_pool_create *req,
 			const struct kvsd_mem *mem, bool adopted)
 {
@@ -238,16 +375,23 @@ static void log_created(const struct kvsd_pool_cfg *pc,
 	}
 	kvsd_log("pool '%s' %s: id %u, %llu pages of %llu bytes "
 		 "(%s, %u layers, %u kv heads, head dim %u, %u tokens), %s, "
-		 "mode %04o%s", pc->name, adopted ? "adopted from the module" : "created",
+		 "owner %u:%u, mode %04o%s", pc->name,
+		 adopted ? "adopted from the module" : "created",
 		 req->pool_id, (unsigned long long)req->n_pages,
 		 (unsigned long long)req->geom.page_bytes,
 		 kvsd_dtype_name(req->geom.dtype), req->geom.n_layers,
 		 req->geom.n_kv_heads, req->geom.head_dim, req->geom.tokens_per_page,
-		 adopted ? "memory as registered before" : memdesc, pc->mode,
+		 adopted ? "memory as registered before" : memdesc,
+		 pool_uid(d, pc), pool_gid(d, pc), pc->mode,
 		 pc->flags & KVS_POOL_NS_PER_UID ? ", namespace per uid" : "");
 }
 
-static void pool_create(struct kvsd *d, const struct kvsd_pool_cfg *pc)
+/*
+ * 0 when the pool was created or adopted, or skipped for a reason of its
+ * own (memory, limits: logged, the others are still served); -EEXIST
+ * when the module holds a pool of its name that we must not adopt.
+ */
+static int pool_create(struct kvsd *d, const struct kvsd_pool_cfg *pc)
 {
 	struct kvs_pool_create req;
 	struct kvsd_mem mem;
@@ -268,41 +412,49 @@ static void pool_create(struct kvsd *d, const struct kvsd_pool_cfg *pc)
 	ret = kvsd_mem_create(pc, kvsd_page_bytes(&pc->geom), &mem, err, sizeof(err));
 	if (ret) {
 		kvsd_log("pool '%s': memory=%s: %s", pc->name, kvsd_mem_name(pc->mem), err);
-		return;
+		return 0;
 	}
 	req.mem_fd = mem.fd;
 	ret = arbiter_create(d, pc, &req);
-	if (ret == -EEXIST && d->mode == KVSD_MODE_MODULE &&
-	    !module_adopt(d, pc, &req, &req.pool_id)) {
+	/* The arbiter holds its own reference on the memory now. */
+	kvsd_mem_close(&mem);
+	if (ret == -EEXIST && d->mode == KVSD_MODE_MODULE) {
+		req.pool_id = 0;
+		if (module_adopt(d, pc, &req, &req.pool_id))
+			return -EEXIST;
 		req.geom.page_bytes = kvsd_page_bytes(&pc->geom);
 		adopted = true;
 		ret = 0;
 	}
-	/* The arbiter holds its own reference on the memory now. */
-	kvsd_mem_close(&mem);
 	if (ret) {
 		kvsd_log("pool '%s': creating it failed: %s%s", pc->name,
 			 strerror(-ret), create_hint(d, pc, ret));
-		return;
+		return 0;
 	}
 	p = calloc(1, sizeof(*p));
 	if (!p) {
 		kvsd_log("pool '%s': out of memory", pc->name);
-		return;
+		return 0;
 	}
 	memcpy(p->name, pc->name, sizeof(p->name));
 	p->pool_id = req.pool_id;
 	p->next = d->pools;
 	d->pools = p;
-	log_created(pc, &req, &mem, adopted);
+	log_created(d, pc, &req, &mem, adopted);
+	return 0;
 }
 
-void kvsd_pools_create(struct kvsd *d)
+int kvsd_pools_create(struct kvsd *d)
 {
 	unsigned int i;
+	int ret;
 
-	for (i = 0; i < d->cfg->n_pools; i++)
-		pool_create(d, &d->cfg->pools[i]);
+	for (i = 0; i < d->cfg->n_pools; i++) {
+		ret = pool_create(d, &d->cfg->pools[i]);
+		if (ret)
+			return ret;
+	}
+	return 0;
 }
 
 void kvsd_pools_destroy(struct kvsd *d)

@@ -27,13 +27,30 @@
  *   ioctl.  A descriptor that is not a regular file (memfd, tmpfs,
  *   hugetlbfs) is EINVAL, as the module refuses it: a socket could even
  *   hold a connection to this daemon open forever.
+ * - Credentials are the peer's at connect: SO_PEERCRED (uid, gid, pid)
+ *   and SO_PEERGROUPS (supplementary groups); uid 0 is admin.
  * - Descriptors must be sent with the message's first byte (one sendmsg
  *   per message does that): the daemon reads exactly one message at a
  *   time, so descriptors can never be taken for the wrong message.
  *
  * One thread, non-blocking sockets: a connection that sends half a
- * message only holds its own buffer (at most KVS_MSG_MAX), and one that
- * does not read its replies is not read from until it does.
+ * message only holds its own buffer, and one that does not read its
+ * replies is not read from until it does.  Caps keep one user from
+ * taking what the others need (config.h, README.md):
+ *
+ * - max_connections, and max_connections_per_uid (uid 0 exempt): a
+ *   connection over either is accepted and closed at once, so that the
+ *   listen backlog drains instead of filling with connections nobody
+ *   serves; one rate-limited log line says why.
+ * - max_conn_buffer: a message announcing more is not framed (closed).
+ *   The buffer grows as bytes arrive (the reply is built in place and is
+ *   never longer than its request), so it holds what was really sent.
+ * - max_buffer_total: all connections' buffers beyond the first BUF_MIN
+ *   bytes of each (which every connection may have, so that small calls
+ *   always work); a connection that would exceed it is closed.
+ * - stall_timeout_ms: from the first byte of a request to its last, and
+ *   from a reply blocked by a full socket to its last byte; a client past
+ *   it is closed, whatever it still trickles (slowloris).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -75,6 +92,12 @@ struct conn {
 	int fds[MAX_FDS];
 	unsigned int n_fds;
 	bool fds_trunc;			/* descriptors were lost (too many) */
+	/*
+	 * When the message being read began, or the reply being sent was
+	 * blocked by a full socket (0: neither): the stall deadline runs
+	 * from there, however slowly bytes trickle in or out.
+	 */
+	uint64_t busy_since;
 };
 
 static struct {
@@ -87,6 +110,7 @@ static struct {
 	uint64_t next_id;
 	bool accept_paused;
 	bool accept_warned;		/* logged once per episode */
+	uint64_t buffered;		/* buffer bytes beyond BUF_MIN, all connections */
 } srv = { .listen = { .fd = -1 } };
 
 /* ---- connections ------------------------------------------------------- */
@@ -114,10 +138,24 @@ static void conn_log_close(struct conn *c, const char *why)
 	} else {
 		snprintf(what, sizeof(what), "not attached");
 	}
-	kvsd_log("client %llu (pid %d uid %u) %s%s%s: %s",
+	kvsd_log_limited(KVSD_LOG_CLOSE, "client %llu (pid %d uid %u) %s%s%s: %s",
 		 (unsigned long long)c->id, c->pid, c->cred.uid,
 		 why ? "dropped (" : "disconnected", why ? why : "", why ? ")" : "",
 		 what);
+}
+
+/* What a buffer of @cap bytes counts against max_buffer_total. */
+static uint64_t buf_counted(uint32_t cap)
+{
+	return cap > BUF_MIN ? cap - BUF_MIN : 0;
+}
+
+static void conn_free_buf(struct conn *c)
+{
+	srv.buffered -= buf_counted(c->cap);
+	free(c->buf);
+	c->buf = NULL;
+	c->cap = 0;
 }
 
 /* However a connection ends, its client and everything it holds go. */
@@ -138,10 +176,15 @@ static void conn_close(struct conn *c, const char *why)
 		c->next->prev = c->prev;
 	srv.n_conns--;
 	free(c->groups);
-	free(c->buf);
+	conn_free_buf(c);
 	free(c);
 }
 
+/*
+ * Room for @need bytes in the buffer.  Every connection may have BUF_MIN
+ * (bounded by max_connections); beyond that, the buffers of all
+ * connections together stay within max_buffer_total.  -ENOBUFS over it.
+ */
 static int conn_reserve(struct conn *c, uint32_t need)
 {
 	uint8_t *p;
@@ -150,9 +193,13 @@ static int conn_reserve(struct conn *c, uint32_t need)
 		return 0;
 	if (need < BUF_MIN)
 		need = BUF_MIN;
+	if (srv.buffered - buf_counted(c->cap) + buf_counted(need) >
+	    srv.d->cfg->max_buffer_total)
+		return -ENOBUFS;
 	p = realloc(c->buf, need);
 	if (!p)
 		return -ENOMEM;
+	srv.buffered += buf_counted(need) - buf_counted(c->cap);
 	c->buf = p;
 	c->cap = need;
 	return 0;
@@ -382,11 +429,8 @@ static int conn_flush(struct conn *c)
 	}
 	c->out_len = 0;
 	c->out_sent = 0;
-	if (c->cap > BUF_KEEP) {
-		free(c->buf);
-		c->buf = NULL;
-		c->cap = 0;
-	}
+	if (c->cap > BUF_KEEP)
+		conn_free_buf(c);
 	return 0;
 }
 
@@ -448,8 +492,9 @@ static const char *header_bad(struct conn *c, char *why, size_t why_len)
 		snprintf(why, why_len, "bad magic 0x%08x", h->magic);
 	else if (h->len < HDR || h->len > KVS_MSG_MAX)
 		snprintf(why, why_len, "bad message length %u", h->len);
-	else if (conn_reserve(c, h->len))
-		snprintf(why, why_len, "out of memory for a %u-byte message", h->len);
+	else if (h->len > srv.d->cfg->max_conn_buffer)
+		snprintf(why, why_len, "a %u-byte message, above max_conn_buffer %llu",
+			 h->len, (unsigned long long)srv.d->cfg->max_conn_buffer);
 	else
 		return NULL;
 	return why;
@@ -461,10 +506,44 @@ static void conn_set_events(struct conn *c, uint32_t events)
 		conn_close(c, "epoll failed");
 }
 
+/*
+ * How many bytes to ask for next, growing the buffer as they come: a
+ * message is buffered as far as it has arrived, not as far as its header
+ * announces, so that announcing 8 MiB and sending 100 bytes costs little.
+ * 0, or -errno with @why set.
+ */
+static int conn_want(struct conn *c, uint32_t *want, char *why, size_t why_len)
+{
+	const struct kvs_msg *h = (const struct kvs_msg *)c->buf;
+	uint32_t end, grow;
+	int ret;
+
+	if (c->in_len < HDR) {
+		end = HDR;
+	} else {
+		end = h->len;
+		if (c->in_len == c->cap) {
+			grow = c->cap < end / 2 ? c->cap * 2 : end;
+			ret = conn_reserve(c, grow);
+			if (ret == -ENOBUFS)
+				snprintf(why, why_len, "buffer budget exhausted: %llu "
+					 "bytes buffered, max_buffer_total %llu",
+					 (unsigned long long)srv.buffered,
+					 (unsigned long long)srv.d->cfg->max_buffer_total);
+			else if (ret)
+				snprintf(why, why_len, "out of memory");
+			if (ret)
+				return ret;
+		}
+	}
+	*want = (end < c->cap ? end : c->cap) - c->in_len;
+	return 0;
+}
+
 static void conn_read(struct conn *c)
 {
 	int budget = READ_BUDGET;
-	char why[96];
+	char why[128];
 	ssize_t n;
 
 	while (budget > 0) {
@@ -475,8 +554,10 @@ static void conn_read(struct conn *c)
 			conn_close(c, "out of memory");
 			return;
 		}
-		h = (const struct kvs_msg *)c->buf;
-		want = c->in_len < HDR ? HDR - c->in_len : h->len - c->in_len;
+		if (conn_want(c, &want, why, sizeof(why))) {
+			conn_close(c, why);
+			return;
+		}
 		n = conn_recv(c, want);
 		if (n == -EINTR)
 			continue;
@@ -489,6 +570,8 @@ static void conn_read(struct conn *c)
 				   "truncated message at EOF" : NULL);
 			return;
 		}
+		if (!c->in_len)
+			c->busy_since = kvsd_now_ms();
 		c->in_len += n;
 		if (c->in_len == HDR && header_bad(c, why, sizeof(why))) {
 			conn_close(c, why);
@@ -501,8 +584,11 @@ static void conn_read(struct conn *c)
 		budget--;
 		switch (conn_flush(c)) {
 		case 0:
+			c->busy_since = 0;
 			break;
 		case 1:
+			/* The deadline now runs for the reply. */
+			c->busy_since = kvsd_now_ms();
 			conn_set_events(c, EPOLLOUT);
 			return;
 		default:
@@ -525,6 +611,7 @@ static void conn_event(struct kvsd_watch *w, uint32_t events)
 		}
 		if (ret > 0)
 			return;
+		c->busy_since = 0;
 		if (kvsd_watch_mod(&c->w, EPOLLIN)) {
 			conn_close(c, "epoll failed");
 			return;
@@ -536,43 +623,73 @@ static void conn_event(struct kvsd_watch *w, uint32_t events)
 
 /* ---- accepting ----------------------------------------------------------- */
 
+#ifndef SO_PEERGROUPS
+#define SO_PEERGROUPS	59		/* Linux 4.13; older glibc lacks the name */
+#endif
+
 /*
- * Supplementary groups, which SO_PEERCRED does not give: from
- * /proc/PID/status at accept (the connection's credentials are fixed
- * then, as a file's are at open).
+ * Supplementary groups, which SO_PEERCRED does not give: SO_PEERGROUPS
+ * returns those the peer had when it connected, from the kernel, as
+ * SO_PEERCRED does its uid (a connection's credentials are fixed then, as
+ * a file's are at open).  Reading /proc/PID/status instead would see the
+ * groups the process has by the time we accept, or those of whatever
+ * process reused the pid.  ERANGE says how much room is needed.
+ * 0 or -errno (the connection is then refused: guessing no groups could
+ * deny, never grant, but a daemon that cannot read credentials is broken).
  */
-static void conn_read_groups(struct conn *c)
+static int conn_read_groups(struct conn *c)
 {
-	char path[64], *line = NULL, *p, *end;
-	size_t cap = 0;
-	FILE *f;
+	socklen_t len = 64 * sizeof(uint32_t);	/* gid_t: 32 bits */
+	uint32_t *g = NULL, *n;
 
-	if (c->pid <= 0)
-		return;
-	snprintf(path, sizeof(path), "/proc/%d/status", c->pid);
-	f = fopen(path, "re");
-	if (!f)
-		return;
-	while (getline(&line, &cap, f) > 0) {
-		if (strncmp(line, "Groups:", 7))
-			continue;
-		for (p = line + 7;; p = end) {
-			unsigned long g = strtoul(p, &end, 10);
-			uint32_t *n;
-
-			if (end == p || c->cred.n_groups >= MAX_GROUPS)
-				break;
-			n = realloc(c->groups, (c->cred.n_groups + 1) * sizeof(*n));
-			if (!n)
-				break;
-			c->groups = n;
-			c->groups[c->cred.n_groups++] = g;
+	for (;;) {
+		n = realloc(g, len ? len : sizeof(*g));
+		if (!n) {
+			free(g);
+			return -ENOMEM;
 		}
-		break;
+		g = n;
+		if (!getsockopt(c->w.fd, SOL_SOCKET, SO_PEERGROUPS, g, &len))
+			break;
+		if (errno != ERANGE || len > MAX_GROUPS * sizeof(*g)) {
+			int ret = -errno;
+
+			free(g);
+			return ret;
+		}
+		/* len now says what is needed; groups may grow meanwhile. */
 	}
-	free(line);
-	fclose(f);
+	c->groups = g;
+	c->cred.n_groups = len / sizeof(*g);
 	c->cred.groups = c->groups;
+	return 0;
+}
+
+/*
+ * Is a connection from @uc over a cap?  Then it is closed at once (so the
+ * backlog drains rather than filling), with the reason in @why.  uid 0 is
+ * exempt from the per-uid cap, as admin is from every per-user limit.
+ */
+static bool conn_over_cap(const struct ucred *uc, char *why, size_t len)
+{
+	const struct kvsd_config *cfg = srv.d->cfg;
+	unsigned int n = 0;
+	struct conn *c;
+
+	if (srv.n_conns >= cfg->max_connections) {
+		snprintf(why, len, "max_connections %u reached", cfg->max_connections);
+		return true;
+	}
+	if (!uc->uid)
+		return false;
+	for (c = srv.conns; c; c = c->next)
+		n += c->cred.uid == uc->uid;
+	if (n >= cfg->max_connections_per_uid) {
+		snprintf(why, len, "uid %u has max_connections_per_uid %u connections",
+			 uc->uid, cfg->max_connections_per_uid);
+		return true;
+	}
+	return false;
 }
 
 static void conn_new(int fd)
@@ -580,9 +697,17 @@ static void conn_new(int fd)
 	struct ucred uc;
 	socklen_t len = sizeof(uc);
 	struct conn *c;
+	char why[96];
+	int ret;
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len)) {
 		kvsd_log("accept: SO_PEERCRED: %s", strerror(errno));
+		close(fd);
+		return;
+	}
+	if (conn_over_cap(&uc, why, sizeof(why))) {
+		kvsd_log_limited(KVSD_LOG_REFUSED, "client (pid %d uid %u) refused: %s",
+				 uc.pid, uc.uid, why);
 		close(fd);
 		return;
 	}
@@ -601,10 +726,17 @@ static void conn_new(int fd)
 	c->pid = uc.pid;
 	c->cred.uid = uc.uid;
 	c->cred.gid = uc.gid;
+	/* uid 0 is admin: the daemon's counterpart of CAP_SYS_ADMIN. */
 	c->cred.admin = uc.uid == 0;
-	conn_read_groups(c);
-	if (kvsd_watch_add(&c->w, EPOLLIN)) {
+	ret = conn_read_groups(c);
+	if (ret)
+		kvsd_log("accept: SO_PEERGROUPS: %s (pid %d uid %u refused)",
+			 strerror(-ret), uc.pid, uc.uid);
+	else if (kvsd_watch_add(&c->w, EPOLLIN))
 		kvsd_log("accept: epoll: %s", strerror(errno));
+	else
+		ret = 1;
+	if (ret <= 0) {
 		kvs_client_free(c->cl);
 		free(c->groups);
 		free(c);
@@ -616,8 +748,8 @@ static void conn_new(int fd)
 		srv.conns->prev = c;
 	srv.conns = c;
 	srv.n_conns++;
-	kvsd_log("client %llu connected (pid %d uid %u gid %u)",
-		 (unsigned long long)c->id, c->pid, uc.uid, uc.gid);
+	kvsd_log_limited(KVSD_LOG_CONNECT, "client %llu connected (pid %d uid %u gid %u)",
+			 (unsigned long long)c->id, c->pid, uc.uid, uc.gid);
 }
 
 static void srv_accept(struct kvsd_watch *w, uint32_t events)
@@ -652,8 +784,32 @@ static void srv_accept(struct kvsd_watch *w, uint32_t events)
 	}
 }
 
+/*
+ * Drop every connection stalled past the deadline: in the middle of a
+ * request (slowloris), or with a reply it does not read.  Each holds a
+ * buffer, and a connection slot, that nobody else can use.
+ */
+static void conn_expire(void)
+{
+	uint64_t now = kvsd_now_ms(), limit = srv.d->cfg->stall_timeout_ms;
+	struct conn *c, *next;
+	char why[96];
+
+	for (c = srv.conns; c; c = next) {
+		next = c->next;
+		if (!c->busy_since || now - c->busy_since < limit)
+			continue;
+		snprintf(why, sizeof(why), c->out_len ?
+			 "did not read its reply for %llu ms" :
+			 "stalled for %llu ms in the middle of a message",
+			 (unsigned long long)(now - c->busy_since));
+		conn_close(c, why);
+	}
+}
+
 void kvsd_server_tick(void)
 {
+	conn_expire();
 	if (!srv.accept_paused)
 		return;
 	if (!kvsd_watch_add(&srv.listen, EPOLLIN))
@@ -777,7 +933,12 @@ int kvsd_server_start(struct kvsd *d, const char *path)
 		srv.listen.fd = -1;
 		return ret;
 	}
-	kvsd_log("listening on %s", path);
+	kvsd_log("listening on %s (max_connections %u, %u per uid; buffers "
+		 "%llu bytes per connection, %llu in all; stall timeout %u ms)",
+		 path, d->cfg->max_connections, d->cfg->max_connections_per_uid,
+		 (unsigned long long)d->cfg->max_conn_buffer,
+		 (unsigned long long)d->cfg->max_buffer_total,
+		 d->cfg->stall_timeout_ms);
 	return 0;
 }
 

@@ -141,14 +141,28 @@ static void kvs_free_owned(struct kvs_pool *pool, u32 i)
 	kvs_ilist_push_head(pool->pages, &pool->free, i);
 }
 
-/* Can this client take @n more holdings? */
-static int kvs_charge_check(struct kvs_client *cl, u32 n)
+/*
+ * Can this client take @n more holdings?  If so they are charged to its
+ * user already (once for the batch); a caller that then fails gives them
+ * back with kvs_uncharge().
+ */
+static int kvs_charge(struct kvs_client *cl, u32 n)
 {
+	int ret;
+
 	if (cl->held + n > cl->quota)
 		return -EDQUOT;
 	if (cl->pool->n_held + n > KVS_POOL_MAX_HELD)
 		return -EDQUOT;
-	return kvs_holds_reserve(&cl->holds, n);
+	ret = kvs_holds_reserve(&cl->holds, n);
+	if (ret)
+		return ret;
+	return kvs_user_charge_held(cl->user, n, cl->pool->geom.page_bytes);
+}
+
+static void kvs_uncharge(struct kvs_client *cl, u64 n)
+{
+	kvs_user_uncharge_held(cl->user, n, cl->pool->geom.page_bytes);
 }
 
 int kvs_arb_alloc(struct kvs_client *cl, u32 count, u32 *pages)
@@ -157,7 +171,7 @@ int kvs_arb_alloc(struct kvs_client *cl, u32 count, u32 *pages)
 	u32 k, evicted;
 	int ret;
 
-	ret = kvs_charge_check(cl, count);
+	ret = kvs_charge(cl, count);
 	if (ret)
 		return ret;
 	/*
@@ -169,6 +183,7 @@ int kvs_arb_alloc(struct kvs_client *cl, u32 count, u32 *pages)
 	if (pool->free.len < count) {
 		while (evicted--)
 			kvs_unevict_one(pool);
+		kvs_uncharge(cl, count);
 		pool->alloc_fails++;
 		return -ENOSPC;
 	}
@@ -348,7 +363,7 @@ int kvs_arb_lookup(struct kvs_client *cl, const struct kvs_key *keys,
 	}
 	pool->lookups += count;
 	pool->hits += hits;
-	ret = kvs_charge_check(cl, hits);
+	ret = kvs_charge(cl, hits);
 	if (ret)
 		return ret;
 	for (k = 0; k < hits; k++)
@@ -389,6 +404,7 @@ int kvs_arb_put(struct kvs_client *cl, const u32 *pages, u32 count)
 	}
 	cl->held -= count;
 	pool->n_held -= count;
+	kvs_uncharge(cl, count);
 	return 0;
 }
 
@@ -413,6 +429,7 @@ void kvs_arb_release_all(struct kvs_client *cl)
 			cond_resched();
 	}
 	kvs_holds_free(t);
+	kvs_uncharge(cl, cl->held);
 	cl->held = 0;
 }
 

@@ -117,6 +117,9 @@ static int kvs_cmd_stats(struct kvs_client *cl, void *arg, struct kvs_call *call
 	if ((st->flags & ~KVS_STATS_VALID) ||
 	    !kvs_zero(&st->n_pages, sizeof(*st) - offsetof(struct kvs_pool_stats, n_pages)))
 		return -EINVAL;
+	/* The check walks every page under the pool lock: not for everyone. */
+	if ((st->flags & KVS_STATS_CHECK) && !call->cred->admin)
+		return -EPERM;
 	pool = kvs_pool_get_readable(cl, st->pool_id, call->cred, &ret);
 	if (!pool)
 		return ret;
@@ -129,8 +132,9 @@ static int kvs_cmd_stats(struct kvs_client *cl, void *arg, struct kvs_call *call
 	return ret;
 }
 
+/* Keys and namespaces (salts) keep tenants apart: only for @reveal. */
 static void kvs_describe_page(const struct kvs_page *pg, u32 i,
-			      struct kvs_page_desc *d)
+			      struct kvs_page_desc *d, bool reveal)
 {
 	memset(d, 0, sizeof(*d));
 	d->index = i;
@@ -138,9 +142,36 @@ static void kvs_describe_page(const struct kvs_page *pg, u32 i,
 	d->refcount = pg->refcount;
 	d->parent = pg->parent;
 	d->n_children = pg->n_children;
-	if (pg->state == KVS_PAGE_SHARED || pg->state == KVS_PAGE_CACHED) {
+	if (reveal &&
+	    (pg->state == KVS_PAGE_SHARED || pg->state == KVS_PAGE_CACHED)) {
 		d->ns = pg->ns;
 		d->key = pg->key;
+	}
+}
+
+/* Pages PAGES describes per hold of the pool lock. */
+#define KVS_PAGES_CHUNK	256
+
+/*
+ * Describe pages [start, start + n): the pool lock is dropped between
+ * chunks, so a large request never stalls the pool's users.  A listing
+ * is then not one snapshot, as it never was across calls either.
+ */
+static void kvs_describe_pages(struct kvs_pool *pool, u64 start, u32 n,
+			       struct kvs_page_desc *descs, bool reveal)
+{
+	u32 i, j, end;
+
+	for (i = 0; i < n; i = end) {
+		end = min_t(u32, n, i + KVS_PAGES_CHUNK);
+		mutex_lock(&pool->lock);
+		for (j = i; j < end; j++) {
+			u32 idx = array_index_nospec(start + j, (u64)pool->n_pages);
+
+			kvs_describe_page(&pool->pages[idx], idx, &descs[j], reveal);
+		}
+		mutex_unlock(&pool->lock);
+		cond_resched();
 	}
 }
 
@@ -149,7 +180,7 @@ static int kvs_cmd_pages(struct kvs_client *cl, void *arg, struct kvs_call *call
 	struct kvs_pages *req = arg;
 	struct kvs_page_desc *descs;
 	struct kvs_pool *pool;
-	u32 i, n;
+	u32 n;
 	int ret = 0;
 
 	if (req->flags || req->pad || !kvs_zero(req->reserved, sizeof(req->reserved)))
@@ -168,11 +199,8 @@ static int kvs_cmd_pages(struct kvs_client *cl, void *arg, struct kvs_call *call
 	descs = kvmalloc_array(n, sizeof(*descs), GFP_KERNEL);
 	if (!descs)
 		goto put;
-	mutex_lock(&pool->lock);
-	for (i = 0; i < n; i++)
-		kvs_describe_page(&pool->pages[req->start + i], req->start + i,
-				  &descs[i]);
-	mutex_unlock(&pool->lock);
+	kvs_describe_pages(pool, req->start, n, descs,
+			   call->cred->admin || call->cred->uid == pool->uid);
 	ret = call->copy_out(call, req->pages, descs, (u64)n * sizeof(*descs));
 	if (!ret)
 		req->count = n;
@@ -382,6 +410,12 @@ static int kvs_cmd_put(struct kvs_client *cl, void *arg, struct kvs_call *call)
 	return ret;
 }
 
+static int kvs_cmd_user_limits(struct kvs_client *cl, void *arg,
+			       struct kvs_call *call)
+{
+	return kvs_user_limits(arg, call->cred);
+}
+
 struct kvs_cmd_desc {
 	u32 size;
 	int (*fn)(struct kvs_client *cl, void *arg, struct kvs_call *call);
@@ -399,6 +433,7 @@ static const struct kvs_cmd_desc kvs_cmds[] = {
 	KVS_CMD(KVS_IOC_POOL_STATS, kvs_cmd_stats),
 	KVS_CMD(KVS_IOC_PAGES, kvs_cmd_pages),
 	KVS_CMD(KVS_IOC_QUOTA, kvs_cmd_quota),
+	KVS_CMD(KVS_IOC_USER_LIMITS, kvs_cmd_user_limits),
 	KVS_CMD(KVS_IOC_ALLOC, kvs_cmd_alloc),
 	KVS_CMD(KVS_IOC_PUBLISH, kvs_cmd_publish),
 	KVS_CMD(KVS_IOC_LOOKUP, kvs_cmd_lookup),
@@ -427,8 +462,30 @@ int kvs_cmd(struct kvs_client *cl, unsigned int cmd, void *arg,
 	    struct kvs_call *call)
 {
 	const struct kvs_cmd_desc *desc = kvs_cmd_find(cmd);
+	int ret;
 
 	if (!desc)
 		return -ENOTTY;
-	return desc->fn(cl, arg, call);
+	/* Keeps the attachment (and so the pool) for the whole command. */
+	if (!call->nonblock)
+		down_read(&cl->attach_lock);
+	else if (!down_read_trylock(&cl->attach_lock))
+		return -EAGAIN;
+	ret = desc->fn(cl, arg, call);
+	up_read(&cl->attach_lock);
+	return ret;
+}
+
+static bool kvs_cmd_is(unsigned int cmd, unsigned int ioc)
+{
+	return kvs_cmd_find(cmd) && _IOC_NR(cmd) == _IOC_NR(ioc);
+}
+
+void kvs_cmd_undo(struct kvs_client *cl, unsigned int cmd, void *arg,
+		  const struct kvs_cred *cred)
+{
+	if (kvs_cmd_is(cmd, KVS_IOC_POOL_CREATE))
+		kvs_pool_undo_create(arg, cred);
+	else if (kvs_cmd_is(cmd, KVS_IOC_POOL_ATTACH))
+		kvs_pool_detach(cl);
 }

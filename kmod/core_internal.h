@@ -2,7 +2,9 @@
 /*
  * Internal structures of the arbiter core.  Everything about one pool is
  * protected by pool->lock; the pool registry by the registry lock, which
- * is never taken while a pool lock is held.
+ * is never taken while a pool lock is held.  A client's attach_lock comes
+ * before both.  The per-user usage lock (core_user.c) is a leaf, after all
+ * of them.  Lock order: attach_lock, registry, pool, users.
  */
 #ifndef _KVS_CORE_INTERNAL_H
 #define _KVS_CORE_INTERNAL_H
@@ -65,6 +67,7 @@ struct kvs_pool {
 	u32 max_per_file;
 	struct kvs_geometry geom;
 	void *mem;			/* host memory object, or NULL */
+	struct kvs_user *user;		/* the owner's usage, charged until freed */
 	u64 seed;			/* keys -> index slots, per pool */
 
 	/* Under lock. */
@@ -83,11 +86,18 @@ struct kvs_pool {
 };
 
 struct kvs_client {
-	struct kvs_pool *pool;		/* set once by ATTACH, then constant */
+	/*
+	 * Held for read by every command on the client, for write by
+	 * kvs_cmd_undo() of an ATTACH: the attachment (pool, id, ns, quota)
+	 * changes back to none only when no command is using it.
+	 */
+	struct rw_semaphore attach_lock;
+	struct kvs_pool *pool;		/* set by ATTACH, cleared only by its undo */
 	struct list_head node;		/* in pool->clients, under pool->lock */
 	u32 id;
 	u32 quota;
 	u64 ns;
+	struct kvs_user *user;		/* charged for holdings; NULL: admin */
 	u64 held;			/* OWNED pages plus references */
 	struct kvs_hold_table holds;
 };
@@ -131,11 +141,26 @@ extern atomic64_t kvs_objects;
 int kvs_pool_create(struct kvs_pool_create *req, const struct kvs_cred *cred);
 int kvs_pool_attach(struct kvs_client *cl, struct kvs_pool_attach *req,
 		    struct kvs_call *call);
+void kvs_pool_undo_create(const struct kvs_pool_create *req,
+			  const struct kvs_cred *cred);
+void kvs_pool_detach(struct kvs_client *cl);
 int kvs_pool_destroy(const struct kvs_pool_destroy *req, const struct kvs_cred *cred);
 int kvs_pool_list(struct kvs_pool_list *req, struct kvs_call *call);
 struct kvs_pool *kvs_pool_get_readable(struct kvs_client *cl, u32 pool_id,
 				       const struct kvs_cred *cred, int *err);
 void kvs_pool_put(struct kvs_pool *pool);
 void kvs_fill_info(struct kvs_info *info);
+
+/* core_user.c */
+struct kvs_user;
+int kvs_users_init(const struct kvs_limits *limits);
+void kvs_users_exit(void);
+struct kvs_user *kvs_user_get(u32 uid);
+void kvs_user_put(struct kvs_user *u);
+int kvs_user_charge_pool(struct kvs_user *u, u64 n_pages, bool limited);
+void kvs_user_uncharge_pool(struct kvs_user *u, u64 n_pages);
+int kvs_user_charge_held(struct kvs_user *u, u32 n, u64 page_bytes);
+void kvs_user_uncharge_held(struct kvs_user *u, u64 n, u64 page_bytes);
+int kvs_user_limits(struct kvs_user_limits *req, const struct kvs_cred *cred);
 
 #endif /* _KVS_CORE_INTERNAL_H */

@@ -31,6 +31,8 @@ int kvs_core_init(const struct kvs_limits *limits)
 	if (!limits->max_pools || limits->max_pools > KVS_MAX_POOLS ||
 	    !limits->max_pool_pages || limits->max_pool_pages > KVS_MAX_POOL_PAGES)
 		return -EINVAL;
+	if (kvs_users_init(limits))
+		return -EINVAL;
 	kvs_reg.slots = kvcalloc(limits->max_pools, sizeof(*kvs_reg.slots),
 				 GFP_KERNEL);
 	if (!kvs_reg.slots)
@@ -45,6 +47,10 @@ int kvs_core_init(const struct kvs_limits *limits)
 
 static void kvs_pool_free(struct kvs_pool *pool)
 {
+	if (pool->user) {
+		kvs_user_uncharge_pool(pool->user, pool->n_pages);
+		kvs_user_put(pool->user);
+	}
 	if (pool->mem)
 		kvs_host_mem_put(pool->mem);
 	kvfree(pool->index);
@@ -77,6 +83,7 @@ void kvs_core_exit(void)
 	kvfree(kvs_reg.slots);
 	kvs_reg.slots = NULL;
 	mutex_destroy(&kvs_reg.lock);
+	kvs_users_exit();
 	WARN_ON_ONCE(atomic64_read(&kvs_objects) != 0);
 }
 
@@ -87,46 +94,92 @@ struct kvs_client *kvs_client_new(void)
 	if (!cl)
 		return NULL;
 	INIT_LIST_HEAD(&cl->node);
+	init_rwsem(&cl->attach_lock);
 	atomic64_inc(&kvs_objects);
 	return cl;
+}
+
+/*
+ * Give back everything @cl holds and unbind it from its pool; returns the
+ * pool, whose reference the caller drops.  No command may be using the
+ * attachment: the caller holds attach_lock for write, or the client is
+ * being freed.
+ */
+static struct kvs_pool *kvs_client_unbind(struct kvs_client *cl)
+{
+	struct kvs_pool *pool = cl->pool;
+
+	if (!pool)
+		return NULL;
+	mutex_lock(&pool->lock);
+	kvs_arb_release_all(cl);
+	list_del_init(&cl->node);
+	pool->n_files--;
+	mutex_unlock(&pool->lock);
+	kvs_user_put(cl->user);
+	cl->user = NULL;
+	return pool;
 }
 
 /* No call on @cl is in flight any more: the host guarantees it. */
 void kvs_client_free(struct kvs_client *cl)
 {
-	struct kvs_pool *pool = cl->pool;
+	struct kvs_pool *pool = kvs_client_unbind(cl);
 
-	if (pool) {
-		mutex_lock(&pool->lock);
-		kvs_arb_release_all(cl);
-		list_del_init(&cl->node);
-		pool->n_files--;
-		mutex_unlock(&pool->lock);
+	if (pool)
 		kvs_pool_put(pool);
-	}
 	kfree(cl);
 	atomic64_dec(&kvs_objects);
 }
 
+/*
+ * The undo of an ATTACH: wait for the commands other threads are running
+ * through the attachment, release what they took, and leave the client
+ * as new.  Under the registry lock too, so that an ATTACH racing with us
+ * sees the client either attached (EBUSY) or free.
+ */
+void kvs_pool_detach(struct kvs_client *cl)
+{
+	struct kvs_pool *pool;
+
+	down_write(&cl->attach_lock);
+	pool = kvs_client_unbind(cl);
+	mutex_lock(&kvs_reg.lock);
+	WRITE_ONCE(cl->pool, NULL);
+	cl->id = 0;
+	cl->ns = 0;
+	cl->quota = 0;
+	mutex_unlock(&kvs_reg.lock);
+	up_write(&cl->attach_lock);
+	if (pool)
+		kvs_pool_put(pool);
+}
+
 u32 kvs_client_pool_id(struct kvs_client *cl)
 {
-	/* Pairs with the release in kvs_pool_attach(). */
-	struct kvs_pool *pool = smp_load_acquire(&cl->pool);
+	struct kvs_pool *pool;
+	u32 id;
 
-	return pool ? pool->id : 0;
+	down_read(&cl->attach_lock);
+	pool = READ_ONCE(cl->pool);
+	id = pool ? pool->id : 0;
+	up_read(&cl->attach_lock);
+	return id;
 }
 
 u64 kvs_client_held(struct kvs_client *cl)
 {
-	/* Pairs with the release in kvs_pool_attach(). */
-	struct kvs_pool *pool = smp_load_acquire(&cl->pool);
-	u64 held;
+	struct kvs_pool *pool;
+	u64 held = 0;
 
-	if (!pool)
-		return 0;
-	mutex_lock(&pool->lock);
-	held = cl->held;
-	mutex_unlock(&pool->lock);
+	down_read(&cl->attach_lock);
+	pool = READ_ONCE(cl->pool);
+	if (pool) {
+		mutex_lock(&pool->lock);
+		held = cl->held;
+		mutex_unlock(&pool->lock);
+	}
+	up_read(&cl->attach_lock);
 	return held;
 }
 
@@ -187,14 +240,19 @@ static int kvs_geometry_check(struct kvs_geometry *g)
 	return 0;
 }
 
-static struct kvs_pool *kvs_pool_find_name(const char *name)
+/*
+ * Names are scoped by owner: (uid, name) is the key, so that a name one
+ * user took never stands in the way of, or for, another user's pool.
+ */
+static struct kvs_pool *kvs_pool_find_name(u32 uid, const char *name)
 {
 	u32 i;
 
 	for (i = 0; i < kvs_reg.limits.max_pools; i++) {
 		struct kvs_pool *pool = kvs_reg.slots[i];
 
-		if (pool && !strncmp(pool->name, name, KVS_NAME_MAX))
+		if (pool && pool->uid == uid &&
+		    !strncmp(pool->name, name, KVS_NAME_MAX))
 			return pool;
 	}
 	return NULL;
@@ -266,32 +324,62 @@ static struct kvs_pool *kvs_pool_alloc(const struct kvs_pool_create *req,
 	return pool;
 }
 
+/*
+ * Charge a new pool to its owner before building it: a user at its limit
+ * must not make the arbiter allocate the bookkeeping first.
+ */
+static struct kvs_user *kvs_pool_charge(const struct kvs_pool_create *req,
+					const struct kvs_cred *cred, int *err)
+{
+	struct kvs_user *u = kvs_user_get(cred->uid);
+
+	*err = -ENOMEM;
+	if (!u)
+		return NULL;
+	*err = kvs_user_charge_pool(u, req->n_pages, !cred->admin);
+	if (*err) {
+		kvs_user_put(u);
+		return NULL;
+	}
+	return u;
+}
+
 int kvs_pool_create(struct kvs_pool_create *req, const struct kvs_cred *cred)
 {
 	struct kvs_pool *pool;
+	struct kvs_user *user;
 	void *mem = NULL;
+	u64 bytes;
 	int ret, slot;
 
 	ret = kvs_pool_validate(req);
 	if (ret)
 		return ret;
+	user = kvs_pool_charge(req, cred, &ret);
+	if (!user)
+		return ret;
 	if (req->mem_fd >= 0) {
-		ret = kvs_host_mem_get(req->mem_fd, &mem);
+		/* Both bounded (pages by KVS_MAX_POOL_PAGES, bytes by 1 GiB). */
+		bytes = req->n_pages * req->geom.page_bytes;
+		ret = kvs_host_mem_get(req->mem_fd, bytes, &mem);
 		if (ret)
-			return ret;
+			goto uncharge;
 	}
 	/* Build the pool outside the registry lock: 1M pages take a while. */
 	pool = kvs_pool_alloc(req, cred);
 	if (!pool) {
 		if (mem)
 			kvs_host_mem_put(mem);
-		return -ENOMEM;
+		ret = -ENOMEM;
+		goto uncharge;
 	}
 	pool->mem = mem;
+	/* From here the pool's last put uncharges. */
+	pool->user = user;
 
 	mutex_lock(&kvs_reg.lock);
 	ret = -EEXIST;
-	if (kvs_pool_find_name(req->name))
+	if (kvs_pool_find_name(cred->uid, req->name))
 		goto unlock;
 	ret = -ENOSPC;
 	for (slot = 0; slot < (int)kvs_reg.limits.max_pools; slot++)
@@ -310,6 +398,10 @@ unlock:
 	mutex_unlock(&kvs_reg.lock);
 	if (ret)
 		kvs_pool_put(pool);
+	return ret;
+uncharge:
+	kvs_user_uncharge_pool(user, req->n_pages);
+	kvs_user_put(user);
 	return ret;
 }
 
@@ -335,6 +427,7 @@ int kvs_pool_attach(struct kvs_client *cl, struct kvs_pool_attach *req,
 		    struct kvs_call *call)
 {
 	const struct kvs_cred *cred = call->cred;
+	struct kvs_user *user = NULL;
 	struct kvs_pool *pool;
 	u32 i;
 	int ret;
@@ -343,18 +436,25 @@ int kvs_pool_attach(struct kvs_client *cl, struct kvs_pool_attach *req,
 		if (req->reserved[i])
 			return -EINVAL;
 	if ((req->flags & ~KVS_ATTACH_VALID) || req->mem_fd || req->pool_id ||
+	    req->pad ||
 	    req->max_pages_per_file || req->n_pages ||
 	    memchr_inv(&req->geom, 0, sizeof(req->geom)))
 		return -EINVAL;
 	if (!kvs_name_valid(req->name))
 		return -EINVAL;
+	/* What the client will hold is charged to its user, unless admin. */
+	if (!cred->admin) {
+		user = kvs_user_get(cred->uid);
+		if (!user)
+			return -ENOMEM;
+	}
 
 	mutex_lock(&kvs_reg.lock);
 	ret = -EBUSY;
 	if (cl->pool)
 		goto unlock;
 	ret = -ENOENT;
-	pool = kvs_pool_find_name(req->name);
+	pool = kvs_pool_find_name(req->owner, req->name);
 	if (!pool)
 		goto unlock;
 	ret = -EACCES;
@@ -374,6 +474,8 @@ int kvs_pool_attach(struct kvs_client *cl, struct kvs_pool_attach *req,
 		kvs_reg.next_client_id = 1;
 	cl->ns = pool->flags & KVS_POOL_NS_PER_UID ? cred->uid : req->ns;
 	cl->quota = pool->max_per_file;
+	cl->user = user;
+	user = NULL;
 	mutex_lock(&pool->lock);
 	list_add_tail(&cl->node, &pool->clients);
 	pool->n_files++;
@@ -393,14 +495,27 @@ int kvs_pool_attach(struct kvs_client *cl, struct kvs_pool_attach *req,
 	ret = 0;
 unlock:
 	mutex_unlock(&kvs_reg.lock);
+	kvs_user_put(user);
 	return ret;
+}
+
+/* Take @pool's name out of the registry; its reference goes to the caller. */
+static void kvs_reg_unlink(struct kvs_pool *pool)
+{
+	int slot;
+
+	lockdep_assert_held(&kvs_reg.lock);
+	for (slot = 0; kvs_reg.slots[slot] != pool; slot++)
+		;
+	kvs_reg.slots[slot] = NULL;
+	kvs_reg.n_pools--;
 }
 
 int kvs_pool_destroy(const struct kvs_pool_destroy *req,
 		     const struct kvs_cred *cred)
 {
 	struct kvs_pool *pool;
-	int slot, ret;
+	int ret;
 
 	if (req->flags || req->reserved[0] || req->reserved[1])
 		return -EINVAL;
@@ -412,16 +527,35 @@ int kvs_pool_destroy(const struct kvs_pool_destroy *req,
 	ret = -EPERM;
 	if (!cred->admin && cred->uid != pool->uid)
 		goto unlock;
-	for (slot = 0; kvs_reg.slots[slot] != pool; slot++)
-		;
-	kvs_reg.slots[slot] = NULL;
-	kvs_reg.n_pools--;
+	kvs_reg_unlink(pool);
 	ret = 0;
 unlock:
 	mutex_unlock(&kvs_reg.lock);
 	if (!ret)
 		kvs_pool_put(pool);
 	return ret;
+}
+
+/*
+ * The undo of a CREATE: the pool goes as DESTROY would take it (files
+ * that attached meanwhile keep it until they close).  Only the pool this
+ * CREATE made: its id, owner and name must still match.
+ */
+void kvs_pool_undo_create(const struct kvs_pool_create *req,
+			  const struct kvs_cred *cred)
+{
+	struct kvs_pool *pool;
+
+	mutex_lock(&kvs_reg.lock);
+	pool = req->pool_id ? kvs_pool_find_id(req->pool_id) : NULL;
+	if (pool && (pool->uid != cred->uid ||
+		     strncmp(pool->name, req->name, KVS_NAME_MAX)))
+		pool = NULL;
+	if (pool)
+		kvs_reg_unlink(pool);
+	mutex_unlock(&kvs_reg.lock);
+	if (pool)
+		kvs_pool_put(pool);
 }
 
 static void kvs_pool_describe(struct kvs_pool *pool, struct kvs_pool_desc *d)

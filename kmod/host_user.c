@@ -5,7 +5,10 @@
  * duplicated file descriptor, randomness from getrandom(2).
  */
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 #include "core_internal.h"
 
@@ -30,13 +33,50 @@ struct kvs_umem {
 	int fd;
 };
 
-int kvs_host_mem_get(int fd, void **mem)
+/*
+ * Pool memory must be a memfd (shmem, or hugetlbfs with MFD_HUGETLB):
+ * every attacher gets the same file, so one that could shrink it would
+ * make every other mapping fault.  F_GET_SEALS answers only for shmem and
+ * hugetlbfs files, and a file on either that was not made by memfd_create()
+ * carries F_SEAL_SEAL without F_SEAL_SHRINK, so it is refused below too.
+ */
+static int kvs_mem_check(int fd, u64 bytes)
+{
+	struct statfs sfs;
+	struct stat st;
+	int seals;
+
+	if (fcntl(fd, F_GETFD) < 0)
+		return -EBADF;
+	if (fstatfs(fd, &sfs))
+		return -EINVAL;
+	if (sfs.f_type != TMPFS_MAGIC &&
+	    sfs.f_type != (typeof(sfs.f_type))HUGETLBFS_MAGIC)
+		return -EINVAL;
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0)
+		return -EINVAL;
+	if (!(seals & F_SEAL_SHRINK))
+		return -EPERM;
+	/* Sealed first, measured after: the size can only have grown since. */
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode))
+		return -EINVAL;
+	if ((u64)st.st_size < bytes)
+		return -ERANGE;
+	return 0;
+}
+
+int kvs_host_mem_get(int fd, u64 bytes, void **mem)
 {
 	struct kvs_umem *m;
-	int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	int dup_fd, ret;
 
+	ret = kvs_mem_check(fd, bytes);
+	if (ret)
+		return ret;
+	dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
 	if (dup_fd < 0)
-		return -EBADF;
+		return errno == EBADF ? -EBADF : -EMFILE;
 	m = kzalloc(sizeof(*m), GFP_KERNEL);
 	if (!m) {
 		close(dup_fd);

@@ -128,6 +128,23 @@ static inline void mutex_lock(struct mutex *l) { pthread_mutex_lock(&l->m); }
 static inline void mutex_unlock(struct mutex *l) { pthread_mutex_unlock(&l->m); }
 static inline int mutex_trylock(struct mutex *l) { return !pthread_mutex_trylock(&l->m); }
 
+/*
+ * rw_semaphore: a pthread rwlock.  down_read_trylock() answers 1 when it
+ * got the lock, as the kernel's does.
+ */
+struct rw_semaphore {
+	pthread_rwlock_t l;
+};
+static inline void init_rwsem(struct rw_semaphore *s) { pthread_rwlock_init(&s->l, NULL); }
+static inline void down_read(struct rw_semaphore *s) { pthread_rwlock_rdlock(&s->l); }
+static inline int down_read_trylock(struct rw_semaphore *s)
+{
+	return !pthread_rwlock_tryrdlock(&s->l);
+}
+static inline void up_read(struct rw_semaphore *s) { pthread_rwlock_unlock(&s->l); }
+static inline void down_write(struct rw_semaphore *s) { pthread_rwlock_wrlock(&s->l); }
+static inline void up_write(struct rw_semaphore *s) { pthread_rwlock_unlock(&s->l); }
+
 /* refcount_t: saturating, like lib/refcount.c. */
 typedef struct {
 	int refs;
@@ -159,6 +176,16 @@ static inline void atomic64_dec(atomic64_t *v) { __atomic_fetch_sub(&v->counter,
 static inline s64 atomic64_read(const atomic64_t *v)
 {
 	return __atomic_load_n(&v->counter, __ATOMIC_RELAXED);
+}
+static inline void atomic64_sub(s64 n, atomic64_t *v)
+{
+	__atomic_fetch_sub(&v->counter, n, __ATOMIC_RELAXED);
+}
+/* As the kernel's: on failure *old is updated to the value found. */
+static inline bool atomic64_try_cmpxchg(atomic64_t *v, s64 *old, s64 new)
+{
+	return __atomic_compare_exchange_n(&v->counter, old, new, false,
+					   __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
 }
 
 /* The part of <linux/list.h> the core uses. */

@@ -5,11 +5,12 @@
 
 #include "core.h"
 
+struct file;
 struct io_uring_cmd;
 
 int kvs_copy_in(struct kvs_call *call, void *dst, __u64 src, __u64 len);
 int kvs_copy_out(struct kvs_call *call, __u64 dst, const void *src, __u64 len);
-void kvs_current_cred(struct kvs_cred *cred);
+void kvs_file_cred(const struct file *file, struct kvs_cred *cred);
 int kvs_uring_cmd(struct io_uring_cmd *ioucmd, unsigned int issue_flags);
 
 #endif /* _KVSHARE_KERNEL_H */

@@ -6,18 +6,22 @@
  * arbiter client, and ->release frees it, dropping every page reference
  * and OWNED page it held, whichever way its process ended.  The arbiter
  * itself is the portable core (core_*.c); this file only moves command
- * structs and arrays across the user boundary and supplies the kernel's
+ * structs and arrays across the user boundary and supplies the opener's
  * credentials, files and randomness.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/capability.h>
 #include <linux/cred.h>
+#include <linux/fcntl.h>
 #include <linux/file.h>
 #include <linux/fs.h>
+#include <linux/hugetlb.h>
+#include <linux/magic.h>
 #include <linux/miscdevice.h>
 #include <linux/module.h>
 #include <linux/random.h>
+#include <linux/shmem_fs.h>
 #include <linux/uaccess.h>
 
 #include "core.h"
@@ -31,26 +35,160 @@ static unsigned int max_pool_pages = KVS_MAX_POOL_PAGES;
 module_param(max_pool_pages, uint, 0444);
 MODULE_PARM_DESC(max_pool_pages, "Largest pool in pages (default and limit 4194304)");
 
-int kvs_host_in_group(const struct kvs_cred *cred, __u32 gid)
+/*
+ * Per-user limits: what one uid that is not admin can take from everyone
+ * else (0: no limit).  The defaults let one user own a few pools and hold
+ * up to one maximal pool's worth of pages, while max_pools leaves room
+ * for several such users.
+ */
+static unsigned int max_user_pools = 8;
+module_param(max_user_pools, uint, 0444);
+MODULE_PARM_DESC(max_user_pools,
+		 "Pools one non-admin uid may own (0: no limit; default 8)");
+
+static unsigned long long max_user_pool_pages = KVS_MAX_POOL_PAGES;
+module_param(max_user_pool_pages, ullong, 0444);
+MODULE_PARM_DESC(max_user_pool_pages,
+		 "Pages of all the pools one non-admin uid owns (0: no limit; default 4194304)");
+
+static unsigned long long max_user_held = KVS_MAX_POOL_PAGES;
+module_param(max_user_held, ullong, 0444);
+MODULE_PARM_DESC(max_user_held,
+		 "Pages one non-admin uid's files hold, owned or referenced, in all pools (0: no limit; default 4194304)");
+
+static unsigned long long max_user_held_bytes;
+module_param(max_user_held_bytes, ullong, 0444);
+MODULE_PARM_DESC(max_user_held_bytes,
+		 "The same as max_user_held in bytes of pool memory (0: no limit; default 0)");
+
+/*
+ * The device node's mode, in octal.  The default 0660, with the udev rule
+ * that gives /dev/kvshare to group kvshare, lets the administrator choose
+ * who may use the arbiter at all.  0666 (every local user) is allowed when
+ * the administrator asks for it: pool modes and per-user limits still
+ * hold.  Only read and write bits mean something on a device node; any
+ * other bit, or 0 (which misc devices would turn into 0600), is refused
+ * and the module does not load.
+ */
+static unsigned int dev_mode = 0660;
+
+static int kvs_dev_mode_set(const char *val, const struct kernel_param *kp)
 {
-	/* The credentials are current's: see kvs_current_cred(). */
-	return in_group_p(make_kgid(&init_user_ns, gid));
+	unsigned int mode;
+	int ret;
+
+	ret = kstrtouint(val, 8, &mode);
+	if (ret || !mode || (mode & ~0666)) {
+		pr_err("dev_mode=%s: want octal read/write bits within 0666, e.g. 0660\n",
+		       val);
+		return -EINVAL;
+	}
+	*(unsigned int *)kp->arg = mode;
+	return 0;
+}
+
+static int kvs_dev_mode_get(char *buf, const struct kernel_param *kp)
+{
+	return scnprintf(buf, PAGE_SIZE, "%#o\n", *(unsigned int *)kp->arg);
+}
+
+static const struct kernel_param_ops kvs_dev_mode_ops = {
+	.set = kvs_dev_mode_set,
+	.get = kvs_dev_mode_get,
+};
+
+module_param_cb(dev_mode, &kvs_dev_mode_ops, &dev_mode, 0444);
+MODULE_PARM_DESC(dev_mode,
+		 "Mode of /dev/kvshare in octal (read/write bits only; default 0660)");
+
+/* groups_search(), which 6.1 does not export: @gi is sorted by set_groups(). */
+static bool kvs_groups_search(const struct group_info *gi, kgid_t gid)
+{
+	unsigned int left = 0, right;
+
+	if (!gi)
+		return false;
+	right = gi->ngroups;
+	while (left < right) {
+		unsigned int mid = left + (right - left) / 2;
+
+		if (gid_gt(gid, gi->gid[mid]))
+			left = mid + 1;
+		else if (gid_lt(gid, gi->gid[mid]))
+			right = mid;
+		else
+			return true;
+	}
+	return false;
 }
 
 /*
- * Pool memory is a file the pool keeps open.  Only regular files (memfd,
- * tmpfs, hugetlbfs) are taken: a kvshare or io_uring file could hold the
- * pool itself and make a reference cycle that nothing would ever free.
+ * in_group_p() for the opener's credentials rather than current's (see
+ * kvs_file_cred()): its fsgid, then its supplementary groups.
  */
-int kvs_host_mem_get(int fd, void **mem)
+int kvs_host_in_group(const struct kvs_cred *cred, __u32 gid)
+{
+	const struct cred *fc = cred->host_cred;
+	kgid_t kgid = make_kgid(&init_user_ns, gid);
+
+	if (!fc || !gid_valid(kgid))
+		return 0;
+	return gid_eq(kgid, fc->fsgid) || kvs_groups_search(fc->group_info, kgid);
+}
+
+/*
+ * The seals of a memfd, or NULL if @file is none.  A memfd is a shmem or
+ * hugetlbfs file on the kernel's internal mount of either (memfd_create(),
+ * MFD_HUGETLB); mm/memfd.c finds its seals the same way, but does not
+ * export memfd_fcntl().  A file of a mounted tmpfs or hugetlbfs is refused
+ * here even though its inode has seals: they are F_SEAL_SEAL from birth,
+ * so it could never be sealed against shrinking anyway.
+ */
+static unsigned int *kvs_memfd_seals(struct file *file)
+{
+	struct inode *inode = file_inode(file);
+
+	if (!(inode->i_sb->s_flags & SB_KERNMOUNT))
+		return NULL;
+	if (shmem_file(file))
+		return &SHMEM_I(inode)->seals;
+#ifdef CONFIG_HUGETLBFS
+	if (inode->i_sb->s_magic == HUGETLBFS_MAGIC)
+		return &HUGETLBFS_I(inode)->seals;
+#endif
+	return NULL;
+}
+
+/*
+ * Pool memory is a file the pool keeps open and hands to every attacher
+ * (KVS_ATTACH_MEM_FD installs that same open file), so whatever the file
+ * allows its creator, every attacher may do.  Only a memfd sealed against
+ * shrinking is taken: anyone holding the file could otherwise ftruncate()
+ * it and make every other process's mapping of it fault (SIGBUS).  Seals
+ * are never removed, so once F_SEAL_SHRINK is seen the size checked after
+ * it stays.  A kvshare or io_uring file is no memfd, so a pool never holds
+ * a file that holds the pool (a reference cycle nothing would free).
+ */
+int kvs_host_mem_get(int fd, __u64 bytes, void **mem)
 {
 	struct file *file = fget(fd);
+	unsigned int *seals;
+	int ret;
 
 	if (!file)
 		return -EBADF;
-	if (!S_ISREG(file_inode(file)->i_mode)) {
+	seals = kvs_memfd_seals(file);
+	if (!seals)
+		ret = -EINVAL;
+	else if (!(READ_ONCE(*seals) & F_SEAL_SHRINK))
+		ret = -EPERM;
+	else if ((__u64)i_size_read(file_inode(file)) < bytes)
+		ret = -ERANGE;
+	else
+		ret = 0;
+	if (ret) {
 		fput(file);
-		return -EINVAL;
+		return ret;
 	}
 	*mem = file;
 	return 0;
@@ -81,13 +219,24 @@ int kvs_copy_out(struct kvs_call *call, __u64 dst, const void *src, __u64 len)
 	return copy_to_user(u64_to_user_ptr(dst), src, len) ? -EFAULT : 0;
 }
 
-void kvs_current_cred(struct kvs_cred *cred)
+/*
+ * Every command, ioctl or uring_cmd, is judged by the credentials of the
+ * file's opener (file->f_cred), never by those of the calling thread: an
+ * open /dev/kvshare is a capability, and passing it on (fork, SCM_RIGHTS,
+ * an io_uring worker) delegates exactly its opener's rights.  So a setuid
+ * program fed such an fd cannot be used as a confused deputy, acting on
+ * pools with its own rights on behalf of whoever opened the file.
+ */
+void kvs_file_cred(const struct file *file, struct kvs_cred *cred)
 {
-	cred->uid = from_kuid_munged(&init_user_ns, current_fsuid());
-	cred->gid = from_kgid_munged(&init_user_ns, current_fsgid());
-	cred->admin = capable(CAP_SYS_ADMIN);
+	const struct cred *fc = file->f_cred;
+
+	cred->uid = from_kuid_munged(&init_user_ns, fc->fsuid);
+	cred->gid = from_kgid_munged(&init_user_ns, fc->fsgid);
+	cred->admin = file_ns_capable(file, &init_user_ns, CAP_SYS_ADMIN);
 	cred->groups = NULL;
 	cred->n_groups = 0;
+	cred->host_cred = fc;
 }
 
 static int kvs_open(struct inode *inode, struct file *file)
@@ -118,16 +267,32 @@ static bool kvs_wants_mem_fd(unsigned int cmd, const union kvs_cmd_buf *buf)
 	       (buf->attach.flags & KVS_ATTACH_MEM_FD);
 }
 
-static int kvs_attach_finish(struct file *mem, int fd, struct kvs_pool_attach *req,
-			     void __user *uarg, size_t usize)
+/*
+ * Write the results back.  If that fails the caller never learns what the
+ * command did, so it is taken back (a CREATE's pool destroyed, an
+ * ATTACH's client detached) and the memory fd is never installed: nothing
+ * is left that the caller could not see.
+ */
+static int kvs_finish(struct kvs_client *cl, unsigned int cmd, union kvs_cmd_buf *buf,
+		      const struct kvs_call *call, int mem_fd, void __user *uarg,
+		      size_t usize)
 {
-	req->mem_fd = fd;
-	if (copy_to_user(uarg, req, usize)) {
-		put_unused_fd(fd);
-		fput(mem);
+	struct file *mem = call->mem_out;
+
+	if (mem)
+		buf->attach.mem_fd = mem_fd;
+	if (copy_to_user(uarg, buf, usize)) {
+		kvs_cmd_undo(cl, cmd, buf, call->cred);
+		if (mem)
+			fput(mem);
+		if (mem_fd >= 0)
+			put_unused_fd(mem_fd);
 		return -EFAULT;
 	}
-	fd_install(fd, mem);
+	if (mem)
+		fd_install(mem_fd, mem);
+	else if (mem_fd >= 0)
+		put_unused_fd(mem_fd);
 	return 0;
 }
 
@@ -163,17 +328,14 @@ static long kvs_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 			return mem_fd;
 	}
 
-	kvs_current_cred(&cred);
+	kvs_file_cred(file, &cred);
 	ret = kvs_cmd(file->private_data, cmd, &buf, &call);
-	if (!ret && call.mem_out)
-		return kvs_attach_finish(call.mem_out, mem_fd, &buf.attach, uarg, usize);
-	if (mem_fd >= 0)
-		put_unused_fd(mem_fd);
-	if (ret)
+	if (ret) {
+		if (mem_fd >= 0)
+			put_unused_fd(mem_fd);
 		return ret;
-	if (copy_to_user(uarg, &buf, usize))
-		return -EFAULT;
-	return 0;
+	}
+	return kvs_finish(file->private_data, cmd, &buf, &call, mem_fd, uarg, usize);
 }
 
 static const struct file_operations kvs_fops = {
@@ -190,7 +352,7 @@ static struct miscdevice kvs_misc = {
 	.minor	= MISC_DYNAMIC_MINOR,
 	.name	= KVS_DEVICE_NAME,
 	.fops	= &kvs_fops,
-	.mode	= 0666,
+	/* .mode is dev_mode, set before registering */
 };
 
 static int __init kvs_init(void)
@@ -199,15 +361,21 @@ static int __init kvs_init(void)
 		.max_pools = max_pools,
 		.max_pool_pages = max_pool_pages,
 		.features = KVS_FEAT_MEM_FD | KVS_FEAT_URING_CMD,
+		.max_user_pools = max_user_pools,
+		.max_user_pool_pages = max_user_pool_pages,
+		.max_user_held = max_user_held,
+		.max_user_held_bytes = max_user_held_bytes,
 	};
 	int ret;
 
 	ret = kvs_core_init(&limits);
 	if (ret) {
-		pr_err("bad limits: max_pools=%u max_pool_pages=%u\n",
-		       max_pools, max_pool_pages);
+		pr_err("bad limits: max_pools=%u max_pool_pages=%u max_user_pools=%u max_user_pool_pages=%llu max_user_held=%llu max_user_held_bytes=%llu\n",
+		       max_pools, max_pool_pages, max_user_pools,
+		       max_user_pool_pages, max_user_held, max_user_held_bytes);
 		return ret;
 	}
+	kvs_misc.mode = dev_mode;
 	ret = misc_register(&kvs_misc);
 	if (ret)
 		kvs_core_exit();

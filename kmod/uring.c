@@ -49,7 +49,12 @@ static void kvs_uring_done(struct io_uring_cmd *ioucmd, ssize_t res,
 #endif
 }
 
-/* The commands io_uring carries, and what each puts in cqe->res. */
+/*
+ * The commands io_uring carries, and what each puts in cqe->res.  Nothing
+ * is ever written back to the SQE, so CREATE and ATTACH, whose results
+ * must reach the caller (or be undone) and whose memory fd is installed
+ * only then, stay ioctl-only, as does every other command not listed.
+ */
 static int kvs_uring_result(unsigned int op, const union kvs_cmd_buf *buf)
 {
 	switch (_IOC_NR(op)) {
@@ -95,7 +100,7 @@ int kvs_uring_cmd(struct io_uring_cmd *ioucmd, unsigned int issue_flags)
 	if (usize > ksize && memchr_inv((char *)&buf + ksize, 0, usize - ksize))
 		return -E2BIG;
 
-	kvs_current_cred(&cred);
+	kvs_file_cred(ioucmd->file, &cred);
 	ret = kvs_cmd(ioucmd->file->private_data, op, &buf, &call);
 	if (ret)
 		return ret;	/* 0 or -errno: safe to return in 6.1 */

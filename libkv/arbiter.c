@@ -4,6 +4,7 @@
  * kvshared socket) and give both one API.
  */
 #include <errno.h>
+#include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -84,10 +85,66 @@ int kv_arbiter_call(struct kv_arbiter *arb, unsigned long cmd, void *arg)
 	return kv_dev_call(arb, cmd, arg);
 }
 
-int kv_arbiter_attach(struct kv_arbiter *arb, const char *name, uint64_t ns,
-		      struct kvs_pool_attach *info)
+/* A user name, through NSS; the buffer grows while glibc says ERANGE. */
+static int kv_uid_by_name(const char *name, uint32_t *uid)
 {
-	struct kvs_pool_attach req = { .ns = ns };
+	struct passwd pw, *found = NULL;
+	size_t size = 1024;
+	char *buf = NULL;
+	int err;
+
+	do {
+		char *bigger = realloc(buf, size);
+
+		if (!bigger) {
+			free(buf);
+			return -ENOMEM;
+		}
+		buf = bigger;
+		err = getpwnam_r(name, &pw, buf, size, &found);
+		size *= 2;
+	} while (err == ERANGE && size <= (1u << 20));
+	if (found)
+		*uid = pw.pw_uid;
+	free(buf);
+	/* Unknown, or NSS could not say: either way not a user we can name. */
+	return found ? 0 : -EINVAL;
+}
+
+int kv_uid_parse(const char *s, uint32_t *uid)
+{
+	unsigned long long v;
+	char *end;
+
+	if (!s || !*s)
+		return -EINVAL;
+	/* All digits is a uid; anything else a name ("1abc" may be one). */
+	if (s[strspn(s, "0123456789")])
+		return kv_uid_by_name(s, uid);
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	/* (uid_t)-1 is "no uid" to the kernel: nobody owns a pool as it. */
+	if (errno || *end || v >= UINT32_MAX)
+		return -EINVAL;
+	*uid = v;
+	return 0;
+}
+
+int kv_arbiter_default_owner(const struct kv_arbiter *arb, uint32_t *owner)
+{
+	const char *env = getenv("KVSHARE_POOL_OWNER");
+
+	if (env && *env)
+		return kv_uid_parse(env, owner);
+	*owner = arb->daemon ? arb->peer_uid : 0;
+	return 0;
+}
+
+int kv_arbiter_attach_owner(struct kv_arbiter *arb, uint32_t owner,
+			    const char *name, uint64_t ns,
+			    struct kvs_pool_attach *info)
+{
+	struct kvs_pool_attach req = { .ns = ns, .owner = owner };
 	int ret;
 
 	if (strlen(name) >= sizeof(req.name))
@@ -99,6 +156,15 @@ int kv_arbiter_attach(struct kv_arbiter *arb, const char *name, uint64_t ns,
 	if (!ret && info)
 		*info = req;
 	return ret;
+}
+
+int kv_arbiter_attach(struct kv_arbiter *arb, const char *name, uint64_t ns,
+		      struct kvs_pool_attach *info)
+{
+	uint32_t owner;
+	int ret = kv_arbiter_default_owner(arb, &owner);
+
+	return ret ? ret : kv_arbiter_attach_owner(arb, owner, name, ns, info);
 }
 
 /*

@@ -19,6 +19,7 @@ struct kv_arbiter {
 	bool daemon;
 	bool uring;
 	bool dead;			/* the daemon went away */
+	uint32_t peer_uid;		/* the daemon's uid (SO_PEERCRED) */
 	pthread_mutex_t lock;		/* one ring submission or socket exchange */
 	struct io_uring ring;
 	uint64_t seq;

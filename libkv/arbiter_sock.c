@@ -71,6 +71,8 @@ struct kv_span {
 int kv_sock_open(struct kv_arbiter *arb, const char *path)
 {
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	struct ucred peer;
+	socklen_t len = sizeof(peer);
 
 	if (strlen(path) >= sizeof(addr.sun_path))
 		return -ENAMETOOLONG;
@@ -78,12 +80,19 @@ int kv_sock_open(struct kv_arbiter *arb, const char *path)
 	arb->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (arb->fd < 0)
 		return -errno;
-	if (connect(arb->fd, (struct sockaddr *)&addr, sizeof(addr))) {
+	/*
+	 * Who listens is who creates the pools this handle attaches by
+	 * default (kv_arbiter_default_owner()): the kernel says, not the
+	 * daemon.
+	 */
+	if (connect(arb->fd, (struct sockaddr *)&addr, sizeof(addr)) ||
+	    getsockopt(arb->fd, SOL_SOCKET, SO_PEERCRED, &peer, &len)) {
 		int err = -errno;
 
 		close(arb->fd);
 		return err;
 	}
+	arb->peer_uid = peer.uid;
 	arb->daemon = true;
 	return 0;
 }

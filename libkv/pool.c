@@ -6,6 +6,7 @@
  * and pages are laid out back to back.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -20,21 +21,43 @@ struct kv_pool {
 	size_t size;
 };
 
-static int kv_pool_map(struct kv_pool *pool)
+/*
+ * The arbiter refuses pool memory that is not a memfd sealed against
+ * shrinking and as long as the pool; check again before mapping, because
+ * a mapping past the end of a file that shrank faults (SIGBUS) on the
+ * first touch, and a library should fail here with an errno instead.
+ */
+static int kv_pool_check_mem(int fd, size_t size)
 {
 	struct stat st;
-	size_t size;
-	void *base;
+	int seals;
 
-	if (__builtin_mul_overflow(pool->info.n_pages, pool->info.geom.page_bytes, &size))
-		return -EOVERFLOW;
-	if (fstat(pool->info.mem_fd, &st))
+	if (fstat(fd, &st))
 		return -errno;
 	/* CUDA memory is imported by the GPU code, not mapped here. */
 	if (!S_ISREG(st.st_mode))
 		return -ENODEV;
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0)
+		return -EINVAL;		/* not a memfd: it cannot be sealed */
+	if (!(seals & F_SEAL_SHRINK))
+		return -EPERM;
 	if ((uint64_t)st.st_size < size)
 		return -ERANGE;
+	return 0;
+}
+
+static int kv_pool_map(struct kv_pool *pool)
+{
+	size_t size;
+	void *base;
+	int ret;
+
+	if (__builtin_mul_overflow(pool->info.n_pages, pool->info.geom.page_bytes, &size))
+		return -EOVERFLOW;
+	ret = kv_pool_check_mem(pool->info.mem_fd, size);
+	if (ret)
+		return ret;
 	base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED,
 		    pool->info.mem_fd, 0);
 	if (base == MAP_FAILED)
@@ -44,8 +67,10 @@ static int kv_pool_map(struct kv_pool *pool)
 	return 0;
 }
 
-int kv_pool_open(const char *arbiter, const char *name, uint64_t ns,
-		 unsigned int flags, struct kv_pool **out)
+/* @owner NULL: the default owner of the handle (kv_arbiter_attach()). */
+static int kv_pool_open_as(const char *arbiter, const uint32_t *owner,
+			   const char *name, uint64_t ns, unsigned int flags,
+			   struct kv_pool **out)
 {
 	struct kv_pool *pool = calloc(1, sizeof(*pool));
 	int ret;
@@ -57,7 +82,10 @@ int kv_pool_open(const char *arbiter, const char *name, uint64_t ns,
 	if (ret)
 		goto fail;
 	pool->info.flags = KVS_ATTACH_MEM_FD;
-	ret = kv_arbiter_attach(pool->arb, name, ns, &pool->info);
+	if (owner)
+		ret = kv_arbiter_attach_owner(pool->arb, *owner, name, ns, &pool->info);
+	else
+		ret = kv_arbiter_attach(pool->arb, name, ns, &pool->info);
 	if (ret)
 		goto fail;
 	ret = kv_pool_map(pool);
@@ -68,6 +96,18 @@ int kv_pool_open(const char *arbiter, const char *name, uint64_t ns,
 fail:
 	kv_pool_close(pool);
 	return ret;
+}
+
+int kv_pool_open_owner(const char *arbiter, uint32_t owner, const char *name,
+		       uint64_t ns, unsigned int flags, struct kv_pool **out)
+{
+	return kv_pool_open_as(arbiter, &owner, name, ns, flags, out);
+}
+
+int kv_pool_open(const char *arbiter, const char *name, uint64_t ns,
+		 unsigned int flags, struct kv_pool **out)
+{
+	return kv_pool_open_as(arbiter, NULL, name, ns, flags, out);
 }
 
 void kv_pool_close(struct kv_pool *pool)

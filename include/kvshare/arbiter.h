@@ -47,9 +47,42 @@ int kv_arbiter_uses_uring(const struct kv_arbiter *arb);
 /* Any command of <linux/kvshare.h>, by its control path (ioctl). */
 int kv_arbiter_call(struct kv_arbiter *arb, unsigned long cmd, void *arg);
 
-/* Attach this handle to pool @name; @info receives geometry and limits. */
+/*
+ * Pools are named per owner (uid): attaching names the owner as well as
+ * the name, and another user's pool of the same name is never attached.
+ *
+ * Attach this handle to pool @name of uid @owner; @info (may be NULL)
+ * gives the flags (KVS_ATTACH_MEM_FD) and receives geometry and limits.
+ * -ENOENT: @owner has no pool of that name.
+ */
+int kv_arbiter_attach_owner(struct kv_arbiter *arb, uint32_t owner,
+			    const char *name, uint64_t ns,
+			    struct kvs_pool_attach *info);
+
+/*
+ * The owner that kv_arbiter_attach() and kv_pool_open() expect:
+ *   1. $KVSHARE_POOL_OWNER when set and not empty: a uid number or a user
+ *      name (kv_uid_parse()); anything else is -EINVAL, never ignored;
+ *   2. else, on the kvshared socket, the daemon's uid as the kernel gives
+ *      it (SO_PEERCRED at connect): the daemon creates the pools it
+ *      serves, and a client trusts the daemon it connected to;
+ *   3. else (the module) 0: the pools of root, as the system kvshared
+ *      runs.
+ * A caller that knows the owner (it created the pool, say) passes it to
+ * kv_arbiter_attach_owner() or kv_pool_open_owner() instead.
+ */
+int kv_arbiter_default_owner(const struct kv_arbiter *arb, uint32_t *owner);
+
+/* Attach to pool @name of the default owner (above). */
 int kv_arbiter_attach(struct kv_arbiter *arb, const char *name, uint64_t ns,
 		      struct kvs_pool_attach *info);
+
+/*
+ * A uid from decimal digits, or from a user name (getpwnam_r: in a static
+ * binary that needs the NSS modules of the glibc it was linked with).
+ * -EINVAL: neither a uid (0..4294967294) nor a known user.
+ */
+int kv_uid_parse(const char *s, uint32_t *uid);
 
 /* The page commands.  Batches of 1..KVS_MAX_BATCH entries. */
 int kv_alloc(struct kv_arbiter *arb, uint32_t count, uint32_t *pages);
@@ -67,9 +100,20 @@ int kv_put(struct kv_arbiter *arb, const uint32_t *pages, uint32_t count);
  */
 struct kv_pool;
 
-/* Open the arbiter (@arbiter as for kv_arbiter_open), attach, map. */
+/*
+ * Open the arbiter (@arbiter as for kv_arbiter_open), attach to pool @name
+ * of the default owner (kv_arbiter_default_owner()), map its memory.
+ * The memory must be a memfd sealed against shrinking (F_SEAL_SHRINK) and
+ * as long as the pool, as the arbiter demands at CREATE: else -EINVAL
+ * (not a memfd), -EPERM (not sealed) or -ERANGE (too short), and nothing
+ * is mapped.  -ENODEV: the memory is not a file (CUDA memory, imported by
+ * the GPU code); -ENODATA: the pool has no memory.
+ */
 int kv_pool_open(const char *arbiter, const char *name, uint64_t ns,
 		 unsigned int flags, struct kv_pool **out);
+/* The same, for pool @name of uid @owner. */
+int kv_pool_open_owner(const char *arbiter, uint32_t owner, const char *name,
+		       uint64_t ns, unsigned int flags, struct kv_pool **out);
 void kv_pool_close(struct kv_pool *pool);
 struct kv_arbiter *kv_pool_arbiter(struct kv_pool *pool);
 const struct kvs_pool_attach *kv_pool_info(const struct kv_pool *pool);

@@ -6,6 +6,8 @@
 #   build/tests/core_cmd_test       pools, permissions, INFO/LIST/STATS/PAGES
 #   build/tests/core_page_test      page life cycle, duplicates, eviction, quotas
 #   build/tests/core_badinput_test  bad input on every command, EFAULT rollback
+#   build/tests/core_user_test      per-user limits, USER_LIMITS, CHECK/PAGES
+#                                   rights, undo of CREATE/ATTACH, pool memory
 #   build/tests/core_model_test     random traces against a reference model
 #   build/tests/core_stress_test    threads racing on one prefix chain
 #   build/tests/core_stress_tsan    the same stress, core and test under TSan
@@ -15,7 +17,7 @@
 
 CORE_TESTS_DIR  := tests/core
 CORE_TEST_NAMES := core_cmd_test core_page_test core_badinput_test \
-                   core_model_test core_stress_test
+                   core_model_test core_stress_test core_user_test
 CORE_TEST_BINS  := $(addprefix $(BUILD)/tests/,$(CORE_TEST_NAMES))
 CORE_TEST_HDRS  := $(CORE_TESTS_DIR)/kt.h include/uapi/linux/kvshare.h kmod/core.h
 # The harness compares int literals with unsigned fields and leaves

@@ -128,13 +128,14 @@ TEST_F(cmd, cmd_size_and_unknown_commands)
 	EXPECT_EQ(sizeof(struct kvs_publish), kvs_cmd_size(KVS_IOC_PUBLISH));
 	EXPECT_EQ(sizeof(struct kvs_lookup), kvs_cmd_size(KVS_IOC_LOOKUP));
 	EXPECT_EQ(sizeof(struct kvs_put), kvs_cmd_size(KVS_IOC_PUT));
+	EXPECT_EQ(sizeof(struct kvs_user_limits), kvs_cmd_size(KVS_IOC_USER_LIMITS));
 	/* Size bits are ignored. */
 	EXPECT_EQ(sizeof(struct kvs_alloc),
 		  kvs_cmd_size(_IOC(_IOC_READ | _IOC_WRITE, KVS_IOC_MAGIC, 0x10, 8)));
 	EXPECT_EQ(sizeof(struct kvs_pool_stats),
 		  kvs_cmd_size(_IOC(_IOC_READ | _IOC_WRITE, KVS_IOC_MAGIC, 0x05, 4096)));
 	/* Not kvshare commands. */
-	EXPECT_EQ(0, kvs_cmd_size(_IOWR(KVS_IOC_MAGIC, 0x08, struct kvs_alloc)));
+	EXPECT_EQ(0, kvs_cmd_size(_IOWR(KVS_IOC_MAGIC, 0x09, struct kvs_alloc)));
 	EXPECT_EQ(0, kvs_cmd_size(_IOWR(KVS_IOC_MAGIC, 0x14, struct kvs_alloc)));
 	EXPECT_EQ(0, kvs_cmd_size(_IOWR(KVS_IOC_MAGIC, 0xff, struct kvs_alloc)));
 	EXPECT_EQ(0, kvs_cmd_size(_IOWR(KVS_IOC_MAGIC + 1, 0x10, struct kvs_alloc)));
@@ -143,7 +144,7 @@ TEST_F(cmd, cmd_size_and_unknown_commands)
 	memset(&a, 0, sizeof(a));
 	EXPECT_EQ(-ENOTTY, kt_cmd(self->own, _IOWR(KVS_IOC_MAGIC, 0x14, struct kvs_alloc), &a));
 	EXPECT_EQ(-ENOTTY, kt_cmd(self->own, _IOWR(KVS_IOC_MAGIC + 1, 0x10, struct kvs_alloc), &a));
-	EXPECT_EQ(-ENOTTY, kt_cmd(self->own, _IOWR(KVS_IOC_MAGIC, 0x08, struct kvs_alloc), &a));
+	EXPECT_EQ(-ENOTTY, kt_cmd(self->own, _IOWR(KVS_IOC_MAGIC, 0x09, struct kvs_alloc), &a));
 }
 
 TEST(core_init_limits)
@@ -419,11 +420,15 @@ TEST_F(cmd, create_eexist_and_max_pools)
 	int i;
 
 	ASSERT_EQ(0, kt_create(self->own, "p0", 2, 0600, 0, 0, &id[0]));
-	/* Same name: EEXIST, whoever asks, whatever the other fields. */
+	/* Same owner, same name: EEXIST, whatever the other fields. */
 	EXPECT_EQ(-EEXIST, kt_create(self->own, "p0", 2, 0600, 0, 0, NULL));
-	EXPECT_EQ(-EEXIST, kt_create(self->adm, "p0", 9, 0644, KVS_POOL_NS_PER_UID, 0, NULL));
+	EXPECT_EQ(-EEXIST, kt_create(self->own, "p0", 9, 0644, KVS_POOL_NS_PER_UID, 0, NULL));
 	/* Names are case-sensitive. */
 	ASSERT_EQ(0, kt_create(self->own, "P0", 2, 0600, 0, 0, &id[1]));
+	/* Names are scoped by owner: root's "p0" is another pool. */
+	ASSERT_EQ(0, kt_create(self->adm, "p0", 9, 0644, KVS_POOL_NS_PER_UID, 0, &id[2]));
+	EXPECT_NE(id[0], id[2]);
+	ASSERT_EQ(0, kt_destroy(self->adm, id[2]));
 	for (i = 2; i < KT_MAX_POOLS; i++) {
 		snprintf(name, sizeof(name), "p%d", i);
 		ASSERT_EQ(0, kt_create(self->own, name, 2, 0600, 0, 0, &id[i]));
@@ -450,6 +455,7 @@ TEST_F(cmd, attach_reports_pool)
 	ASSERT_EQ(0, kt_create(self->own, "att", 12, 0600, 0, 0, &id));
 	memset(&at, 0, sizeof(at));
 	strcpy(at.name, "att");
+	at.owner = OWNER_UID;
 	at.ns = 42;
 	ASSERT_EQ(0, kt_cmd(c, KVS_IOC_POOL_ATTACH, &at));
 	EXPECT_EQ(id, at.pool_id);
@@ -463,7 +469,7 @@ TEST_F(cmd, attach_reports_pool)
 	EXPECT_EQ(16, at.geom.tokens_per_page);
 	EXPECT_EQ(KVS_DTYPE_F16, at.geom.dtype);
 	/* Stats of the attached pool by id 0. */
-	ASSERT_EQ(0, kt_stats(c, 0, KVS_STATS_CHECK, &st));
+	ASSERT_EQ(0, kt_stats_check(c, 0, &st));
 	EXPECT_EQ(12, st.n_pages);
 	EXPECT_EQ(12, st.n_free);
 	EXPECT_EQ(1, st.n_files);
@@ -495,14 +501,20 @@ TEST_F(cmd, attach_errors)
 	EXPECT_EQ(-EINVAL, kt_cmd(c, KVS_IOC_POOL_ATTACH, &at));
 	at.flags = 1u << 31;
 	EXPECT_EQ(-EINVAL, kt_cmd(c, KVS_IOC_POOL_ATTACH, &at));
-	for (i = 0; i < 4; i++) {
+	for (i = 0; i < 3; i++) {
 		memset(&at, 0, sizeof(at));
 		strcpy(at.name, "a1");
+		at.owner = OWNER_UID;
 		at.reserved[i] = 1;
 		EXPECT_EQ(-EINVAL, kt_cmd(c, KVS_IOC_POOL_ATTACH, &at)) {
 			TH_LOG("reserved[%d]", i);
 		}
 	}
+	memset(&at, 0, sizeof(at));
+	strcpy(at.name, "a1");
+	at.owner = OWNER_UID;
+	at.pad = 1;
+	EXPECT_EQ(-EINVAL, kt_cmd(c, KVS_IOC_POOL_ATTACH, &at));
 	/* Unterminated name: rejected one way or the other. */
 	memset(&at, 0, sizeof(at));
 	memset(at.name, 'a', sizeof(at.name));
@@ -513,6 +525,7 @@ TEST_F(cmd, attach_errors)
 	/* The pool has no memory fd. */
 	memset(&at, 0, sizeof(at));
 	strcpy(at.name, "a1");
+	at.owner = OWNER_UID;
 	at.flags = KVS_ATTACH_MEM_FD;
 	EXPECT_EQ(-ENODATA, kt_cmd(c, KVS_IOC_POOL_ATTACH, &at));
 	/* None of that attached it. */
@@ -547,9 +560,8 @@ TEST_F(cmd, attach_mem_fd)
 	ASSERT_NE(NULL, c);
 	ASSERT_NE(NULL, c2);
 	fds0 = open_fds();
-	fd = memfd_create("kt-pool", MFD_CLOEXEC);
+	fd = kt_memfd(4 * KT_PAGE_BYTES);
 	ASSERT_LE(0, fd);
-	ASSERT_EQ(0, ftruncate(fd, 4 * KT_PAGE_BYTES));
 	kt_create_req(&r, "mem", 4, 0600, 0, 0);
 	r.mem_fd = fd;
 	ASSERT_EQ(0, kt_cmd(self->own, KVS_IOC_POOL_CREATE, &r));
@@ -565,6 +577,7 @@ TEST_F(cmd, attach_mem_fd)
 	/* Asked for: the core hands the memory to the host in mem_out. */
 	memset(&at, 0, sizeof(at));
 	strcpy(at.name, "mem");
+	at.owner = OWNER_UID;
 	at.flags = KVS_ATTACH_MEM_FD;
 	c->call.mem_out = NULL;
 	ret = kvs_cmd(c->cl, KVS_IOC_POOL_ATTACH, &at, &c->call);
@@ -579,6 +592,7 @@ TEST_F(cmd, attach_mem_fd)
 	/* Not asked for: nothing handed over. */
 	memset(&at, 0, sizeof(at));
 	strcpy(at.name, "mem");
+	at.owner = OWNER_UID;
 	c2->call.mem_out = NULL;
 	ret = kvs_cmd(c2->cl, KVS_IOC_POOL_ATTACH, &at, &c2->call);
 	ASSERT_EQ(0, ret);
@@ -599,7 +613,7 @@ TEST_F(cmd, mem_fd_released_at_core_exit)
 	int fd, fds0;
 
 	fds0 = open_fds();
-	fd = memfd_create("kt-pool2", MFD_CLOEXEC);
+	fd = kt_memfd(4 * KT_PAGE_BYTES);
 	ASSERT_LE(0, fd);
 	kt_create_req(&r, "mem2", 4, 0600, 0, 0);
 	r.mem_fd = fd;
@@ -612,6 +626,68 @@ TEST_F(cmd, mem_fd_released_at_core_exit)
 	EXPECT_EQ(fds0, open_fds());
 	/* The teardown exits again: start a core for it. */
 	ASSERT_EQ(0, kt_core_init());
+}
+
+/*
+ * Names are scoped by owner: two users' pools of one name are two pools,
+ * each attached only by naming its owner.  (Against a core that ignores
+ * the owner, the second CREATE is EEXIST and the squatter's pool would
+ * be attached.)
+ */
+TEST_F(cmd, names_scoped_by_owner)
+{
+	struct kt_client *other = kt_new(2000, 2000, 0);
+	struct kt_client *c1 = kt_new(OWNER_UID, OWNER_GID, 0);
+	struct kt_client *c2 = kt_new(2000, 2000, 0);
+	struct kt_client *c3 = kt_new(3000, 3000, 0);
+	struct kvs_pool_attach at;
+	struct kvs_pool_desc d[4];
+	struct kvs_pool_list l;
+	__u32 id_own, id_other;
+
+	ASSERT_NE(NULL, other);
+	ASSERT_NE(NULL, c1);
+	ASSERT_NE(NULL, c2);
+	ASSERT_NE(NULL, c3);
+	/* The squatter comes first; the victim still gets its own pool. */
+	ASSERT_EQ(0, kt_create(other, "demo", 4, 0666, 0, 0, &id_other));
+	ASSERT_EQ(0, kt_create(self->own, "demo", 8, 0666, 0, 0, &id_own));
+	EXPECT_NE(id_own, id_other);
+	EXPECT_EQ(-EEXIST, kt_create(other, "demo", 4, 0666, 0, 0, NULL));
+	EXPECT_EQ(-EEXIST, kt_create(self->own, "demo", 4, 0666, 0, 0, NULL));
+	EXPECT_EQ(2, n_pools(self->own));
+
+	/* LIST shows both, each with its owner. */
+	memset(&l, 0, sizeof(l));
+	l.count = 4;
+	l.pools = KT_PTR(d);
+	ASSERT_EQ(0, kt_cmd(self->own, KVS_IOC_POOL_LIST, &l));
+	ASSERT_EQ(2, l.count);
+	EXPECT_EQ(id_other, d[0].pool_id);
+	EXPECT_EQ(2000, d[0].uid);
+	EXPECT_EQ(id_own, d[1].pool_id);
+	EXPECT_EQ(OWNER_UID, d[1].uid);
+
+	/* Attaching by owner finds that owner's pool, whoever attaches. */
+	memset(&at, 0, sizeof(at));
+	strcpy(at.name, "demo");
+	at.owner = OWNER_UID;
+	ASSERT_EQ(0, kt_cmd(c1, KVS_IOC_POOL_ATTACH, &at));
+	EXPECT_EQ(id_own, at.pool_id);
+	EXPECT_EQ(8, at.n_pages);
+	ASSERT_EQ(0, kt_attach_owner(c2, 2000, "demo", 0));
+	EXPECT_EQ(id_other, kvs_client_pool_id(c2->cl));
+	EXPECT_EQ(id_own, kvs_client_pool_id(c1->cl));
+
+	/* An owner without such a pool: ENOENT, even though the name exists. */
+	EXPECT_EQ(-ENOENT, kt_attach_owner(c3, 3000, "demo", 0));
+	EXPECT_EQ(-ENOENT, kt_attach_owner(c3, 0, "demo", 0));
+	EXPECT_EQ(0, kvs_client_pool_id(c3->cl));
+	/* Once the owner's pool is destroyed, its name finds nothing. */
+	ASSERT_EQ(0, kt_destroy(self->own, id_own));
+	EXPECT_EQ(-ENOENT, kt_attach_owner(c3, OWNER_UID, "demo", 0));
+	ASSERT_EQ(0, kt_attach_owner(c3, 2000, "demo", 0));
+	EXPECT_EQ(id_other, kvs_client_pool_id(c3->cl));
 }
 
 /* ---- Permissions ------------------------------------------------------ */
@@ -881,7 +957,7 @@ TEST_F(cmd, stats_errors)
 		}
 	}
 	/* A fresh pool. */
-	ASSERT_EQ(0, kt_stats(self->own, id, KVS_STATS_CHECK, &st));
+	ASSERT_EQ(0, kt_stats_check(self->own, id, &st));
 	EXPECT_EQ(6, st.n_pages);
 	EXPECT_EQ(6, st.n_free);
 	EXPECT_EQ(0, st.n_owned + st.n_shared + st.n_cached + st.n_evictable + st.n_refs +

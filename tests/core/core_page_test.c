@@ -1244,6 +1244,7 @@ TEST(pool_quota_limit)
 	ASSERT_EQ(0, kt_create(c, "q5", 10, 0600, 0, 5, &id));
 	memset(&at, 0, sizeof(at));
 	strcpy(at.name, "q5");
+	at.owner = 1000;
 	ASSERT_EQ(0, kt_cmd(c, KVS_IOC_POOL_ATTACH, &at));
 	EXPECT_EQ(5, at.max_pages_per_file);
 	EXPECT_EQ(10, at.n_pages);
@@ -1343,7 +1344,10 @@ TEST(ns_per_uid_pool)
 	ASSERT_EQ(0, kt_publish_chain(z, &q, 1, KVS_NO_PAGE, 70, 0, &r, &n_dup));
 	EXPECT_EQ(0, n_dup);
 	EXPECT_EQ(q, r);
-	EXPECT_EQ(2000, kt_desc(z, 0, q).ns);
+	/* Only the pool's owner (x) sees namespaces; z's own page is no exception. */
+	EXPECT_EQ(2000, kt_desc(x, 0, q).ns);
+	EXPECT_EQ(0, kt_desc(z, 0, q).ns);
+	EXPECT_EQ(0, kt_desc(z, 0, p).ns);
 	KT_EXPECT_PAGE(x, 0, p, KVS_PAGE_SHARED, 2);
 	KT_EXPECT_PAGE(x, 0, q, KVS_PAGE_SHARED, 1);
 	KT_CHECK(x, 0);

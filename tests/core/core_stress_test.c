@@ -257,7 +257,7 @@ static void *reader_main(void *arg)
 	int ret;
 
 	while (!stopped() && !w->failed) {
-		ret = kt_stats(w->kc, w->pool, KVS_STATS_CHECK, &st);
+		ret = kt_stats_check(w->kc, w->pool, &st);
 		if (ret) {
 			wfail(w, "KVS_STATS_CHECK: %d", ret);
 			break;
@@ -395,7 +395,7 @@ static void *pool_churn_main(void *arg)
 						       kt_rand_below(&w->rng, 4), NULL, NULL);
 			if (ret && ret != -ENOSPC)
 				wfail(w, "use of %s: %d", name, ret);
-			ret = kt_stats(c, 0, KVS_STATS_CHECK, &st);
+			ret = kt_stats_check(c, 0, &st);
 			if (ret)
 				wfail(w, "STATS_CHECK of %s: %d", name, ret);
 		} else if (ret != -ENOENT && ret != -EACCES) {

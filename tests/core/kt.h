@@ -16,11 +16,14 @@
 #define _KVS_TESTS_CORE_KT_H
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "kselftest_harness.h"
 #include "core.h"
@@ -218,6 +221,59 @@ static KT_UNUSED void kt_create_req(struct kvs_pool_create *r, const char *name,
 	r->max_pages_per_file = quota;
 }
 
+/* Pool memory as the core wants it: a memfd of @bytes sealed against shrinking. */
+static KT_UNUSED int kt_memfd(__u64 bytes)
+{
+	int fd = memfd_create("kt-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	if (fd < 0)
+		return -1;
+	if (ftruncate(fd, bytes) || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/*
+ * Pool names are scoped by owner, and ATTACH names the owner.  Most tests
+ * use one owner per name: kt_create() remembers who created each name
+ * last, and kt_attach() attaches that uid's pool (root's if none did).
+ */
+#define KT_MAX_NAMES 64
+static struct {
+	char name[KVS_NAME_MAX];
+	__u32 uid;
+} kt_names[KT_MAX_NAMES];
+
+static KT_UNUSED void kt_name_owner_set(const char *name, __u32 uid)
+{
+	int i, free_slot = -1;
+
+	for (i = 0; i < KT_MAX_NAMES; i++) {
+		if (!strncmp(kt_names[i].name, name, KVS_NAME_MAX)) {
+			kt_names[i].uid = uid;
+			return;
+		}
+		if (free_slot < 0 && !kt_names[i].name[0])
+			free_slot = i;
+	}
+	if (free_slot >= 0) {
+		snprintf(kt_names[free_slot].name, KVS_NAME_MAX, "%s", name);
+		kt_names[free_slot].uid = uid;
+	}
+}
+
+static KT_UNUSED __u32 kt_name_owner(const char *name)
+{
+	int i;
+
+	for (i = 0; i < KT_MAX_NAMES; i++)
+		if (kt_names[i].name[0] && !strncmp(kt_names[i].name, name, KVS_NAME_MAX))
+			return kt_names[i].uid;
+	return 0;
+}
+
 static KT_UNUSED int kt_create(struct kt_client *c, const char *name, __u64 n_pages,
 			       __u32 mode, __u32 flags, __u32 quota, __u32 *pool_id)
 {
@@ -226,19 +282,28 @@ static KT_UNUSED int kt_create(struct kt_client *c, const char *name, __u64 n_pa
 
 	kt_create_req(&r, name, n_pages, mode, flags, quota);
 	ret = kt_cmd(c, KVS_IOC_POOL_CREATE, &r);
+	if (!ret)
+		kt_name_owner_set(name, c->cred.uid);
 	if (!ret && pool_id)
 		*pool_id = r.pool_id;
 	return ret;
 }
 
-static KT_UNUSED int kt_attach(struct kt_client *c, const char *name, __u64 ns)
+static KT_UNUSED int kt_attach_owner(struct kt_client *c, __u32 owner, const char *name,
+				     __u64 ns)
 {
 	struct kvs_pool_attach a;
 
 	memset(&a, 0, sizeof(a));
 	snprintf(a.name, sizeof(a.name), "%s", name);
 	a.ns = ns;
+	a.owner = owner;
 	return kt_cmd(c, KVS_IOC_POOL_ATTACH, &a);
+}
+
+static KT_UNUSED int kt_attach(struct kt_client *c, const char *name, __u64 ns)
+{
+	return kt_attach_owner(c, kt_name_owner(name), name, ns);
 }
 
 static KT_UNUSED int kt_destroy(struct kt_client *c, __u32 pool_id)
@@ -423,6 +488,22 @@ static KT_UNUSED struct kvs_page_desc kt_desc(struct kt_client *c, __u32 pool_id
 	return d;
 }
 
+/*
+ * KVS_STATS_CHECK is for admins: run it through @c with its credentials
+ * made admin for the one call (so that a pool already destroyed, which
+ * only its attached clients can name, is checked too).
+ */
+static KT_UNUSED int kt_stats_check(struct kt_client *c, __u32 pool_id,
+				    struct kvs_pool_stats *st)
+{
+	int admin = c->cred.admin, ret;
+
+	c->cred.admin = 1;
+	ret = kt_stats(c, pool_id, KVS_STATS_CHECK, st);
+	c->cred.admin = admin;
+	return ret;
+}
+
 #define KT_MAX_CHECK_PAGES 4096
 
 /*
@@ -441,7 +522,7 @@ static KT_UNUSED void kt_check_pool(struct __test_metadata *_metadata, struct kt
 	__u32 n, i;
 	int ret;
 
-	ret = kt_stats(c, pool_id, KVS_STATS_CHECK, &st);
+	ret = kt_stats_check(c, pool_id, &st);
 	ASSERT_EQ(0, ret) {
 		TH_LOG("KVS_STATS_CHECK failed (called from line %d)", line);
 	}

@@ -7,7 +7,9 @@
 #
 #   build/tests/daemon/daemon_test   sharing, kill -9, garbage clients,
 #                                    quotas, daemon crash and restart,
-#                                    SIGTERM, metrics
+#                                    SIGTERM, metrics, and attacks from a
+#                                    second uid (caps, stalls, log floods,
+#                                    groups, per-user limits, PAGES/CHECK)
 #
 # tests/daemon/with-kvshared.sh runs any suite against a private daemon;
 # tests/uapi/uapi-tests.mk uses it for the uapi suites' daemon variants.

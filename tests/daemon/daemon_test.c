@@ -24,12 +24,22 @@
  *    map again they work on the new daemon;
  *  - SIGTERM with clients attached: exit 0, socket removed;
  *  - metrics: the Prometheus text over the unix endpoint matches STATS
- *    and every connection's holdings.
+ *    and every connection's holdings;
+ *  - attacks from a second uid (65534, in a forked child that drops root
+ *    with setgroups/setgid/setuid), each failing here and working on the
+ *    old main: connections past the total and per-uid caps; a slowloris
+ *    message, replies never read, a message above the per-connection
+ *    buffer and buffers past the total budget (each dropped while a
+ *    victim keeps working); a connection flood filling the log; groups
+ *    gained after connect (SO_PEERGROUPS, not /proc); every per-user limit
+ *    in socket mode (EDQUOT, while a victim still creates and attaches);
+ *    PAGES' keys and salts, and STATS' CHECK, as a non-owner.
  *
  * Children report through their exit status (KVD_CHILD_*), never the
  * harness asserts.
  */
 #include <errno.h>
+#include <grp.h>
 #include <limits.h>
 #include <stdint.h>
 #include <sys/ioctl.h>
@@ -207,6 +217,24 @@ static int xread(int fd, void *buf, size_t len)
 	return 0;
 }
 
+/*
+ * Pool memory as the arbiter takes it: a memfd of @bytes sealed against
+ * shrinking (else anyone holding it could make the others fault).  The fd
+ * or -1.
+ */
+static int sealed_memfd(const char *name, size_t bytes)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	if (fd < 0)
+		return -1;
+	if (ftruncate(fd, bytes) || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 static void __attribute__((noreturn)) hang(void)
 {
 	for (;;)
@@ -321,13 +349,18 @@ FIXTURE(kvd) {
 	char why[512];
 };
 
-static int start_daemon(FIXTURE_DATA(kvd) *self)
+/* The daemon with pool "t" and metrics, and @extra arguments (or NULL). */
+static int start_daemon(FIXTURE_DATA(kvd) *self, const char *const *extra)
 {
 	char metrics[128];
-	const char *args[] = {
-		"--pool", POOL_SPEC, "--max-pools", "8", "--metrics", metrics, NULL,
+	const char *args[KVD_MAX_ARGS] = {
+		"--pool", POOL_SPEC, "--max-pools", "8", "--metrics", metrics,
 	};
+	int n = 6;
 
+	while (extra && *extra && n < KVD_MAX_ARGS - 1)
+		args[n++] = *extra++;
+	args[n] = NULL;
 	snprintf(metrics, sizeof(metrics), "unix:%s", self->d.metrics);
 	return kvd_start(&self->d, args, self->why, sizeof(self->why));
 }
@@ -359,7 +392,7 @@ FIXTURE_SETUP(kvd)
 	self->why[0] = '\0';
 	ret = kvd_init(&self->d);
 	ASSERT_EQ(0, ret) TH_LOG("mkdtemp: %s", strerror(-ret));
-	ret = start_daemon(self);
+	ret = start_daemon(self, NULL);
 	if (!ret)
 		ret = kv_arbiter_open(self->d.sock, 0, &self->ctl);
 	if (!ret) {
@@ -1129,9 +1162,8 @@ TEST_F_TIMEOUT(kvd, garbage_clients_cannot_disturb_others, 60)
 	ASSERT_EQ(0, pipe_writers_gone(pfd[0], 5000)) TH_LOG("the daemon kept a refused descriptor");
 	close(pfd[0]);
 	/* A memfd with mem_fd 0 is the right way: the pool exists, then goes. */
-	mfd = memfd_create("kvd-raw", MFD_CLOEXEC);
+	mfd = sealed_memfd("kvd-raw", 4 * PAGE_BYTES);
 	ASSERT_LE(0, mfd);
-	ASSERT_EQ(0, ftruncate(mfd, 4 * PAGE_BYTES));
 	pc.mem_fd = 0;
 	len = raw_build(buf, KVS_IOC_POOL_CREATE, &pc, sizeof(pc), NULL, 0, 24);
 	ASSERT_EQ(0, raw_send(fd, buf, len, &mfd, 1));
@@ -1275,9 +1307,8 @@ TEST_F(kvd, quota_exhausted_while_others_allocate)
 	pid_t a;
 	char ch;
 
-	mfd = memfd_create("kvd-quota", MFD_CLOEXEC);
+	mfd = sealed_memfd("kvd-quota", 32 * PAGE_BYTES);
 	ASSERT_LE(0, mfd);
-	ASSERT_EQ(0, ftruncate(mfd, 32 * PAGE_BYTES));
 	memset(&pc, 0, sizeof(pc));
 	snprintf(pc.name, sizeof(pc.name), "q");
 	pc.n_pages = 32;
@@ -1458,7 +1489,7 @@ TEST_F_TIMEOUT(kvd, daemon_killed_and_restarted_under_clients, 60)
 		ASSERT_EQ(0, xread(up[0], &ch, 1));
 
 	/* Restart on the same socket (the stale one is replaced). */
-	ASSERT_EQ(0, start_daemon(self)) TH_LOG("%s", self->why);
+	ASSERT_EQ(0, start_daemon(self, NULL)) TH_LOG("%s", self->why);
 	ASSERT_EQ(1, kvd_logged(&self->d, "kvshared: ready"));
 	ASSERT_EQ(-ENOTCONN, kv_arbiter_call(self->ctl, KVS_IOC_INFO, &in));
 	kv_arbiter_close(self->ctl);
@@ -1750,6 +1781,723 @@ TEST_F(kvd, metrics_match_stats)
 	ASSERT_EQ(4, st.n_cached);
 	close(sync[0]);
 	close(sync[1]);
+}
+
+/* ------------------------------------------------------------------ */
+/* a second uid: attacks that must fail                               */
+/* ------------------------------------------------------------------ */
+
+#define NOBODY		65534	/* the attacker */
+#define VICTIM		65533	/* another unprivileged user */
+#define OTHER		65532	/* a third one */
+#define G_OWNER		4242	/* owner and group of pool "g" */
+#define G_GROUP		4243
+
+/* In a child: become @uid (gid @uid) with @n supplementary @groups. */
+static void become(uid_t uid, const gid_t *groups, int n)
+{
+	KVD_CHILD_EQ(0, setgroups(n, groups));
+	KVD_CHILD_EQ(0, setgid(uid));
+	KVD_CHILD_EQ(0, setuid(uid));
+}
+
+/* Stop the daemon, start it again with @extra arguments, reconnect. */
+static void restart(struct __test_metadata *_metadata, FIXTURE_DATA(kvd) *self,
+		    const char *const *extra)
+{
+	if (self->ctl)
+		kv_arbiter_close(self->ctl);
+	self->ctl = NULL;
+	ASSERT_EQ(0, kvd_stop(&self->d, self->why, sizeof(self->why)))
+		TH_LOG("%s", self->why);
+	ASSERT_EQ(0, start_daemon(self, extra)) TH_LOG("%s", self->why);
+	ASSERT_EQ(0, kv_arbiter_open(self->d.sock, 0, &self->ctl));
+	memset(&self->base, 0, sizeof(self->base));
+	ASSERT_EQ(0, kv_arbiter_call(self->ctl, KVS_IOC_INFO, &self->base));
+	self->pool_id = pool_id_of(self->ctl, POOL);
+	ASSERT_NE(0, self->pool_id);
+}
+
+/* 1 if the daemon answers INFO on @fd, 0 if it closed it, else -errno. */
+static int answers(int fd)
+{
+	struct raw_reply *r = malloc(sizeof(*r));
+	struct kvs_info info;
+	int ret;
+
+	if (!r)
+		return -ENOMEM;
+	memset(&info, 0, sizeof(info));
+	ret = raw_call(fd, KVS_IOC_INFO, &info, sizeof(info), NULL, 0, r);
+	if (!ret)
+		ret = r->h.result ? r->h.result : 1;
+	else if (ret == -EPIPE || ret == -ECONNRESET)
+		ret = 0;
+	free(r);
+	return ret;
+}
+
+/* Lines of the current log holding @needle; -errno if unreadable. */
+static int log_count(const struct kvd *d, const char *needle)
+{
+	size_t cap = 4 << 20;
+	char *buf = malloc(cap), *p;
+	ssize_t n;
+	int count = 0;
+
+	if (!buf)
+		return -ENOMEM;
+	n = kvd_read_file(d->log, buf, cap);
+	if (n < 0) {
+		free(buf);
+		return n;
+	}
+	for (p = buf; (p = strstr(p, needle)); p += strlen(needle))
+		count++;
+	free(buf);
+	return count;
+}
+
+/* Wait up to @ms for the log to hold @needle: 0, or -ETIMEDOUT. */
+static int log_wait(const struct kvd *d, const char *needle, int ms)
+{
+	double deadline = kvd_now() + ms / 1000.0;
+
+	while (log_count(d, needle) <= 0) {
+		if (kvd_now() > deadline)
+			return -ETIMEDOUT;
+		kvd_sleep_ms(10);
+	}
+	return 0;
+}
+
+/* @n connections of this process: how many the daemon serves (rest: closed). */
+static int open_served(const char *sock, int *fds, int n)
+{
+	int i, served = 0, a;
+
+	for (i = 0; i < n; i++) {
+		fds[i] = kvd_connect(sock);
+		if (fds[i] < 0)
+			return fds[i];
+	}
+	for (i = 0; i < n; i++) {
+		a = answers(fds[i]);
+		if (a < 0)
+			return a;
+		served += a;
+	}
+	return served;
+}
+
+/*
+ * Connection caps: an attacker's uid gets max_connections_per_uid
+ * connections and every further one is closed at once; a second uid fills
+ * max_connections; once the first goes, a victim connects and works.  On
+ * the old main every connection was served.
+ */
+TEST_F_TIMEOUT(kvd, connection_caps_total_and_per_uid, 60)
+{
+	const char *const caps[] = {
+		"--max-connections", "7", "--max-connections-per-uid", "4", NULL,
+	};
+	int up[2], down[2];
+	pid_t att, other, vic;
+	char ch;
+
+	restart(_metadata, self, caps);
+	ASSERT_EQ(0, pipe(up));
+	ASSERT_EQ(0, pipe(down));
+	att = fork_kid(_metadata, self);
+	if (att == 0) {
+		int fds[10];
+		double t0;
+
+		become(NOBODY, NULL, 0);
+		t0 = kvd_now();
+		/* The control connection is root's: 4 of 10, whatever the total. */
+		KVD_CHILD_EQ(4, open_served(self->d.sock, fds, 10));
+		/* The refused ones were closed at once, not left in the backlog. */
+		KVD_CHILD_TRUE(kvd_now() - t0 < 5);
+		KVD_CHILD_EQ(1, write(up[1], "a", 1));
+		KVD_CHILD_EQ(1, read(down[0], &ch, 1));
+		_exit(0);
+	}
+	/* Only the child writes up and reads down: a child that failed is EOF. */
+	close(up[1]);
+	close(down[0]);
+	ASSERT_EQ(1, read(up[0], &ch, 1));
+	other = fork_kid(_metadata, self);
+	if (other == 0) {
+		int fds[10];
+
+		become(OTHER, NULL, 0);
+		/* 7 in all: root's control connection, 4 of NOBODY, 2 of ours. */
+		KVD_CHILD_EQ(2, open_served(self->d.sock, fds, 10));
+		_exit(0);
+	}
+	ASSERT_KID_OK(other);
+	ASSERT_EQ(1, log_count(&self->d, "refused: uid 65534 has max_connections_per_uid 4 connections") > 0);
+	ASSERT_EQ(1, log_count(&self->d, "refused: max_connections 7 reached") > 0);
+
+	/* The attacker goes: its slots are free for a victim, who works. */
+	ASSERT_EQ(1, write(down[1], "b", 1));
+	ASSERT_KID_OK(att);
+	vic = fork_kid(_metadata, self);
+	if (vic == 0) {
+		struct kv_pool *pool;
+		__u32 p[2];
+
+		become(VICTIM, NULL, 0);
+		KVD_CHILD_EQ(0, kv_pool_open(self->d.sock, POOL, 0, 0, &pool));
+		KVD_CHILD_EQ(0, kv_alloc(kv_pool_arbiter(pool), 2, p));
+		KVD_CHILD_EQ(0, kv_put(kv_pool_arbiter(pool), p, 2));
+		kv_pool_close(pool);
+		_exit(0);
+	}
+	ASSERT_KID_OK(vic);
+	close(up[0]);
+	close(down[1]);
+	assert_all_gone(_metadata, self, self->pool_id);
+}
+
+/* Send a byte every 20 ms until the daemon closes @fd: ms it took, or -errno. */
+static int trickle_until_closed(int fd, int max_ms)
+{
+	double t0 = kvd_now();
+	char b = 0;
+
+	while ((kvd_now() - t0) * 1000 < max_ms) {
+		ssize_t n = send(fd, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n < 0 && (errno == EPIPE || errno == ECONNRESET))
+			return (int)((kvd_now() - t0) * 1000);
+		if (n < 0 && errno != EAGAIN && errno != EINTR)
+			return -errno;
+		kvd_sleep_ms(20);
+	}
+	return -ETIMEDOUT;
+}
+
+/*
+ * Hostile clients hold the daemon's memory and slots: one trickles a
+ * message byte by byte (slowloris), one never reads its replies, one
+ * announces a message above max_conn_buffer, two together try to buffer
+ * more than max_buffer_total.  Each is dropped, and a victim's calls keep
+ * working throughout.  On the old main none was dropped.
+ */
+TEST_F_TIMEOUT(kvd, stalled_and_hoarding_clients_are_dropped, 60)
+{
+	const char *const caps[] = {
+		"--stall-timeout-ms", "2000", "--max-conn-buffer", "1M",
+		"--max-buffer-total", "1M", NULL,
+	};
+	struct loop_shm *shm;
+	pid_t vic, att;
+
+	restart(_metadata, self, caps);
+	shm = mmap(NULL, sizeof(*shm), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, shm);
+	memset((void *)shm, 0, sizeof(*shm));
+	vic = fork_kid(_metadata, self);
+	if (vic == 0) {
+		become(VICTIM, NULL, 0);
+		child_loop(self->d.sock, shm, 0, 9);
+	}
+	ASSERT_EQ(0, progress(shm, 0, 3));
+
+	att = fork_kid(_metadata, self);
+	if (att == 0) {
+		static unsigned char buf[1 << 20];
+		struct kvs_info info;
+		int a, b, fd, i, ms;
+		size_t len;
+
+		become(NOBODY, NULL, 0);
+		memset(&info, 0, sizeof(info));
+
+		/* Two buffers beyond max_buffer_total: the second is dropped. */
+		a = kvd_connect(self->d.sock);
+		b = kvd_connect(self->d.sock);
+		KVD_CHILD_TRUE(a >= 0 && b >= 0);
+		raw_build(buf, KVS_IOC_INFO, &info, sizeof(info), NULL, 0, 1);
+		((struct kvs_msg *)buf)->len = 1 << 20;
+		KVD_CHILD_EQ(0, raw_send(a, buf, 700 << 10, NULL, 0));
+		KVD_CHILD_EQ(0, progress(shm, 0, 2));	/* a is buffered by now */
+		((struct kvs_msg *)buf)->len = 256 << 10;
+		KVD_CHILD_EQ(0, raw_send(b, buf, 200 << 10, NULL, 0));
+		/* At once: well before the stall timeout could close it. */
+		KVD_CHILD_EQ(0, raw_expect_closed(b, 1000));
+		close(b);
+		KVD_CHILD_EQ(0, progress(shm, 0, 3));
+		/* a stalls in its message: dropped after the stall timeout. */
+		ms = trickle_until_closed(a, 6000);
+		KVD_CHILD_TRUE(ms >= 0);
+		close(a);
+		KVD_CHILD_EQ(0, progress(shm, 0, 3));
+
+		/* Slowloris: a byte every 20 ms never finishes a message. */
+		fd = kvd_connect(self->d.sock);
+		KVD_CHILD_TRUE(fd >= 0);
+		((struct kvs_msg *)buf)->len = 64 << 10;
+		KVD_CHILD_EQ(0, raw_send(fd, buf, HDR + 100, NULL, 0));
+		ms = trickle_until_closed(fd, 6000);
+		KVD_CHILD_TRUE(ms >= 1800 && ms < 5000);
+		close(fd);
+		KVD_CHILD_EQ(0, progress(shm, 0, 3));
+
+		/* A message above max_conn_buffer cannot be framed: closed. */
+		fd = kvd_connect(self->d.sock);
+		KVD_CHILD_TRUE(fd >= 0);
+		((struct kvs_msg *)buf)->len = (1 << 20) + 4096;
+		KVD_CHILD_EQ(0, raw_send(fd, buf, HDR + 100, NULL, 0));
+		KVD_CHILD_EQ(0, raw_expect_closed(fd, 1000));
+		close(fd);
+
+		/* Requests sent, replies never read: dropped after the timeout. */
+		fd = kvd_connect(self->d.sock);
+		KVD_CHILD_TRUE(fd >= 0);
+		len = 0;
+		while (len + HDR + sizeof(info) <= (64 << 10))
+			len += raw_build(buf + len, KVS_IOC_INFO, &info, sizeof(info),
+					 NULL, 0, 2);
+		for (i = 0; i < 4096; i++) {
+			ssize_t n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+			if (n < 0 || (size_t)n < len)
+				break;
+		}
+		KVD_CHILD_TRUE(i < 4096);
+		KVD_CHILD_EQ(0, progress(shm, 0, 3));
+		ms = trickle_until_closed(fd, 6000);
+		KVD_CHILD_TRUE(ms >= 0);
+		close(fd);
+		KVD_CHILD_EQ(0, progress(shm, 0, 3));
+		_exit(0);
+	}
+	ASSERT_KID_OK(att);
+	ASSERT_LT(0, log_count(&self->d, "buffer budget exhausted"));
+	ASSERT_LT(0, log_count(&self->d, "in the middle of a message"));
+	ASSERT_LT(0, log_count(&self->d, "above max_conn_buffer"));
+	ASSERT_LT(0, log_count(&self->d, "did not read its reply"));
+	ASSERT_EQ(0, progress(shm, 0, 3));
+	shm->stop = 1;
+	ASSERT_KID_OK(vic);
+	assert_all_gone(_metadata, self, self->pool_id);
+	munmap((void *)shm, sizeof(*shm));
+}
+
+/*
+ * A flood of connections writes a bounded number of log lines: at most
+ * KVSD_LOG_BURST (20) per kind per 5 s window, then one line saying how
+ * many were suppressed.  On the old main: one line per connection.
+ */
+TEST_F_TIMEOUT(kvd, connection_floods_are_logged_at_a_bounded_rate, 60)
+{
+	enum { FLOOD = 300 };
+	char *buf, *p;
+	pid_t att;
+	long suppressed = 0;
+	int connected;
+
+	att = fork_kid(_metadata, self);
+	if (att == 0) {
+		int i, fd;
+
+		become(NOBODY, NULL, 0);
+		for (i = 0; i < FLOOD; i++) {
+			fd = kvd_connect(self->d.sock);
+			KVD_CHILD_TRUE(fd >= 0);
+			close(fd);
+		}
+		_exit(0);
+	}
+	ASSERT_KID_OK(att);
+	connected = log_count(&self->d, " connected (pid");
+	/* One window, or two if the flood straddled a boundary. */
+	ASSERT_LE(connected, 40);
+	ASSERT_LE(log_count(&self->d, "disconnected: not attached"), 40);
+	/* Once the window has passed, the count of what was dropped. */
+	kvd_sleep_ms(5200);
+	ASSERT_EQ(0, log_wait(&self->d, "connection messages suppressed", 3000));
+	ASSERT_EQ(0, log_wait(&self->d, "disconnection messages suppressed", 3000));
+	buf = malloc(1 << 20);
+	ASSERT_NE(NULL, buf);
+	ASSERT_LT(0, kvd_read_file(self->d.log, buf, 1 << 20));
+	for (p = buf; (p = strstr(p, " connection messages suppressed")); p++) {
+		char *q = p;
+
+		while (q > buf && q[-1] >= '0' && q[-1] <= '9')
+			q--;
+		suppressed += strtol(q, NULL, 10);
+	}
+	free(buf);
+	/* Every connection is either a line or counted. */
+	ASSERT_LE(FLOOD, connected + suppressed);
+}
+
+/* Attach @a to @owner's pool @name (as the ABI 2 ATTACH does): 0 or -errno. */
+static int attach_owner(struct kv_arbiter *a, const char *name, __u32 owner)
+{
+	struct kvs_pool_attach at;
+
+	memset(&at, 0, sizeof(at));
+	snprintf(at.name, sizeof(at.name), "%s", name);
+	at.owner = owner;
+	return kv_arbiter_call(a, KVS_IOC_POOL_ATTACH, &at);
+}
+
+/* The same on a raw connection: the reply's result, or -errno. */
+static int raw_attach_owner(int fd, const char *name, __u32 owner)
+{
+	struct raw_reply *r = malloc(sizeof(*r));
+	struct kvs_pool_attach at;
+	int ret;
+
+	if (!r)
+		return -ENOMEM;
+	memset(&at, 0, sizeof(at));
+	snprintf(at.name, sizeof(at.name), "%s", name);
+	at.owner = owner;
+	ret = raw_call(fd, KVS_IOC_POOL_ATTACH, &at, sizeof(at), NULL, 0, r);
+	if (!ret)
+		ret = r->h.result;
+	free(r);
+	return ret;
+}
+
+/*
+ * Supplementary groups come from SO_PEERGROUPS, as they were at connect:
+ * a member of the pool's group attaches, a non-member does not, and a
+ * process that gains the group after connecting (while the daemon had not
+ * accepted yet) does not get it.  The old main read /proc/PID/status at
+ * accept and granted the last case.
+ */
+TEST_F_TIMEOUT(kvd, supplementary_groups_are_those_at_connect, 60)
+{
+	const char *const gpool[] = {
+		"--pool", "g:pages=8,layers=2,kv_heads=2,head_dim=16,mode=0660,"
+		"uid=4242,gid=4243", NULL,
+	};
+	int up[2], down[2];
+	pid_t kid;
+	char ch;
+
+	restart(_metadata, self, gpool);
+	kid = fork_kid(_metadata, self);
+	if (kid == 0) {
+		gid_t g = G_GROUP;
+		struct kv_arbiter *a;
+
+		become(NOBODY, &g, 1);
+		KVD_CHILD_EQ(0, kv_arbiter_open(self->d.sock, 0, &a));
+		KVD_CHILD_EQ(0, attach_owner(a, "g", G_OWNER));
+		kv_arbiter_close(a);
+		_exit(0);
+	}
+	ASSERT_KID_OK(kid);
+	kid = fork_kid(_metadata, self);
+	if (kid == 0) {
+		struct kv_arbiter *a;
+
+		become(NOBODY, NULL, 0);
+		KVD_CHILD_EQ(0, kv_arbiter_open(self->d.sock, 0, &a));
+		KVD_CHILD_EQ(-EACCES, attach_owner(a, "g", G_OWNER));
+		kv_arbiter_close(a);
+		_exit(0);
+	}
+	ASSERT_KID_OK(kid);
+
+	/* Connect while the daemon is stopped, then gain the group. */
+	ASSERT_EQ(0, pipe(up));
+	ASSERT_EQ(0, pipe(down));
+	ASSERT_EQ(0, kill(self->d.pid, SIGSTOP));
+	kid = fork_kid(_metadata, self);
+	if (kid == 0) {
+		gid_t g = G_GROUP;
+		int fd;
+
+		/* Unprivileged, but root can be taken back (saved uid 0). */
+		KVD_CHILD_EQ(0, setgroups(0, NULL));
+		KVD_CHILD_EQ(0, setresgid(NOBODY, NOBODY, NOBODY));
+		KVD_CHILD_EQ(0, setresuid(NOBODY, NOBODY, 0));
+		fd = kvd_connect(self->d.sock);
+		KVD_CHILD_TRUE(fd >= 0);
+		KVD_CHILD_EQ(0, seteuid(0));
+		KVD_CHILD_EQ(0, setgroups(1, &g));
+		KVD_CHILD_EQ(0, setresuid(NOBODY, NOBODY, NOBODY));
+		KVD_CHILD_EQ(1, write(up[1], "c", 1));
+		KVD_CHILD_EQ(1, read(down[0], &ch, 1));
+		KVD_CHILD_EQ(-EACCES, raw_attach_owner(fd, "g", G_OWNER));
+		close(fd);
+		_exit(0);
+	}
+	close(up[1]);
+	close(down[0]);
+	ch = 0;
+	read(up[0], &ch, 1);
+	/* Let the daemon go on whatever happened, so that teardown stops it. */
+	ASSERT_EQ(0, kill(self->d.pid, SIGCONT));
+	ASSERT_EQ('c', ch);
+	ASSERT_EQ(1, write(down[1], "d", 1));
+	ASSERT_KID_OK(kid);
+	close(up[0]);
+	close(down[1]);
+}
+
+/* USER_LIMITS of @uid (admin) or the caller (@uid < 0): 0 or -errno. */
+static int user_limits(struct kv_arbiter *a, long uid, struct kvs_user_limits *ul)
+{
+	memset(ul, 0, sizeof(*ul));
+	if (uid >= 0) {
+		ul->uid = uid;
+		ul->flags = KVS_USER_UID;
+	}
+	return kv_arbiter_call(a, KVS_IOC_USER_LIMITS, ul);
+}
+
+/* Create pool @name of @pages pages (pool "t"'s geometry) with memory: 0 or -errno. */
+static int create_pool(struct kv_arbiter *a, const char *name, __u64 pages, __u32 *id)
+{
+	struct kvs_pool_create pc;
+	int ret, mfd = sealed_memfd(name, pages * PAGE_BYTES);
+
+	if (mfd < 0)
+		return -errno;
+	memset(&pc, 0, sizeof(pc));
+	snprintf(pc.name, sizeof(pc.name), "%s", name);
+	pc.n_pages = pages;
+	pc.geom.n_layers = 2;
+	pc.geom.n_kv_heads = 2;
+	pc.geom.head_dim = 16;
+	pc.geom.tokens_per_page = 16;
+	pc.geom.dtype = KVS_DTYPE_F16;
+	pc.mode = 0600;
+	pc.mem_fd = mfd;
+	ret = kv_arbiter_call(a, KVS_IOC_POOL_CREATE, &pc);
+	close(mfd);
+	if (!ret && id)
+		*id = pc.pool_id;
+	return ret;
+}
+
+/* Destroy every pool @uid owns (as root): how many, or -errno. */
+static int destroy_pools_of(struct kv_arbiter *a, __u32 uid)
+{
+	struct kvs_pool_desc d[16];
+	struct kvs_pool_list l;
+	struct kvs_pool_destroy dd;
+	__u32 i;
+	int n = 0, ret;
+
+	memset(&l, 0, sizeof(l));
+	l.count = 16;
+	l.pools = (uintptr_t)d;
+	ret = kv_arbiter_call(a, KVS_IOC_POOL_LIST, &l);
+	if (ret)
+		return ret;
+	for (i = 0; i < l.count && i < 16; i++) {
+		if (d[i].uid != uid)
+			continue;
+		memset(&dd, 0, sizeof(dd));
+		dd.pool_id = d[i].pool_id;
+		ret = kv_arbiter_call(a, KVS_IOC_POOL_DESTROY, &dd);
+		if (ret)
+			return ret;
+		n++;
+	}
+	return n;
+}
+
+/*
+ * Per-user limits in socket mode (the config keys): an attacker at every
+ * limit (pools, their pages, pages held across connections, bytes held)
+ * gets EDQUOT, while a victim still creates and attaches; what the
+ * attacker held is back to 0 once it disconnects.  On the old main the
+ * attacker could take everything.
+ */
+TEST_F_TIMEOUT(kvd, per_user_limits_in_socket_mode, 60)
+{
+	const char *const limits[] = {
+		"--max-user-pools", "2", "--max-user-pool-pages", "64",
+		"--max-user-held", "16", "--max-user-held-bytes", "0", NULL,
+	};
+	const char *const bytes[] = {
+		"--max-user-held", "0", "--max-user-held-bytes", "40960", NULL,
+	};
+	struct kvs_user_limits ul;
+	int up[2], down[2];
+	pid_t att, vic;
+	char ch;
+
+	restart(_metadata, self, limits);
+	ASSERT_EQ(0, pipe(up));
+	ASSERT_EQ(0, pipe(down));
+	att = fork_kid(_metadata, self);
+	if (att == 0) {
+		struct kv_arbiter *a, *b;
+		__u32 p[17];
+
+		become(NOBODY, NULL, 0);
+		KVD_CHILD_EQ(0, kv_arbiter_open(self->d.sock, 0, &a));
+		KVD_CHILD_EQ(0, kv_arbiter_open(self->d.sock, 0, &b));
+		KVD_CHILD_EQ(0, create_pool(a, "a1", 32, NULL));
+		KVD_CHILD_EQ(-EDQUOT, create_pool(a, "a2", 40, NULL));	/* 72 pages > 64 */
+		KVD_CHILD_EQ(0, create_pool(a, "a2", 16, NULL));
+		KVD_CHILD_EQ(-EDQUOT, create_pool(b, "a3", 1, NULL));	/* 3 pools > 2 */
+		KVD_CHILD_EQ(0, user_limits(a, -1, &ul));
+		KVD_CHILD_EQ(NOBODY, ul.uid);
+		KVD_CHILD_EQ(2, ul.n_pools);
+		KVD_CHILD_EQ(2, ul.max_pools);
+		KVD_CHILD_EQ(48, ul.pool_pages);
+		KVD_CHILD_EQ(64, ul.max_pool_pages);
+		KVD_CHILD_EQ(16, ul.max_held);
+		/* Pages held, over both connections. */
+		KVD_CHILD_EQ(0, attach_owner(a, POOL, 0));
+		KVD_CHILD_EQ(0, attach_owner(b, POOL, 0));
+		KVD_CHILD_EQ(0, kv_alloc(a, 12, p));
+		KVD_CHILD_EQ(-EDQUOT, kv_alloc(b, 5, p + 12));
+		KVD_CHILD_EQ(0, kv_alloc(b, 4, p + 12));
+		KVD_CHILD_EQ(-EDQUOT, kv_alloc(a, 1, p + 16));
+		KVD_CHILD_EQ(0, user_limits(b, -1, &ul));
+		KVD_CHILD_EQ(16, ul.held);
+		KVD_CHILD_EQ(16 * PAGE_BYTES, ul.held_bytes);
+		/* Another user's figures are not ours to read. */
+		KVD_CHILD_EQ(-EPERM, user_limits(a, 0, &ul));
+		KVD_CHILD_EQ(1, write(up[1], "e", 1));
+		KVD_CHILD_EQ(1, read(down[0], &ch, 1));
+		_exit(0);		/* disconnects, holding everything */
+	}
+	close(up[1]);
+	close(down[0]);
+	ASSERT_EQ(1, read(up[0], &ch, 1));
+	vic = fork_kid(_metadata, self);
+	if (vic == 0) {
+		struct kv_arbiter *a;
+		__u32 p[8];
+
+		become(VICTIM, NULL, 0);
+		KVD_CHILD_EQ(0, kv_arbiter_open(self->d.sock, 0, &a));
+		KVD_CHILD_EQ(0, create_pool(a, "v1", 32, NULL));
+		KVD_CHILD_EQ(0, attach_owner(a, POOL, 0));
+		KVD_CHILD_EQ(0, kv_alloc(a, 8, p));
+		KVD_CHILD_EQ(0, kv_put(a, p, 8));
+		kv_arbiter_close(a);
+		_exit(0);
+	}
+	ASSERT_KID_OK(vic);
+	ASSERT_EQ(1, write(down[1], "f", 1));
+	ASSERT_KID_OK(att);
+	/* Gone with the connections: what they held; the pools stay till destroyed. */
+	ASSERT_EQ(0, user_limits(self->ctl, NOBODY, &ul));
+	ASSERT_EQ(0, ul.held);
+	ASSERT_EQ(0, ul.held_bytes);
+	ASSERT_EQ(2, ul.n_pools);
+	ASSERT_EQ(2, destroy_pools_of(self->ctl, NOBODY));
+	ASSERT_EQ(1, destroy_pools_of(self->ctl, VICTIM));
+	ASSERT_EQ(0, user_limits(self->ctl, NOBODY, &ul));
+	ASSERT_EQ(0, ul.n_pools);
+	ASSERT_EQ(0, ul.pool_pages);
+	assert_all_gone(_metadata, self, self->pool_id);
+
+	/* Bytes held: 10 pages of 4 KiB, then EDQUOT. */
+	restart(_metadata, self, bytes);
+	att = fork_kid(_metadata, self);
+	if (att == 0) {
+		struct kv_arbiter *a;
+		__u32 p[11];
+
+		become(NOBODY, NULL, 0);
+		KVD_CHILD_EQ(0, kv_arbiter_open(self->d.sock, 0, &a));
+		KVD_CHILD_EQ(0, attach_owner(a, POOL, 0));
+		KVD_CHILD_EQ(0, kv_alloc(a, 10, p));
+		KVD_CHILD_EQ(-EDQUOT, kv_alloc(a, 1, p + 10));
+		KVD_CHILD_EQ(0, user_limits(a, -1, &ul));
+		KVD_CHILD_EQ(10 * PAGE_BYTES, ul.held_bytes);
+		KVD_CHILD_EQ(40960, ul.max_held_bytes);
+		_exit(0);
+	}
+	ASSERT_KID_OK(att);
+	vic = fork_kid(_metadata, self);
+	if (vic == 0) {
+		struct kv_arbiter *a;
+		__u32 p[10];
+
+		become(VICTIM, NULL, 0);
+		KVD_CHILD_EQ(0, kv_arbiter_open(self->d.sock, 0, &a));
+		KVD_CHILD_EQ(0, attach_owner(a, POOL, 0));
+		KVD_CHILD_EQ(0, kv_alloc(a, 10, p));
+		_exit(0);
+	}
+	ASSERT_KID_OK(vic);
+	ASSERT_EQ(0, user_limits(self->ctl, NOBODY, &ul));
+	ASSERT_EQ(0, ul.held_bytes);
+	close(up[0]);
+	close(down[1]);
+	assert_all_gone(_metadata, self, self->pool_id);
+}
+
+/*
+ * PAGES shows keys and namespaces (salts) only to the pool's owner and to
+ * admins, and STATS' CHECK (a walk of every page under the pool lock) is
+ * for admins only.  On the old main any attached user got both.
+ */
+TEST_F(kvd, pages_hides_keys_and_check_is_admin_only)
+{
+	struct kvs_page_desc pd[POOL_PAGES];
+	struct kvs_pages pg;
+	struct kvs_pool_stats st;
+	struct kv_pool *pool;
+	__u32 p[4], res[4], i, n_keys = 0;
+	pid_t att;
+
+	/* Root (the owner) publishes a chain: it sees its keys. */
+	ASSERT_EQ(0, kv_pool_open(self->d.sock, POOL, 7, 0, &pool));
+	ASSERT_EQ(0, kv_alloc(kv_pool_arbiter(pool), 4, p));
+	ASSERT_LE(0, publish_chain(kv_pool_arbiter(pool), p, 4, KVS_NO_PAGE, 1, 0, res));
+	memset(&pg, 0, sizeof(pg));
+	pg.pool_id = self->pool_id;
+	pg.count = POOL_PAGES;
+	pg.pages = (uintptr_t)pd;
+	ASSERT_EQ(0, kv_arbiter_call(self->ctl, KVS_IOC_PAGES, &pg));
+	for (i = 0; i < pg.count; i++)
+		n_keys += pd[i].state == KVS_PAGE_SHARED && pd[i].key.w[0] && pd[i].ns == 7;
+	ASSERT_EQ(4, n_keys);
+
+	att = fork_kid(_metadata, self);
+	if (att == 0) {
+		struct kv_arbiter *a;
+		__u32 shared = 0;
+
+		become(NOBODY, NULL, 0);
+		KVD_CHILD_EQ(0, kv_arbiter_open(self->d.sock, 0, &a));
+		memset(&pg, 0, sizeof(pg));
+		pg.pool_id = self->pool_id;
+		pg.count = POOL_PAGES;
+		pg.pages = (uintptr_t)pd;
+		KVD_CHILD_EQ(0, kv_arbiter_call(a, KVS_IOC_PAGES, &pg));
+		for (i = 0; i < pg.count; i++) {
+			shared += pd[i].state == KVS_PAGE_SHARED;
+			KVD_CHILD_EQ(0, pd[i].ns);
+			KVD_CHILD_EQ(0, pd[i].key.w[0] | pd[i].key.w[1] |
+				     pd[i].key.w[2] | pd[i].key.w[3]);
+		}
+		KVD_CHILD_EQ(4, shared);	/* the pages are listed, keys not */
+		memset(&st, 0, sizeof(st));
+		st.pool_id = self->pool_id;
+		st.flags = KVS_STATS_CHECK;
+		KVD_CHILD_EQ(-EPERM, kv_arbiter_call(a, KVS_IOC_POOL_STATS, &st));
+		st.flags = 0;
+		KVD_CHILD_EQ(0, kv_arbiter_call(a, KVS_IOC_POOL_STATS, &st));
+		KVD_CHILD_EQ(4, st.n_shared);
+		kv_arbiter_close(a);
+		_exit(0);
+	}
+	ASSERT_KID_OK(att);
+	stats(_metadata, self, self->pool_id, &st);	/* CHECK, as root */
+	ASSERT_EQ(0, kv_put(kv_pool_arbiter(pool), res, 4));
+	kv_pool_close(pool);
+	assert_all_gone(_metadata, self, self->pool_id);
 }
 
 TEST_HARNESS_MAIN

@@ -1,14 +1,22 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * libkv's arbiter client: the same calls give the same results whether
- * the page commands travel by io_uring or by ioctl.  Runs in the guest,
- * where /dev/kvshare exists; elsewhere every test skips.
+ * the page commands travel by io_uring or by ioctl, and pools are attached
+ * by owner.  Runs in the guest, where /dev/kvshare exists, and on the host
+ * against a private kvshared ($KVSHARE_ARBITER, set by
+ * tests/daemon/with-kvshared.sh); elsewhere every test skips.  Runs as
+ * root: the multi-user cases drop to uid 65534 in a child.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +25,47 @@
 
 #define N_PAGES	16
 #define CHAIN	6
+#define NOBODY	65534
+
+/* The arbiter libkv opens by default: the daemon's socket, or the device. */
+static int no_arbiter(void)
+{
+	const char *env = getenv("KVSHARE_ARBITER");
+
+	return !(env && *env) && access("/dev/kvshare", F_OK) != 0;
+}
+
+/*
+ * In a forked child: become uid 65534, keeping the group that may open
+ * the device (a real install's group kvshare; the daemon's socket is open
+ * to all).
+ */
+static int become_nobody(void)
+{
+	struct stat st;
+	gid_t g[1];
+	int n = 0;
+
+	if (!getenv("KVSHARE_ARBITER") && !stat("/dev/kvshare", &st))
+		g[n++] = st.st_gid;
+	if (setgroups(n, g) || setgid(NOBODY) || setuid(NOBODY))
+		return -errno;
+	return 0;
+}
+
+/* Pool memory as the arbiter demands it: a memfd sealed against shrinking. */
+static int sealed_memfd(size_t bytes)
+{
+	int fd = memfd_create("kvs-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	if (fd < 0 || ftruncate(fd, bytes) ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK)) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
 
 static void chain_key(struct kvs_key *k, unsigned int i)
 {
@@ -51,7 +100,7 @@ FIXTURE_SETUP(client)
 	};
 
 	/* 6.1's harness runs the body even after SKIP here: remember it. */
-	self->skip = access("/dev/kvshare", F_OK) != 0;
+	self->skip = no_arbiter();
 	if (self->skip)
 		return;
 	ASSERT_EQ(0, kv_arbiter_open(NULL, KV_ARBITER_NO_URING, &self->ctl));
@@ -91,10 +140,12 @@ TEST_F(client, share_a_chain)
 	unsigned int i;
 
 	if (self->skip)
-		SKIP(return, "no /dev/kvshare");
+		SKIP(return, "no arbiter");
 	ASSERT_EQ(0, kv_arbiter_open(NULL, variant->flags, &a));
 	ASSERT_EQ(0, kv_arbiter_open(NULL, variant->flags, &b));
-	ASSERT_EQ(variant->want_uring, kv_arbiter_uses_uring(a));
+	/* The daemon's socket never carries io_uring. */
+	ASSERT_EQ(variant->want_uring && !kv_arbiter_is_daemon(a),
+		  kv_arbiter_uses_uring(a));
 	ASSERT_EQ(0, kv_arbiter_attach(a, self->name, 7, NULL));
 	ASSERT_EQ(0, kv_arbiter_attach(b, self->name, 7, NULL));
 
@@ -168,12 +219,11 @@ TEST(memory_is_shared)
 	int st, memfd, i;
 	char *p;
 
-	if (access("/dev/kvshare", F_OK))
-		SKIP(return, "no /dev/kvshare");
+	if (no_arbiter())
+		SKIP(return, "no arbiter");
 	bytes = 2ul * 2 * 2 * 64 * 16 * 2 * N_PAGES;
-	memfd = memfd_create("kvs-test", MFD_CLOEXEC);
+	memfd = sealed_memfd(bytes);
 	ASSERT_LE(0, memfd);
-	ASSERT_EQ(0, ftruncate(memfd, bytes));
 	ASSERT_EQ(0, kv_arbiter_open(NULL, 0, &ctl));
 	snprintf(req.name, sizeof(req.name), "libkv-mem-%d", getpid());
 	req.mem_fd = memfd;
@@ -214,6 +264,129 @@ TEST(memory_is_shared)
 	kv_pool_close(a);
 	ASSERT_EQ(0, kv_arbiter_call(ctl, KVS_IOC_POOL_DESTROY, &d));
 	kv_arbiter_close(ctl);
+}
+
+/* Attaching names the owner: another uid's pool of that name is not found. */
+TEST_F(client, attach_by_owner)
+{
+	struct kvs_pool_attach info = { 0 };
+	struct kv_arbiter *a;
+	uint32_t owner = 1;
+
+	if (self->skip)
+		SKIP(return, "no arbiter");
+	unsetenv("KVSHARE_POOL_OWNER");
+	ASSERT_EQ(0, kv_arbiter_open(NULL, variant->flags, &a));
+	/* Root's pool, and root (or a root daemon) is the default owner. */
+	ASSERT_EQ(0, kv_arbiter_default_owner(a, &owner));
+	ASSERT_EQ(0, owner);
+	ASSERT_EQ(-ENOENT, kv_arbiter_attach_owner(a, NOBODY, self->name, 0, NULL));
+	ASSERT_EQ(0, setenv("KVSHARE_POOL_OWNER", "65534", 1));
+	ASSERT_EQ(-ENOENT, kv_arbiter_attach(a, self->name, 0, NULL));
+	ASSERT_EQ(0, setenv("KVSHARE_POOL_OWNER", "no-such-user-kvshare", 1));
+	ASSERT_EQ(-EINVAL, kv_arbiter_attach(a, self->name, 0, NULL));
+	ASSERT_EQ(0, setenv("KVSHARE_POOL_OWNER", "0", 1));
+	ASSERT_EQ(0, kv_arbiter_attach(a, self->name, 0, &info));
+	unsetenv("KVSHARE_POOL_OWNER");
+	ASSERT_EQ(self->pool_id, info.pool_id);
+	ASSERT_EQ(0, info.owner);
+	kv_arbiter_close(a);
+
+	ASSERT_EQ(0, kv_arbiter_open(NULL, variant->flags, &a));
+	ASSERT_EQ(0, kv_arbiter_attach_owner(a, 0, self->name, 0, &info));
+	ASSERT_EQ(self->pool_id, info.pool_id);
+	kv_arbiter_close(a);
+}
+
+/*
+ * Squatting: uid 65534 creates a pool under the name root's clients use,
+ * backed by memory it keeps, before root does.  Root's clients never
+ * attach it (and would read the squatter's bytes if they did); root still
+ * creates the name, and its clients get root's pool and root's memory.
+ */
+TEST(no_squatting)
+{
+	const size_t bytes = 2ul * 64 * 16 * 2 * N_PAGES;
+	struct kvs_pool_create req = {
+		.n_pages = N_PAGES,
+		.geom = { .n_layers = 1, .n_kv_heads = 1, .head_dim = 64,
+			  .tokens_per_page = 16, .dtype = KVS_DTYPE_BF16 },
+		.mode = 0666,
+	};
+	struct kvs_pool_destroy d = { 0 };
+	struct kv_pool *pool = NULL;
+	struct kv_arbiter *ctl;
+	__u32 sq_id = 0;
+	int st, go[2];
+	pid_t pid;
+
+	if (no_arbiter())
+		SKIP(return, "no arbiter");
+	unsetenv("KVSHARE_POOL_OWNER");
+	snprintf(req.name, sizeof(req.name), "libkv-squat-%d", getpid());
+	ASSERT_EQ(0, pipe(go));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		struct kvs_pool_create sq = req;
+		struct kv_arbiter *arb;
+		__u32 id = 0;
+
+		sq.n_pages = N_PAGES / 2;	/* told apart from root's */
+		close(go[0]);
+		sq.mem_fd = sealed_memfd(bytes);
+		if (sq.mem_fd >= 0 && !become_nobody() &&
+		    !kv_arbiter_open(NULL, KV_ARBITER_NO_URING, &arb) &&
+		    !kv_arbiter_call(arb, KVS_IOC_POOL_CREATE, &sq))
+			id = sq.pool_id;
+		/* Keep the connection until the parent is done. */
+		if (write(go[1], &id, sizeof(id)) != sizeof(id))
+			_exit(2);
+		close(go[1]);
+		pause();
+		_exit(0);
+	}
+	close(go[1]);
+	ASSERT_EQ(sizeof(sq_id), read(go[0], &sq_id, sizeof(sq_id)));
+	close(go[0]);
+	if (!sq_id) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+	}
+	ASSERT_NE(0, sq_id);
+
+	/* Root's name is not the squatter's pool. */
+	EXPECT_EQ(-ENOENT, kv_pool_open(NULL, req.name, 0, 0, &pool));
+	EXPECT_EQ(NULL, pool);
+
+	/* Root creates the name all the same, and attaches its own pool. */
+	ASSERT_EQ(0, kv_arbiter_open(NULL, 0, &ctl));
+	req.mem_fd = sealed_memfd(bytes);
+	ASSERT_LE(0, req.mem_fd);
+	EXPECT_EQ(0, kv_arbiter_call(ctl, KVS_IOC_POOL_CREATE, &req));
+	close(req.mem_fd);
+	d.pool_id = req.pool_id;
+	EXPECT_EQ(0, kv_pool_open(NULL, req.name, 0, 0, &pool));
+	if (pool) {
+		EXPECT_EQ(req.pool_id, kv_pool_info(pool)->pool_id);
+		EXPECT_EQ(N_PAGES, kv_pool_info(pool)->n_pages);
+		kv_pool_close(pool);
+	}
+	/* The squatter's, asked for by owner, is the other one. */
+	pool = NULL;
+	EXPECT_EQ(0, kv_pool_open_owner(NULL, NOBODY, req.name, 0, 0, &pool));
+	if (pool) {
+		EXPECT_EQ(N_PAGES / 2, kv_pool_info(pool)->n_pages);
+		EXPECT_NE(req.pool_id, kv_pool_info(pool)->pool_id);
+		kv_pool_close(pool);
+	}
+	if (d.pool_id)
+		EXPECT_EQ(0, kv_arbiter_call(ctl, KVS_IOC_POOL_DESTROY, &d));
+	d.pool_id = sq_id;	/* an admin may destroy anyone's pool */
+	EXPECT_EQ(0, kv_arbiter_call(ctl, KVS_IOC_POOL_DESTROY, &d));
+	kv_arbiter_close(ctl);
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
 }
 
 TEST_HARNESS_MAIN

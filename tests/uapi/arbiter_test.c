@@ -379,9 +379,8 @@ TEST_F(arb, mem_fd_pool)
 	ASSERT_EQ(0, kvs_info(&self->env.ctl, &in));
 	if (!(in.features & KVS_FEAT_MEM_FD))
 		SKIP(return, "arbiter without KVS_FEAT_MEM_FD");
-	mfd = memfd_create("kvs-test", MFD_CLOEXEC);
+	mfd = kvs_pool_memfd(4);
 	ASSERT_LE(0, mfd);
-	ASSERT_EQ(0, ftruncate(mfd, 4 * KVS_T_PAGE_BYTES));
 	ASSERT_EQ(0, fstat(mfd, &s0));
 
 	kvs_pool_args(&pc, "", 4);
@@ -465,9 +464,8 @@ TEST_F(arb, mem_fd_attach_emfile_changes_nothing)
 	 */
 	if (!(kvs_conn_caps(&self->env.ctl) & KVS_CAP_MODULE))
 		SKIP(return, "daemon: ATTACH is done before its descriptor reaches the client");
-	mfd = memfd_create("kvs-emfile", MFD_CLOEXEC);
+	mfd = kvs_pool_memfd(1);
 	ASSERT_LE(0, mfd);
-	ASSERT_EQ(0, ftruncate(mfd, KVS_T_PAGE_BYTES));
 	kvs_pool_args(&pc, "", 1);
 	pc.mem_fd = mfd;
 	kvs_env_create(_metadata, &self->env, &pc, "emfile");

@@ -173,20 +173,76 @@ TEST_F(bad, reserved_pool_attach)
 	static const struct mut m[] = {
 		MUT(struct kvs_pool_attach, flags, KVS_ATTACH_VALID << 1),
 		MUT(struct kvs_pool_attach, flags, 0x80000000u),
+		/* ABI 2: the pad after owner, and the 3 reserved words left. */
+		MUT(struct kvs_pool_attach, pad, 1),
+		MUT(struct kvs_pool_attach, pad, 0x80000000u),
 		MUT_RES(struct kvs_pool_attach, 0), MUT_RES(struct kvs_pool_attach, 1),
-		MUT_RES(struct kvs_pool_attach, 2), MUT_RES(struct kvs_pool_attach, 3),
+		MUT_RES(struct kvs_pool_attach, 2),
 	};
-	struct kvs_pool_attach at;
+	struct kvs_pool_attach at, wrong;
+	static const __u32 owners[] = { 1, 65534, 0x80000000u, 0xffffffffu };
 	struct kvs_conn *c;
+	struct snap s0;
+	size_t i;
 
 	BAD_BEGIN();
 	c = kvs_env_open(_metadata, &self->env);
 	memset(&at, 0, sizeof(at));
 	snprintf(at.name, sizeof(at.name), "%s", self->name);
 	expect_einval(_metadata, self, c, KVS_IOC_POOL_ATTACH, &at, m, KVS_ARRAY_SIZE(m));
+	/*
+	 * owner is an input, not a must-be-zero field: another uid (none of
+	 * which owns a pool of this name) is ENOENT, not EINVAL.  On 19bd58c
+	 * owner was reserved[0]: EINVAL.
+	 */
+	for (i = 0; i < KVS_ARRAY_SIZE(owners); i++) {
+		wrong = at;
+		wrong.owner = owners[i];
+		take_snap(_metadata, self, &s0);
+		ASSERT_EQ(-ENOENT, kvs_call(c, KVS_IOC_POOL_ATTACH, &wrong))
+			TH_LOG("owner %u", owners[i]);
+		assert_unchanged(_metadata, self, &s0);
+	}
 	/* Every refused ATTACH left the file unattached. */
 	ASSERT_EQ(0, kvs_call(c, KVS_IOC_POOL_ATTACH, &at));
 	ASSERT_EQ(self->pool, at.pool_id);
+	ASSERT_EQ(0, at.owner);		/* an input: comes back as it was */
+	BAD_END();
+}
+
+/*
+ * KVS_IOC_USER_LIMITS (ABI 2): flags, reserved words, and a uid without
+ * KVS_USER_UID are EINVAL.  On 19bd58c the command did not exist (ENOTTY).
+ */
+TEST_F(bad, reserved_user_limits)
+{
+	static const struct mut m[] = {
+		MUT(struct kvs_user_limits, flags, KVS_USER_VALID << 1),
+		MUT(struct kvs_user_limits, flags, 0x80000000u),
+		MUT(struct kvs_user_limits, uid, 1),
+		MUT(struct kvs_user_limits, uid, 0xffffffffu),
+		MUT_RES(struct kvs_user_limits, 0), MUT_RES(struct kvs_user_limits, 1),
+		MUT_RES(struct kvs_user_limits, 2), MUT_RES(struct kvs_user_limits, 3),
+	};
+	struct kvs_user_limits u, v;
+
+	BAD_BEGIN();
+	memset(&u, 0, sizeof(u));
+	expect_einval(_metadata, self, self->a, KVS_IOC_USER_LIMITS, &u, m, KVS_ARRAY_SIZE(m));
+	ASSERT_EQ(0, kvs_call(self->a, KVS_IOC_USER_LIMITS, &u));
+	ASSERT_EQ(geteuid(), u.uid);
+	ASSERT_EQ(0, u.flags);
+	/* Asking for one's own uid by number gives the same figures. */
+	ASSERT_EQ(0, kvs_user_limits(self->a, geteuid(), &v));
+	ASSERT_EQ(u.uid, v.uid);
+	ASSERT_EQ(u.n_pools, v.n_pools);
+	ASSERT_EQ(u.max_pools, v.max_pools);
+	ASSERT_EQ(u.pool_pages, v.pool_pages);
+	ASSERT_EQ(u.max_held, v.max_held);
+	ASSERT_EQ(u.held, v.held);
+	/* No attachment needed; nothing was written into reserved. */
+	ASSERT_EQ(0, kvs_call(&self->env.ctl, KVS_IOC_USER_LIMITS, &u));
+	ASSERT_EQ(0, u.reserved[0] | u.reserved[1] | u.reserved[2] | u.reserved[3]);
 	BAD_END();
 }
 
@@ -409,7 +465,7 @@ TEST_F(bad, unknown_ioctl_enotty)
 {
 	const unsigned long cmds[] = {
 		/* unused numbers of our magic */
-		_IOWR(KVS_IOC_MAGIC, 0x08, struct kvs_alloc),
+		_IOWR(KVS_IOC_MAGIC, 0x09, struct kvs_alloc),
 		_IOWR(KVS_IOC_MAGIC, 0x0f, struct kvs_alloc),
 		_IOWR(KVS_IOC_MAGIC, 0x14, struct kvs_alloc),
 		_IOWR(KVS_IOC_MAGIC, 0x20, struct kvs_alloc),
@@ -459,6 +515,7 @@ TEST_F(bad, size_longer_nonzero_tail_e2big)
 		{ KVS_IOC_PAGES, NULL }, { KVS_IOC_QUOTA, NULL },
 		{ KVS_IOC_ALLOC, NULL }, { KVS_IOC_PUBLISH, NULL },
 		{ KVS_IOC_LOOKUP, NULL }, { KVS_IOC_PUT, NULL },
+		{ KVS_IOC_USER_LIMITS, NULL },
 	};
 	static const unsigned int extra[] = { 8, 64, 1000 };
 	unsigned char buf[2048];
@@ -684,6 +741,21 @@ TEST_F(bad, size_shorter_zero_extended)
 	for (i = sz; i < sizeof(*lk); i++)
 		ASSERT_EQ(0xa5, buf[i]) TH_LOG("byte %zu written back", i);
 	ASSERT_PAGE(self->a, 0, p[0], KVS_PAGE_SHARED, 2);
+
+	/*
+	 * ATTACH of ABI 1, cut before `owner`: zero-extended, it asks for
+	 * root's pool of that name, which the fixture's is.
+	 */
+	c = kvs_env_open(_metadata, &self->env);
+	sz = offsetof(struct kvs_pool_attach, owner);
+	memset(buf, 0xa5, sizeof(buf));
+	memset(buf, 0, sz);
+	snprintf(at->name, KVS_NAME_MAX, "%s", self->name);
+	ASSERT_EQ(0, kvs_call_sized(c, KVS_IOC_POOL_ATTACH, sz, buf));
+	ASSERT_EQ(self->pool, at->pool_id);
+	for (i = sz; i < sizeof(*at); i++)
+		ASSERT_EQ(0xa5, buf[i]) TH_LOG("byte %zu written back", i);
+	kvs_conn_close(c);
 
 	/* ATTACH without its reserved words. */
 	c = kvs_env_open(_metadata, &self->env);
@@ -1077,7 +1149,7 @@ TEST_F(bad, efault_struct_itself)
 		KVS_IOC_INFO, KVS_IOC_POOL_CREATE, KVS_IOC_POOL_ATTACH,
 		KVS_IOC_POOL_DESTROY, KVS_IOC_POOL_LIST, KVS_IOC_POOL_STATS,
 		KVS_IOC_PAGES, KVS_IOC_QUOTA, KVS_IOC_ALLOC, KVS_IOC_PUBLISH,
-		KVS_IOC_LOOKUP, KVS_IOC_PUT,
+		KVS_IOC_LOOKUP, KVS_IOC_PUT, KVS_IOC_USER_LIMITS,
 	};
 	struct kvs_publish_entry e;
 	struct kvs_page_desc pd[2];
@@ -1430,11 +1502,10 @@ TEST_F(bad, key_all_256_bits)
 	BAD_END();
 }
 
+/* uid 65534, a member of the device's group (see kvs_become()). */
 static void drop_to_nobody(void)
 {
-	KVS_CHILD_EQ(0, setgroups(0, NULL));
-	KVS_CHILD_EQ(0, setgid(65534));
-	KVS_CHILD_EQ(0, setuid(65534));
+	KVS_CHILD_EQ(0, kvs_become(KVS_NOBODY, 1, -1));
 }
 
 TEST_F(bad, ns_per_uid_attach)

@@ -33,7 +33,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -445,25 +447,76 @@ static inline void kvs_pool_args(struct kvs_pool_create *pc, const char *name,
 	pc->mem_fd = -1;
 }
 
-static inline int kvs_pool_create(struct kvs_conn *c, struct kvs_pool_create *pc)
+/*
+ * Pool names are scoped by owner (ABI 2): ATTACH names the uid that owns
+ * the pool.  The suites create their pools as root, so the default owner
+ * is root's, except for a pool this process created through
+ * kvs_pool_create() under another uid (a child that dropped to 65534 and
+ * created its own): kvs_attach() then names that creator, as an
+ * application attaching its own pool would.  kvs_attach_owner() names
+ * any owner, for the tests of scoping itself.
+ */
+#define KVS_CREATED_MAX	64
+
+static struct {
+	char name[KVS_NAME_MAX];
+	__u32 uid;
+} kvs_created[KVS_CREATED_MAX];
+static unsigned int kvs_created_next;
+
+static inline void kvs_created_note(const char *name, __u32 uid)
 {
-	return kvs_call(c, KVS_IOC_POOL_CREATE, pc);
+	unsigned int i = kvs_created_next++ % KVS_CREATED_MAX;
+
+	snprintf(kvs_created[i].name, KVS_NAME_MAX, "%s", name);
+	kvs_created[i].uid = uid;
 }
 
-static inline int kvs_attach(struct kvs_conn *c, const char *name, __u64 ns,
-			     __u32 flags, struct kvs_pool_attach *out)
+/* The uid that created @name in this process (latest first), else root. */
+static inline __u32 kvs_default_owner(const char *name)
+{
+	unsigned int i, n = kvs_created_next < KVS_CREATED_MAX ?
+			    kvs_created_next : KVS_CREATED_MAX;
+
+	for (i = 1; i <= n; i++) {
+		unsigned int j = (kvs_created_next - i) % KVS_CREATED_MAX;
+
+		if (!strncmp(kvs_created[j].name, name, KVS_NAME_MAX))
+			return kvs_created[j].uid;
+	}
+	return 0;
+}
+
+static inline int kvs_pool_create(struct kvs_conn *c, struct kvs_pool_create *pc)
+{
+	int ret = kvs_call(c, KVS_IOC_POOL_CREATE, pc);
+
+	if (!ret)
+		kvs_created_note(pc->name, geteuid());
+	return ret;
+}
+
+static inline int kvs_attach_owner(struct kvs_conn *c, __u32 owner, const char *name,
+				   __u64 ns, __u32 flags, struct kvs_pool_attach *out)
 {
 	struct kvs_pool_attach a;
 	int ret;
 
 	memset(&a, 0, sizeof(a));
 	snprintf(a.name, sizeof(a.name), "%s", name);
+	a.owner = owner;
 	a.ns = ns;
 	a.flags = flags;
 	ret = kvs_call(c, KVS_IOC_POOL_ATTACH, &a);
 	if (out)
 		*out = a;
 	return ret;
+}
+
+static inline int kvs_attach(struct kvs_conn *c, const char *name, __u64 ns,
+			     __u32 flags, struct kvs_pool_attach *out)
+{
+	return kvs_attach_owner(c, kvs_default_owner(name), name, ns, flags, out);
 }
 
 static inline int kvs_destroy(struct kvs_conn *c, __u32 pool_id)
@@ -672,6 +725,107 @@ static inline int kvs_pool_list(struct kvs_conn *c, struct kvs_pool_desc *d,
 	return ret;
 }
 
+/*
+ * KVS_IOC_USER_LIMITS: the caller's figures (@uid < 0), or those of @uid
+ * (KVS_USER_UID).
+ */
+static inline int kvs_user_limits(struct kvs_conn *c, long long uid,
+				  struct kvs_user_limits *u)
+{
+	memset(u, 0, sizeof(*u));
+	if (uid >= 0) {
+		u->flags = KVS_USER_UID;
+		u->uid = (__u32)uid;
+	}
+	return kvs_call(c, KVS_IOC_USER_LIMITS, u);
+}
+
+/* ------------------------------------------------------------------ */
+/* Pool memory                                                        */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Pool memory as ABI 2 wants it: a memfd of @bytes sealed with @seals
+ * (F_SEAL_SHRINK for a valid pool; 0 for an unsealed one).  Returns the
+ * fd or -errno.
+ */
+static inline int kvs_memfd(const char *name, __u64 bytes, int seals)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING), ret;
+
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)bytes) || (seals && fcntl(fd, F_ADD_SEALS, seals))) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+/* A valid pool memory fd for @n_pages of the default geometry. */
+static inline int kvs_pool_memfd(__u64 n_pages)
+{
+	return kvs_memfd("kvs-test", n_pages * KVS_T_PAGE_BYTES, F_SEAL_SHRINK);
+}
+
+/* ------------------------------------------------------------------ */
+/* Users                                                              */
+/* ------------------------------------------------------------------ */
+
+/*
+ * kvshare.ko creates /dev/kvshare 0660 root:root (module parameter
+ * dev_mode) and a udev rule gives it to group "kvshare" in a real
+ * install.  The VM has no udev: tools/vm/guest-init.sh gives the device
+ * to KVS_TEST_GID after insmod, and a suite that reloads the module gives
+ * the new node the group the old one had (kvs_dev_group() before,
+ * kvs_dev_set_group() after), as udev would.  "Members" (a real
+ * install's group kvshare) hold KVS_TEST_GID as a supplementary group;
+ * the attacker of the multi-user tests is uid KVS_NOBODY, with or
+ * without it.
+ */
+#define KVS_TEST_GID		65533
+#define KVS_NOBODY		65534
+
+/* The device's group, or -errno. */
+static inline long kvs_dev_group(void)
+{
+	struct stat sb;
+
+	return stat(kvs_dev_path(), &sb) ? -errno : (long)sb.st_gid;
+}
+
+/* Give the device to group @gid: the group only, the mode is the module's. */
+static inline int kvs_dev_set_group(long gid)
+{
+#ifndef KVS_TEST_DAEMON
+	if (gid < 0 || chown(kvs_dev_path(), -1, (gid_t)gid))
+		return gid < 0 ? (int)gid : -errno;
+#else
+	(void)gid;
+#endif
+	return 0;
+}
+
+/*
+ * In a forked child: become @uid (gid @uid too) with no supplementary
+ * group but KVS_TEST_GID if @member, and @extra_gid if not -1.  0 or
+ * -errno.
+ */
+static inline int kvs_become(uid_t uid, int member, long extra_gid)
+{
+	gid_t g[2];
+	int n = 0;
+
+	if (member)
+		g[n++] = KVS_TEST_GID;
+	if (extra_gid >= 0)
+		g[n++] = (gid_t)extra_gid;
+	if (setgroups(n, g) || setgid(uid) || setuid(uid))
+		return -errno;
+	return geteuid() == uid && getegid() == uid ? 0 : -EPERM;
+}
+
 /* ------------------------------------------------------------------ */
 /* Test environment: a control file, a baseline, and cleanup          */
 /* ------------------------------------------------------------------ */
@@ -870,6 +1024,18 @@ static inline struct kvs_conn *kvs_env_attach(struct __test_metadata *_metadata,
 	struct kvs_conn *c = kvs_env_open(_metadata, e);
 
 	ASSERT_EQ(0, kvs_attach(c, name, ns, 0, NULL)) TH_LOG("attach %s", name);
+	return c;
+}
+
+/* The same, naming @owner as the pool's owner. */
+static inline struct kvs_conn *kvs_env_attach_owner(struct __test_metadata *_metadata,
+						    struct kvs_env *e, __u32 owner,
+						    const char *name, __u64 ns)
+{
+	struct kvs_conn *c = kvs_env_open(_metadata, e);
+
+	ASSERT_EQ(0, kvs_attach_owner(c, owner, name, ns, 0, NULL))
+		TH_LOG("attach %u/%s", owner, name);
 	return c;
 }
 

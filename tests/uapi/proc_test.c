@@ -746,13 +746,13 @@ TEST_F(proc, quota_exhaustion_other_file_allocates)
 	kvs_env_assert_baseline(_metadata, &self->env);
 }
 
+/*
+ * uid 65534, a member of the device's group (KVS_TEST_GID, as group
+ * kvshare in a real install), with root's group 0 too if @keep_group0.
+ */
 static void drop_to_nobody(int keep_group0)
 {
-	gid_t g0 = 0;
-
-	KVS_CHILD_EQ(0, keep_group0 ? setgroups(1, &g0) : setgroups(0, NULL));
-	KVS_CHILD_EQ(0, setgid(65534));
-	KVS_CHILD_EQ(0, setuid(65534));
+	KVS_CHILD_EQ(0, kvs_become(KVS_NOBODY, 1, keep_group0 ? 0 : -1));
 	KVS_CHILD_EQ(65534, geteuid());
 }
 
@@ -775,7 +775,11 @@ TEST_F(proc, permissions)
 	if (geteuid() != 0)
 		SKIP(return, "needs root to switch to uid 65534");
 	ASSERT_EQ(0, stat(kvs_dev_path(), &sb));
-	ASSERT_EQ(0666, sb.st_mode & 0777);	/* any user may open the arbiter */
+	if (kvs_conn_caps(&self->env.ctl) & KVS_CAP_MODULE) {
+		/* Members of the device's group may open it, nobody else. */
+		ASSERT_EQ(0660, sb.st_mode & 0777);
+		ASSERT_EQ(KVS_TEST_GID, sb.st_gid);
+	}
 	ASSERT_EQ(0, getegid());
 	kvs_pool_args(&p600, "", 4);
 	kvs_env_create(_metadata, &self->env, &p600, "m600");
@@ -790,7 +794,11 @@ TEST_F(proc, permissions)
 	kvs_env_create(_metadata, &self->env, &p660, "m660");
 	kvs_env_name(&self->env, nobody_name, "nobody");
 
-	/* An unprivileged process outside the owner's group: "other". */
+	/*
+	 * An unprivileged process outside the owner's group: "other".  It
+	 * may open the device (it is in the device's group), and pools' own
+	 * modes decide the rest.
+	 */
 	pid = kvs_env_fork(_metadata, &self->env);
 	ASSERT_LE(0, pid);
 	if (pid == 0) {
@@ -871,7 +879,10 @@ TEST_F(proc, permissions)
 	}
 	ASSERT_NE(0, nobody_id);
 	kvs_env_track(_metadata, &self->env, nobody_id);
-	c = kvs_env_attach(_metadata, &self->env, nobody_name, 0);
+	/* Names are scoped by owner: root has no pool of that name. */
+	ASSERT_EQ(-ENOENT, kvs_attach_owner(kvs_env_open(_metadata, &self->env), 0,
+					    nobody_name, 0, 0, NULL));
+	c = kvs_env_attach_owner(_metadata, &self->env, KVS_NOBODY, nobody_name, 0);
 	ASSERT_EQ(0, kvs_stats(c, 0, KVS_STATS_CHECK, &st));
 	ASSERT_EQ(2, st.n_pages);
 	kvs_env_assert_baseline(_metadata, &self->env);

@@ -1448,12 +1448,13 @@ TEST_F(uring, commands_not_carried)
 		struct kvs_pool_stats stats;
 		struct kvs_pages pages;
 		struct kvs_quota quota;
+		struct kvs_user_limits user;
 		char raw[256];
 	} u;
 	static const __u32 ops[] = {
 		KVS_IOC_INFO, KVS_IOC_POOL_CREATE, KVS_IOC_POOL_ATTACH,
 		KVS_IOC_POOL_DESTROY, KVS_IOC_POOL_LIST, KVS_IOC_POOL_STATS,
-		KVS_IOC_PAGES, KVS_IOC_QUOTA,
+		KVS_IOC_PAGES, KVS_IOC_QUOTA, KVS_IOC_USER_LIMITS,
 	};
 	unsigned int i;
 
@@ -1521,7 +1522,7 @@ TEST_F(uring, unknown_cmd_op)
 	struct kvs_lookup lk;
 	const __u32 ops[] = {
 		_IOWR(KVS_IOC_MAGIC, 0x14, struct kvs_lookup),
-		_IOWR(KVS_IOC_MAGIC, 0x08, struct kvs_lookup),
+		_IOWR(KVS_IOC_MAGIC, 0x09, struct kvs_lookup),
 		_IOWR(KVS_IOC_MAGIC, 0x0f, struct kvs_lookup),
 		_IOWR(KVS_IOC_MAGIC, 0xff, struct kvs_lookup),
 		_IOWR('x', 0x12, struct kvs_lookup),		/* LOOKUP's nr, other type */

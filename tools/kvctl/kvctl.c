@@ -5,7 +5,8 @@
  * This file holds main(), the global options, the command table and the
  * `info` command.  kvctl never attaches to a pool: a file can attach only
  * once, and every read-only view (list, stats, pages) takes a pool id, so
- * names are resolved to ids through KVS_IOC_POOL_LIST instead.
+ * names (scoped by owner: see kvctl_pool_find()) are resolved to ids
+ * through KVS_IOC_POOL_LIST instead.
  */
 #include "kvctl.h"
 #include "kvctl_json.h"
@@ -24,6 +25,7 @@ static const struct kvctl_cmd commands[] = {
 	{ "pool", kvctl_pool_main, "create, list, show or destroy pools" },
 	{ "pages", kvctl_pages_main, "list the pages of a pool with their state" },
 	{ "stats", kvctl_stats_main, "a pool's counters; --check verifies invariants" },
+	{ "user", kvctl_user_main, "a user's pools and pages against the per-user limits" },
 	{ "help", cmd_help, "this text" },
 	{ NULL, NULL, NULL }
 };
@@ -40,6 +42,10 @@ static void usage(FILE *f)
 	      "The arbiter is --device PATH (the module's device or the kvshared\n"
 	      "socket), else $KVSHARE_DEVICE, else " KVCTL_DEFAULT_DEVICE " if it\n"
 	      "exists, else the daemon's socket " KVS_DAEMON_SOCKET ".\n"
+	      "Pool names are scoped by owner: NAME is the pool of that name owned\n"
+	      "by --owner UID|USER, else by $KVSHARE_POOL_OWNER, else by you, else\n"
+	      "by the owner libkv attaches by default (the daemon's uid on its\n"
+	      "socket, root on the module).\n"
 	      "Run 'kvctl COMMAND --help' for the options of a command.\n", f);
 }
 

@@ -70,8 +70,15 @@ int kvctl_state_parse(const char *s, uint32_t *state);
 
 /* kvctl_pool.c */
 int kvctl_pool_main(struct kvctl *k, int argc, char **argv);
+/* @owner: the --owner argument, or NULL (see kvctl_pool_find's comment). */
 int kvctl_pool_find(struct kvctl *k, const char *cmd, const char *name,
-		    struct kvs_pool_desc *out);
+		    const char *owner, struct kvs_pool_desc *out);
+
+/* kvctl_user.c */
+int kvctl_user_main(struct kvctl *k, int argc, char **argv);
+int kvctl_uid_arg(const char *cmd, const char *what, const char *s,
+		  uint32_t *uid);
+int kvctl_quota_err(struct kvctl *k, const char *cmd, uint64_t more_pages);
 
 /* kvctl_pages.c */
 int kvctl_pages_main(struct kvctl *k, int argc, char **argv);

@@ -92,11 +92,13 @@ int kvctl_stats_get(struct kvctl *k, const char *cmd,
 
 static void stats_usage(void)
 {
-	fputs("usage: kvctl stats NAME [--json] [--check]\n\n"
+	fputs("usage: kvctl stats NAME [--owner UID|USER] [--json] [--check]\n\n"
 	      "Print every counter of a pool.  --check also has the arbiter verify\n"
 	      "the pool invariants (free + owned + shared + cached = n_pages,\n"
 	      "refcounts equal the references files hold, lists and index agree);\n"
-	      "kvctl then exits 1 if they are broken.\n", stdout);
+	      "kvctl then exits 1 if they are broken.  The check walks every page\n"
+	      "under the pool lock, so only an admin may ask for it.\n"
+	      "NAME is looked up as 'kvctl --help' says (--owner first).\n", stdout);
 }
 
 static void stats_out(const struct kvs_pool_desc *d,
@@ -125,7 +127,7 @@ static void stats_out(const struct kvs_pool_desc *d,
 int kvctl_stats_main(struct kvctl *k, int argc, char **argv)
 {
 	struct kvctl_opt o[] = { KVCTL_FLAG("--json"), KVCTL_FLAG("--check"),
-				 KVCTL_END };
+				 KVCTL_ARG("--owner"), KVCTL_END };
 	struct kvs_pool_stats st;
 	struct kvs_pool_desc d;
 	char *name;
@@ -140,7 +142,7 @@ int kvctl_stats_main(struct kvctl *k, int argc, char **argv)
 		return ret;
 	if (!n_pos)
 		return kvctl_usage_err("stats", "missing pool NAME");
-	ret = kvctl_pool_find(k, "stats", name, &d);
+	ret = kvctl_pool_find(k, "stats", name, o[2].val, &d);
 	if (ret)
 		return ret;
 	if (!o[1].set) {
@@ -154,6 +156,9 @@ int kvctl_stats_main(struct kvctl *k, int argc, char **argv)
 		stats_out(&d, &st, o[0].set, "ok");
 		return KVCTL_OK;
 	}
+	if (err == EPERM)
+		return kvctl_ioc_err("stats", err, "--check: the invariant check "
+				     "walks every page under the pool lock: admin only");
 	if (err != EUCLEAN)
 		return view_err("stats", &d, err);
 	/* A failed call copies nothing back: read the counters plainly. */
@@ -164,12 +169,15 @@ int kvctl_stats_main(struct kvctl *k, int argc, char **argv)
 
 static void pages_usage(void)
 {
-	fputs("usage: kvctl pages NAME [--start I] [--count N]\n"
+	fputs("usage: kvctl pages NAME [--owner UID|USER] [--start I] [--count N]\n"
 	      "                  [--state free|owned|shared|cached] [--json]\n\n"
 	      "One line per page of pages I..I+N-1 (default: all): index, state,\n"
 	      "refcount, parent page, number of children, key namespace and the\n"
 	      "first 64-bit word of the key in hex (JSON carries the whole key).\n"
-	      "--state shows only pages in that state.\n", stdout);
+	      "Keys and namespaces are shown to the pool's owner and admins only\n"
+	      "(\"-\" and 0 for everyone else).  --state shows only pages in that\n"
+	      "state.  NAME is looked up as 'kvctl --help' says (--owner first).\n",
+	      stdout);
 }
 
 static bool key_zero(const struct kvs_key *key)
@@ -292,7 +300,7 @@ int kvctl_pages_main(struct kvctl *k, int argc, char **argv)
 {
 	struct kvctl_opt o[] = { KVCTL_ARG("--start"), KVCTL_ARG("--count"),
 				 KVCTL_ARG("--state"), KVCTL_FLAG("--json"),
-				 KVCTL_END };
+				 KVCTL_ARG("--owner"), KVCTL_END };
 	struct kvs_pool_desc d;
 	struct pages_args a;
 	struct kvctl_json j;
@@ -308,7 +316,7 @@ int kvctl_pages_main(struct kvctl *k, int argc, char **argv)
 		return ret;
 	if (!n_pos)
 		return kvctl_usage_err("pages", "missing pool NAME");
-	ret = kvctl_pool_find(k, "pages", name, &d);
+	ret = kvctl_pool_find(k, "pages", name, o[4].val, &d);
 	if (ret)
 		return ret;
 	ret = pages_args(o, &d, &a);

@@ -7,10 +7,14 @@
 #include "kvctl_json.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <kvshare/kv_layout.h>
 
@@ -24,17 +28,25 @@ static void pool_usage(void)
 	      "                         --head-dim D --tokens-per-page T\n"
 	      "                         --dtype f16|bf16|f32|fp8\n"
 	      "                         [--mode 0660] [--quota N] [--ns-per-uid]\n"
+	      "                         [--memory | --mem-fd FD]\n"
 	      "       kvctl pool list [--json]\n"
-	      "       kvctl pool show NAME [--json]\n"
-	      "       kvctl pool destroy NAME\n\n"
-	      "create   make a pool; its page size follows from the geometry.\n"
-	      "         --mode: octal permission bits (default 0660); --quota:\n"
-	      "         pages one open file may hold (default: all); --ns-per-uid:\n"
-	      "         every attacher's key namespace is its uid.\n"
-	      "list     one line per pool.\n"
+	      "       kvctl pool show NAME [--owner UID|USER] [--json]\n"
+	      "       kvctl pool destroy NAME [--owner UID|USER]\n\n"
+	      "create   make a pool, owned by you; its page size follows from the\n"
+	      "         geometry.  --mode: octal permission bits (default 0660);\n"
+	      "         --quota: pages one open file may hold (default: all);\n"
+	      "         --ns-per-uid: every attacher's key namespace is its uid.\n"
+	      "         --memory: back it with host memory (a memfd of the pool's\n"
+	      "         size, sealed so that no holder can shrink or grow it);\n"
+	      "         --mem-fd FD: with memory another program prepared, open\n"
+	      "         here as FD: a memfd sealed with F_SEAL_SHRINK, at least as\n"
+	      "         long as the pool.\n"
+	      "list     one line per pool, with its owner (UID).\n"
 	      "show     a pool's descriptor and counters.\n"
 	      "destroy  remove a pool's name; it goes when its last user closes.\n"
-	      "Counts take k, M, G suffixes (64k = 65536).\n", stdout);
+	      "NAME is the pool of that name owned by --owner, else by\n"
+	      "$KVSHARE_POOL_OWNER, else by you, else by the default owner (see\n"
+	      "'kvctl --help').  Counts take k, M, G suffixes (64k = 65536).\n", stdout);
 }
 
 /*
@@ -73,28 +85,95 @@ static int list_pools(struct kvctl *k, const char *cmd,
 	return KVCTL_OK;
 }
 
-int kvctl_pool_find(struct kvctl *k, const char *cmd, const char *name,
-		    struct kvs_pool_desc *out)
+/* The descriptor of pool @name owned by @uid, or NULL. */
+static struct kvs_pool_desc *find_desc(struct kvs_pool_desc *d, uint32_t n,
+				       const char *name, uint32_t uid)
 {
-	struct kvs_pool_desc *d;
-	uint32_t n, i;
-	int ret;
+	uint32_t i;
 
+	/* The arbiter NUL-terminates, but do not trust it to. */
+	for (i = 0; i < n; i++)
+		if (d[i].uid == uid && !strncmp(d[i].name, name, KVS_NAME_MAX))
+			return &d[i];
+	return NULL;
+}
+
+/* Which uids to look for NAME under: 1 or 2 of them, in order. */
+static int find_owners(struct kvctl *k, const char *cmd, const char *owner,
+		       uint32_t *want, int *n_want)
+{
+	const char *env = getenv("KVSHARE_POOL_OWNER");
+
+	*n_want = 1;
+	if (owner)
+		return kvctl_uid_arg(cmd, "--owner", owner, &want[0]);
+	if (env && *env) {
+		if (kv_arbiter_default_owner(k->arb, &want[0]))
+			return kvctl_err("%s: $KVSHARE_POOL_OWNER '%s' is neither a "
+					 "uid nor a known user", cmd, env);
+		return 0;
+	}
+	want[0] = geteuid();
+	if (kv_arbiter_default_owner(k->arb, &want[1]))
+		return kvctl_err("%s: no default owner", cmd);
+	if (want[1] != want[0])
+		*n_want = 2;
+	return 0;
+}
+
+/* No such pool: say whose pools were searched, and whose have the name. */
+static int find_err(const char *name, const uint32_t *want, int n_want,
+		    const struct kvs_pool_desc *d, uint32_t n)
+{
+	char others[96] = "";
+	size_t len = 0;
+	uint32_t i;
+
+	for (i = 0; i < n && len < sizeof(others) - 24; i++)
+		if (!strncmp(d[i].name, name, KVS_NAME_MAX))
+			len += snprintf(others + len, sizeof(others) - len, "%s%u",
+					len ? ", " : "; uid ", d[i].uid);
+	if (len)
+		snprintf(others + len, sizeof(others) - len, " has one (--owner)");
+	if (n_want == 2)
+		return kvctl_err("no pool named '%s' owned by uid %u (you) or uid %u "
+				 "(the default owner)%s", name, want[0], want[1],
+				 others);
+	return kvctl_err("no pool named '%s' owned by uid %u%s", name, want[0],
+			 others);
+}
+
+/*
+ * Names are scoped by owner.  NAME means the pool of that name owned by
+ * @owner (--owner), else by $KVSHARE_POOL_OWNER, else by the caller, else
+ * by libkv's default owner (the daemon's uid, or root): your own pool
+ * first, then the one that clients attach by default.  kvctl only looks
+ * and destroys (which the arbiter allows the owner and admins alone), so
+ * preferring your own pool never hands you someone else's.
+ */
+int kvctl_pool_find(struct kvctl *k, const char *cmd, const char *name,
+		    const char *owner, struct kvs_pool_desc *out)
+{
+	struct kvs_pool_desc *d, *found = NULL;
+	uint32_t n, want[2];
+	int ret, n_want, i;
+
+	if (strlen(name) >= KVS_NAME_MAX)
+		return kvctl_err("no pool named '%s'", name);
 	ret = list_pools(k, cmd, &d, &n);
 	if (ret)
 		return ret;
-	for (i = 0; i < n; i++) {
-		/* The arbiter NUL-terminates, but do not trust it to. */
-		if (!strncmp(d[i].name, name, KVS_NAME_MAX) &&
-		    strlen(name) < KVS_NAME_MAX) {
-			*out = d[i];
-			out->name[KVS_NAME_MAX - 1] = '\0';
-			free(d);
-			return KVCTL_OK;
-		}
+	ret = find_owners(k, cmd, owner, want, &n_want);
+	for (i = 0; !ret && !found && i < n_want; i++)
+		found = find_desc(d, n, name, want[i]);
+	if (found) {
+		*out = *found;
+		out->name[KVS_NAME_MAX - 1] = '\0';
+	} else if (!ret) {
+		ret = find_err(name, want, n_want, d, n);
 	}
 	free(d);
-	return kvctl_err("no pool named '%s'", name);
+	return ret;
 }
 
 /* The ABI's name rule, checked here so the error can say which rule. */
@@ -113,11 +192,12 @@ static int check_name(const char *cmd, const char *name)
 
 enum {
 	C_PAGES, C_LAYERS, C_HEADS, C_DIM, C_TOKENS, C_DTYPE, C_MODE, C_QUOTA,
-	C_NSUID,
+	C_NSUID, C_MEMORY, C_MEMFD,
 };
 
 /* Fill the request from the options; every error names the option. */
-static int create_args(struct kvctl_opt *o, struct kvs_pool_create *req)
+static int create_args(struct kvctl_opt *o, struct kvs_pool_create *req,
+		       uint64_t *bytes)
 {
 	static const char cmd[] = "pool create";
 	const int dims[] = { C_LAYERS, C_HEADS, C_DIM, C_TOKENS };
@@ -164,20 +244,107 @@ static int create_args(struct kvctl_opt *o, struct kvs_pool_create *req)
 	if (o[C_NSUID].set)
 		req->flags |= KVS_POOL_NS_PER_UID;
 	req->mem_fd = -1;
+	if (o[C_MEMORY].set && o[C_MEMFD].set)
+		return kvctl_usage_err(cmd, "--memory and --mem-fd exclude each other");
+	if (o[C_MEMFD].set) {
+		if (kvctl_num(cmd, o[C_MEMFD].name, o[C_MEMFD].val, 0, INT32_MAX, &v))
+			return KVCTL_USAGE;
+		req->mem_fd = v;
+	}
+	*bytes = page_bytes * req->n_pages;	/* <= 1 GiB * 2^32: no wrap */
 	return 0;
 }
 
-static int create_err(struct kvctl *k, const struct kvs_pool_create *req, int err)
+/*
+ * Host memory for a pool: a memfd of exactly its size, sealed against
+ * shrinking (the arbiter demands it: a holder that shrank it would make
+ * every other process's mapping fault), against growing, and against
+ * further seals (F_SEAL_WRITE or F_SEAL_FUTURE_WRITE added by a holder
+ * would deny the others writable mappings).
+ */
+static int make_memory(const char *name, uint64_t bytes)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	if (fd < 0)
+		return kvctl_err("pool create: memfd_create: %s", strerror(errno));
+	if (ftruncate(fd, bytes) ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
+		kvctl_err("pool create: %" PRIu64 " bytes of memory: %s", bytes,
+			  strerror(errno));
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Whether @fd is a memfd: its /proc link reads "/memfd:NAME (deleted)". */
+static bool is_memfd(int fd, char *path, size_t size)
+{
+	char link[32];
+	ssize_t n;
+
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = readlink(link, path, size - 1);
+	if (n < 0)
+		n = snprintf(path, size, "?");
+	path[n] = '\0';
+	return !strncmp(path, "/memfd:", 7);
+}
+
+/* CREATE refused the memory: say what is wrong with it (kvshare.h). */
+static bool mem_err_msg(const struct kvs_pool_create *req, uint64_t bytes,
+			int err, char *msg, size_t size)
+{
+	char path[128];
+	struct stat st;
+	int seals = fcntl(req->mem_fd, F_GET_SEALS);
+	bool memfd = is_memfd(req->mem_fd, path, sizeof(path));
+
+	if (err == EINVAL && (!memfd || seals < 0))
+		snprintf(msg, size, "memory fd %d (%s) is not a memfd: pool memory "
+			 "must come from memfd_create()", req->mem_fd, path);
+	else if (err == EPERM && seals >= 0 && !(seals & F_SEAL_SHRINK))
+		snprintf(msg, size, "memory fd %d is not sealed against shrinking: "
+			 "add F_SEAL_SHRINK (fcntl F_ADD_SEALS), or any holder "
+			 "could shrink it and make the others' mappings fault",
+			 req->mem_fd);
+	else if (err == ERANGE && !fstat(req->mem_fd, &st))
+		snprintf(msg, size, "memory fd %d holds %" PRIu64 " bytes, less "
+			 "than the pool's %" PRIu64 " (%" PRIu64 " pages)",
+			 req->mem_fd, (uint64_t)st.st_size, bytes,
+			 (uint64_t)req->n_pages);
+	else if (err == EPERM || err == ERANGE)
+		snprintf(msg, size, "the arbiter refused memory fd %d", req->mem_fd);
+	else
+		return false;
+	return true;
+}
+
+static int create_err(struct kvctl *k, const struct kvs_pool_create *req,
+		      uint64_t bytes, int err)
 {
 	struct kvs_info in;
-	char msg[160];
+	char cmd[KVS_NAME_MAX + 16];
+	char msg[200];
 
+	snprintf(cmd, sizeof(cmd), "pool create %s", req->name);
+	if (req->mem_fd >= 0 && mem_err_msg(req, bytes, err, msg, sizeof(msg)))
+		return kvctl_ioc_err(cmd, err, msg);
 	switch (err) {
 	case EEXIST:
-		snprintf(msg, sizeof(msg), "name '%s' already exists", req->name);
+		snprintf(msg, sizeof(msg), "you (uid %u) already own a pool named "
+			 "'%s': name already exists", (unsigned int)geteuid(),
+			 req->name);
 		break;
 	case ENOSPC:
 		snprintf(msg, sizeof(msg), "the arbiter's limit on pools is reached");
+		break;
+	case EDQUOT:
+		return kvctl_quota_err(k, cmd, req->n_pages);
+	case EBADF:
+		snprintf(msg, sizeof(msg), "--mem-fd %d is not an open file "
+			 "descriptor", req->mem_fd);
 		break;
 	case EINVAL:
 		memset(&in, 0, sizeof(in));
@@ -191,9 +358,9 @@ static int create_err(struct kvctl *k, const struct kvs_pool_create *req, int er
 				 "geometry, mode, page count or quota");
 		break;
 	default:
-		return kvctl_ioc_err("pool create", err, NULL);
+		return kvctl_ioc_err(cmd, err, NULL);
 	}
-	return kvctl_ioc_err("pool create", err, msg);
+	return kvctl_ioc_err(cmd, err, msg);
 }
 
 static int pool_create(struct kvctl *k, int argc, char **argv)
@@ -208,11 +375,14 @@ static int pool_create(struct kvctl *k, int argc, char **argv)
 		[C_MODE] = KVCTL_ARG("--mode"),
 		[C_QUOTA] = KVCTL_ARG("--quota"),
 		[C_NSUID] = KVCTL_FLAG("--ns-per-uid"),
+		[C_MEMORY] = KVCTL_FLAG("--memory"),
+		[C_MEMFD] = KVCTL_ARG("--mem-fd"),
 		KVCTL_END
 	};
 	struct kvs_pool_create req;
+	uint64_t bytes = 0;
 	char *name;
-	int n_pos, ret, err;
+	int n_pos, ret, err, memfd = -1;
 
 	ret = kvctl_parse("pool create", argc, argv, o, &name, 1, &n_pos);
 	if (ret < 0) {
@@ -227,17 +397,26 @@ static int pool_create(struct kvctl *k, int argc, char **argv)
 		return KVCTL_USAGE;
 	memset(&req, 0, sizeof(req));
 	strcpy(req.name, name);		/* length checked above */
-	if (create_args(o, &req))
+	if (create_args(o, &req, &bytes))
 		return KVCTL_USAGE;
 	if (kvctl_open(k))
 		return KVCTL_FAIL;
+	if (o[C_MEMORY].set) {
+		memfd = make_memory(req.name, bytes);
+		if (memfd < 0)
+			return KVCTL_FAIL;
+		req.mem_fd = memfd;
+	}
 	err = kvctl_ioctl(k, KVS_IOC_POOL_CREATE, &req);
-	if (err)
-		return create_err(k, &req, err);
-	printf("pool '%s' created: id %u, %" PRIu64 " pages of %" PRIu64 " bytes\n",
-	       req.name, req.pool_id, (uint64_t)req.n_pages,
-	       (uint64_t)req.geom.page_bytes);
-	return KVCTL_OK;
+	ret = err ? create_err(k, &req, bytes, err) : KVCTL_OK;
+	if (memfd >= 0)
+		close(memfd);		/* the pool keeps its own reference */
+	if (!err)
+		printf("pool '%s' created: id %u, %" PRIu64 " pages of %" PRIu64
+		       " bytes%s\n", req.name, req.pool_id, (uint64_t)req.n_pages,
+		       (uint64_t)req.geom.page_bytes,
+		       req.mem_fd >= 0 ? ", with memory" : "");
+	return ret;
 }
 
 static const char *flags_text(const struct kvs_pool_desc *d)
@@ -360,7 +539,8 @@ static void desc_text(const struct kvs_pool_desc *d)
 
 static int pool_show(struct kvctl *k, int argc, char **argv)
 {
-	struct kvctl_opt o[] = { KVCTL_FLAG("--json"), KVCTL_END };
+	struct kvctl_opt o[] = { KVCTL_FLAG("--json"), KVCTL_ARG("--owner"),
+				 KVCTL_END };
 	struct kvs_pool_stats st;
 	struct kvs_pool_desc d;
 	struct kvctl_json j;
@@ -376,7 +556,7 @@ static int pool_show(struct kvctl *k, int argc, char **argv)
 		return ret;
 	if (!n_pos)
 		return kvctl_usage_err("pool show", "missing pool NAME");
-	ret = kvctl_pool_find(k, "pool show", name, &d);
+	ret = kvctl_pool_find(k, "pool show", name, o[1].val, &d);
 	if (!ret)
 		ret = kvctl_stats_get(k, "pool show", &d, 0, &st);
 	if (ret)
@@ -397,13 +577,14 @@ static int pool_show(struct kvctl *k, int argc, char **argv)
 
 static int pool_destroy(struct kvctl *k, int argc, char **argv)
 {
+	struct kvctl_opt o[] = { KVCTL_ARG("--owner"), KVCTL_END };
 	struct kvs_pool_destroy req;
 	struct kvs_pool_desc d;
 	char msg[160];
 	char *name;
 	int n_pos, ret, err;
 
-	ret = kvctl_parse("pool destroy", argc, argv, NULL, &name, 1, &n_pos);
+	ret = kvctl_parse("pool destroy", argc, argv, o, &name, 1, &n_pos);
 	if (ret < 0) {
 		pool_usage();
 		return KVCTL_OK;
@@ -412,7 +593,7 @@ static int pool_destroy(struct kvctl *k, int argc, char **argv)
 		return ret;
 	if (!n_pos)
 		return kvctl_usage_err("pool destroy", "missing pool NAME");
-	ret = kvctl_pool_find(k, "pool destroy", name, &d);
+	ret = kvctl_pool_find(k, "pool destroy", name, o[0].val, &d);
 	if (ret)
 		return ret;
 	memset(&req, 0, sizeof(req));

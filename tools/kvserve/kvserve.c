@@ -248,6 +248,35 @@ static int serve_one(struct worker *w, unsigned int r)
 	return ret;
 }
 
+/*
+ * kv_pool_open() failed: names are scoped by owner, so say whose pool was
+ * looked for (libkv's default owner; $KVSHARE_POOL_OWNER picks another).
+ */
+static void pool_open_err(const struct opts *o, unsigned int id, int ret)
+{
+	const char *env = getenv("KVSHARE_POOL_OWNER");
+	struct kv_arbiter *arb;
+	uint32_t owner;
+
+	if (ret == -EINVAL && env && *env && kv_uid_parse(env, &owner)) {
+		fprintf(stderr, "kvserve: worker %u: $KVSHARE_POOL_OWNER '%s' is "
+			"neither a uid nor a known user\n", id, env);
+		return;
+	}
+	if (ret == -ENOENT && !kv_arbiter_open(o->arbiter, KV_ARBITER_NO_URING, &arb)) {
+		if (!kv_arbiter_default_owner(arb, &owner)) {
+			fprintf(stderr, "kvserve: worker %u: no pool '%s' owned by uid %u "
+				"(KVSHARE_POOL_OWNER names another owner)\n", id,
+				o->pool, owner);
+			kv_arbiter_close(arb);
+			return;
+		}
+		kv_arbiter_close(arb);
+	}
+	fprintf(stderr, "kvserve: worker %u: pool '%s': %s\n", id, o->pool,
+		strerror(-ret));
+}
+
 static int worker_setup(struct worker *w)
 {
 	const struct opts *o = w->o;
@@ -259,8 +288,7 @@ static int worker_setup(struct worker *w)
 
 	ret = kv_pool_open(o->arbiter, o->pool, 0, 0, &w->pool);
 	if (ret) {
-		fprintf(stderr, "kvserve: worker %u: pool '%s': %s\n", w->id, o->pool,
-			strerror(-ret));
+		pool_open_err(o, w->id, ret);
 		return ret;
 	}
 	info = kv_pool_info(w->pool);

@@ -102,7 +102,9 @@ done
 # Tests drop privileges with setuid(65534) themselves; these entries only
 # give the ids names for id(1), ls -l and getpwuid().
 printf 'root:x:0:0:root:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$stage/etc/passwd"
-printf 'root:x:0:\nnogroup:x:65534:\n' >"$stage/etc/group"
+# kvshare (65533): the device's group, as the udev rule of a real install
+# makes it (guest-init.sh gives /dev/kvshare to it; see tests/uapi/kvs_test.h).
+printf 'root:x:0:\nkvshare:x:65533:\nnogroup:x:65534:\n' >"$stage/etc/group"
 
 printf 'MODE=%s\nSUITE_TIMEOUT=%s\n' "$mode" "$timeout" >"$stage/etc/kvshare-vm/config"
 : >"$stage/etc/kvshare-vm/suites"

@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * kvshared's event loop (loop.h): one thread, one epoll set.
+ */
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/epoll.h>
+#include <time.h>
+
+#include "log.h"
+#include "loop.h"
+
+static int epfd = -1;
+
+uint64_t kvsd_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int kvsd_loop_init(void)
+{
+	epfd = epoll_create1(EPOLL_CLOEXEC);
+	return epfd < 0 ? -errno : 0;
+}
+
+void kvsd_loop_fini(void)
+{
+	if (epfd >= 0)
+		close(epfd);
+	epfd = -1;
+}
+
+int kvsd_watch_add(struct kvsd_watch *w, uint32_t events)
+{
+	struct epoll_event ev = { .events = events, .data.ptr = w };
+
+	return epoll_ctl(epfd, EPOLL_CTL_ADD, w->fd, &ev) ? -errno : 0;
+}
+
+int kvsd_watch_mod(struct kvsd_watch *w, uint32_t events)
+{
+	struct epoll_event ev = { .events = events, .data.ptr = w };
+
+	return epoll_ctl(epfd, EPOLL_CTL_MOD, w->fd, &ev) ? -errno : 0;
+}
+
+void kvsd_watch_del(struct kvsd_watch *w)
+{
+	epoll_ctl(epfd, EPOLL_CTL_DEL, w->fd, NULL);
+}
+
+int kvsd_loop_run(bool (*stop)(void *arg), void (*tick)(void *arg), void *arg,
+		  unsigned int tick_ms)
+{
+	struct epoll_event evs[64];
+	uint64_t last_tick = kvsd_now_ms();
+	int i, n;
+
+	while (!stop(arg)) {
+		n = epoll_wait(epfd, evs, 64, tick_ms);
+		if (n < 0 && errno != EINTR) {
+			int ret = -errno;
+
+			kvsd_log("epoll_wait: %s", strerror(errno));
+			return ret;
+		}
+		for (i = 0; i < n; i++) {
+			struct kvsd_watch *w = evs[i].data.ptr;
+
+			/*
+			 * A handler frees only its own watch, so no event
+			 * still in evs[] can point at freed memory.
+			 */
+			w->fn(w, evs[i].events);
+		}
+		/* Timers are coarse: once a tick, however busy the loop is. */
+		if (kvsd_now_ms() - last_tick >= tick_ms) {
+			last_tick = kvsd_now_ms();
+			tick(arg);
+		}
+	}
+	return 0;
+}
