@@ -678,7 +678,7 @@ TEST(undo_attach)
  */
 struct ku_racer {
 	struct kt_client *c;
-	volatile int stop;
+	int stop;			/* atomic */
 	long rounds;
 };
 
@@ -687,7 +687,7 @@ static void *ku_race_main(void *arg)
 	struct ku_racer *r = arg;
 	__u32 p[4], l[4], n_hit;
 
-	while (!r->stop) {
+	while (!__atomic_load_n(&r->stop, __ATOMIC_RELAXED)) {
 		if (kt_alloc(r->c, 2, p) == 0) {
 			if (kt_publish_chain(r->c, p, 2, KVS_NO_PAGE, 1, 0, NULL, NULL))
 				kt_put(r->c, p, 2);
@@ -736,7 +736,7 @@ TEST(undo_attach_races_with_commands)
 		usleep(100);
 		kvs_cmd_undo(c->cl, KVS_IOC_POOL_ATTACH, &at, &c->cred);
 	}
-	r.stop = 1;
+	__atomic_store_n(&r.stop, 1, __ATOMIC_RELAXED);
 	pthread_join(t, NULL);
 	EXPECT_EQ(200, i);
 	EXPECT_EQ(0, kvs_client_pool_id(c->cl));
