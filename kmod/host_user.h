@@ -37,7 +37,9 @@ typedef __s64 s64;
 #define unlikely(x)	__builtin_expect(!!(x), 0)
 #define READ_ONCE(x)	__atomic_load_n(&(x), __ATOMIC_RELAXED)
 #define WRITE_ONCE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+/* The kernel's acquire/release pair, as C11 atomics of the same order. */
 #define smp_load_acquire(p)	__atomic_load_n((p), __ATOMIC_ACQUIRE)
+/* Pairs with smp_load_acquire(): see the kernel's memory-barriers.txt. */
 #define smp_store_release(p, v)	__atomic_store_n((p), (v), __ATOMIC_RELEASE)
 #define min(a, b)	((a) < (b) ? (a) : (b))
 #define max(a, b)	((a) > (b) ? (a) : (b))
@@ -64,7 +66,7 @@ typedef __s64 s64;
 	__c;								\
 })
 #define prefetch(p)		__builtin_prefetch(p)
-#define lockdep_assert_held(l)	do { (void)(l); } while (0)
+#define lockdep_assert_held(l)	((void)(l))
 #define cond_resched()		do { } while (0)
 
 static inline void *memchr_inv(const void *p, int c, size_t n)

@@ -368,6 +368,50 @@ TEST(user_charge_undone_on_enospc)
 	kt_core_teardown(_metadata, id);
 }
 
+/*
+ * Holdings taken by a command whose results cannot be written back are
+ * given back, and so is their charge (the final copy of each fails).
+ */
+TEST(user_charge_undone_on_efault)
+{
+	struct kt_client *a;
+	__u32 p[4], l[4], n_hit, id;
+	int copies;
+
+	ASSERT_EQ(0, ku_core_init(0, 0, 100, 0));
+	a = kt_new(UID_A, UID_A, 0);
+	ASSERT_NE(NULL, a);
+	ASSERT_EQ(0, kt_create(a, "ef", 16, 0600, 0, 0, &id));
+	ASSERT_EQ(0, kt_attach(a, "ef", 0));
+	ASSERT_EQ(0, kt_alloc(a, 4, p));
+	ASSERT_EQ(0, kt_publish_chain(a, p, 4, KVS_NO_PAGE, 8, 0, NULL, NULL));
+	EXPECT_EQ(4, ku_get(UID_A, KU_HELD));
+
+	/* ALLOC: count its copies, then fail the last one. */
+	ASSERT_EQ(0, kt_alloc(a, 2, l));
+	copies = a->copies;
+	ASSERT_EQ(0, kt_put(a, l, 2));
+	a->fail_at = copies;
+	EXPECT_EQ(-EFAULT, kt_alloc(a, 2, l));
+	a->fail_at = 0;
+	EXPECT_EQ(4, ku_get(UID_A, KU_HELD));
+	EXPECT_EQ(4, kt_held(a));
+
+	/* LOOKUP likewise. */
+	ASSERT_EQ(0, kt_lookup_chain(a, 8, 0, 4, l, &n_hit));
+	ASSERT_EQ(4, n_hit);
+	copies = a->copies;
+	ASSERT_EQ(0, kt_put(a, l, 4));
+	a->fail_at = copies;
+	EXPECT_EQ(-EFAULT, kt_lookup_chain(a, 8, 0, 4, l, &n_hit));
+	a->fail_at = 0;
+	EXPECT_EQ(4, ku_get(UID_A, KU_HELD));
+	EXPECT_EQ(4 * KT_PAGE_BYTES, ku_get(UID_A, KU_HELD_BYTES));
+	EXPECT_EQ(4, kt_held(a));
+	KT_CHECK(a, 0);
+	kt_core_teardown(_metadata, id);
+}
+
 /* ---- KVS_IOC_USER_LIMITS ------------------------------------------------ */
 
 TEST(user_limits_command)
@@ -678,7 +722,7 @@ TEST(undo_attach)
  */
 struct ku_racer {
 	struct kt_client *c;
-	volatile int stop;
+	int stop;			/* atomic */
 	long rounds;
 };
 
@@ -687,7 +731,7 @@ static void *ku_race_main(void *arg)
 	struct ku_racer *r = arg;
 	__u32 p[4], l[4], n_hit;
 
-	while (!r->stop) {
+	while (!__atomic_load_n(&r->stop, __ATOMIC_RELAXED)) {
 		if (kt_alloc(r->c, 2, p) == 0) {
 			if (kt_publish_chain(r->c, p, 2, KVS_NO_PAGE, 1, 0, NULL, NULL))
 				kt_put(r->c, p, 2);
@@ -736,7 +780,7 @@ TEST(undo_attach_races_with_commands)
 		usleep(100);
 		kvs_cmd_undo(c->cl, KVS_IOC_POOL_ATTACH, &at, &c->cred);
 	}
-	r.stop = 1;
+	__atomic_store_n(&r.stop, 1, __ATOMIC_RELAXED);
 	pthread_join(t, NULL);
 	EXPECT_EQ(200, i);
 	EXPECT_EQ(0, kvs_client_pool_id(c->cl));

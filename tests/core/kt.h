@@ -246,14 +246,16 @@ static struct {
 	__u32 uid;
 } kt_names[KT_MAX_NAMES];
 
+/* Under kt_reg_lock: the stress tests create and attach from many threads. */
 static KT_UNUSED void kt_name_owner_set(const char *name, __u32 uid)
 {
 	int i, free_slot = -1;
 
+	pthread_mutex_lock(&kt_reg_lock);
 	for (i = 0; i < KT_MAX_NAMES; i++) {
 		if (!strncmp(kt_names[i].name, name, KVS_NAME_MAX)) {
-			kt_names[i].uid = uid;
-			return;
+			free_slot = i;
+			break;
 		}
 		if (free_slot < 0 && !kt_names[i].name[0])
 			free_slot = i;
@@ -262,16 +264,23 @@ static KT_UNUSED void kt_name_owner_set(const char *name, __u32 uid)
 		snprintf(kt_names[free_slot].name, KVS_NAME_MAX, "%s", name);
 		kt_names[free_slot].uid = uid;
 	}
+	pthread_mutex_unlock(&kt_reg_lock);
 }
 
 static KT_UNUSED __u32 kt_name_owner(const char *name)
 {
+	__u32 uid = 0;
 	int i;
 
-	for (i = 0; i < KT_MAX_NAMES; i++)
-		if (kt_names[i].name[0] && !strncmp(kt_names[i].name, name, KVS_NAME_MAX))
-			return kt_names[i].uid;
-	return 0;
+	pthread_mutex_lock(&kt_reg_lock);
+	for (i = 0; i < KT_MAX_NAMES; i++) {
+		if (kt_names[i].name[0] && !strncmp(kt_names[i].name, name, KVS_NAME_MAX)) {
+			uid = kt_names[i].uid;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&kt_reg_lock);
+	return uid;
 }
 
 static KT_UNUSED int kt_create(struct kt_client *c, const char *name, __u64 n_pages,
