@@ -14,6 +14,9 @@
  *  - user_limits:            one user at every per-user limit (EDQUOT)
  *                            leaves others working, and gets it all back;
  *  - user_limits_of_others:  nobody reads another user's figures;
+ *  - module_params:          dev_mode takes read/write bits only, and the
+ *                            limits given at load are the ones in force
+ *                            (module);
  *  - check_and_pages:        CHECK is admin-only, PAGES hides keys and
  *                            namespaces from all but the owner;
  *  - opener_credentials:     a file carries its opener's rights (module);
@@ -27,9 +30,9 @@
  * status, never through the harness asserts.
  *
  * In the VM the suite reloads kvshare.ko with small per-user limits for
- * user_limits (and again with the defaults after it); against kvshared
- * the limits are the daemon's, which the suite's runner sets small (see
- * uapi-tests.mk).
+ * user_limits, and with other parameters for module_params (and again
+ * with the defaults after each); against kvshared the limits are the
+ * daemon's, which the suite's runner sets small (see uapi-tests.mk).
  */
 #include <poll.h>
 #include <pthread.h>
@@ -59,22 +62,24 @@
 
 FIXTURE(mu) {
 	struct kvs_env env;
-	int reloaded;		/* the module runs with MU_LIMIT_PARAMS */
+	int reloaded;		/* the module runs with other parameters */
+	long dev_gid;		/* the device's group at setup, or -errno */
 };
 
 FIXTURE_SETUP(mu)
 {
 	self->reloaded = 0;
+	self->dev_gid = kvs_dev_group();
 	kvs_env_init(&self->env);
 }
 
-static int mu_reload(const char *params);
+static int mu_reload(const char *params, long gid);
 
 FIXTURE_TEARDOWN(mu)
 {
 	kvs_env_fini(&self->env);
 	/* Later suites get the module as the VM loaded it. */
-	if (self->reloaded && mu_reload(""))
+	if (self->reloaded && mu_reload("", self->dev_gid))
 		fprintf(stderr, "# could not load kvshare.ko with its defaults again\n");
 }
 
@@ -389,6 +394,8 @@ static int mu_unload(void)
 	for (i = 0; i < 100; i++) {
 		if (!syscall(__NR_delete_module, "kvshare", O_NONBLOCK))
 			return 0;
+		if (errno == ENOENT)
+			return 0;	/* not loaded: a failed test left it so */
 		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EBUSY)
 			return -errno;
 		usleep(20000);
@@ -396,29 +403,38 @@ static int mu_unload(void)
 	return -EBUSY;
 }
 
-/*
- * Reload kvshare.ko with module parameters @params ("" for the defaults)
- * from $KVS_MODULE (default /lib/modules/kvshare.ko, as unload_test does)
- * and give the new device node the old one's group (no udev in the VM).
- * Every file of the device must be closed.
- */
-static int mu_reload(const char *params)
+/* Load kvshare.ko from $KVS_MODULE (default /lib/modules/kvshare.ko). */
+static int mu_load(const char *params)
 {
 	const char *ko = getenv("KVS_MODULE");
-	long gid = kvs_dev_group();
-	int kfd, ret;
+	int kfd, ret = 0;
 
-	if (gid < 0)
-		return (int)gid;
 	if (!ko || !*ko)
 		ko = KVS_MODULE_DEFAULT;
 	kfd = open(ko, O_RDONLY | O_CLOEXEC);
 	if (kfd < 0)
 		return -errno;
-	ret = mu_unload();
-	if (!ret && syscall(__NR_finit_module, kfd, params, 0))
+	if (syscall(__NR_finit_module, kfd, params, 0))
 		ret = -errno;
 	close(kfd);
+	return ret;
+}
+
+/*
+ * Reload kvshare.ko with module parameters @params ("" for the defaults),
+ * as unload_test does, and give the new device node group @gid, the one
+ * the node had when the test began (no udev in the VM).  Every file of
+ * the device must be closed.
+ */
+static int mu_reload(const char *params, long gid)
+{
+	int ret;
+
+	if (gid < 0)
+		return (int)gid;
+	ret = mu_unload();
+	if (!ret)
+		ret = mu_load(params);
 	return ret ? ret : kvs_dev_set_group(gid);
 }
 
@@ -535,7 +551,7 @@ TEST_F_TIMEOUT(mu, user_limits, 300)
 		/* Every file must be closed to unload the module. */
 		kvs_env_fini(&self->env);
 		self->reloaded = 1;
-		ASSERT_EQ(0, mu_reload(MU_LIMIT_PARAMS));
+		ASSERT_EQ(0, mu_reload(MU_LIMIT_PARAMS, self->dev_gid));
 		kvs_env_init(&self->env);
 		KVS_REQUIRE(&self->env);
 		ASSERT_EQ(0, kvs_info(&self->env.ctl, &in));
@@ -741,6 +757,111 @@ TEST_F(mu, user_limits_of_others)
 		_exit(0);
 	}
 	ASSERT_CHILD_OK(pid);
+	kvs_env_assert_baseline(_metadata, &self->env);
+}
+
+/* ------------------------------------------------------------------ */
+/* Module parameters                                                  */
+/* ------------------------------------------------------------------ */
+
+/* /sys/module/kvshare/parameters/@name, or "" if it cannot be read. */
+static void read_param(const char *name, char *buf, size_t len)
+{
+	char path[128];
+	ssize_t n = -1;
+	int fd;
+
+	snprintf(path, sizeof(path), "/sys/module/kvshare/parameters/%s", name);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		n = read(fd, buf, len - 1);
+		close(fd);
+	}
+	buf[n > 0 ? n : 0] = '\0';
+}
+
+/*
+ * dev_mode takes read and write bits in octal and nothing else: a mode
+ * with an execute, setuid or sticky bit (0777, 0661, 01666), 0 (which a
+ * misc device would turn into 0600), trailing garbage or no value fails
+ * the load with EINVAL and leaves no module.  dev_mode=0666 with two
+ * per-user limits overridden loads: the node is 0666 (a user outside its
+ * group opens it), parameters/ shows the three values and the one left
+ * alone, and KVS_IOC_USER_LIMITS the limits the module runs with.  A load
+ * without parameters makes the node 0660 again.
+ * On 19bd58c the module had none of these parameters: the loader ignored
+ * each as unknown, so every bad dev_mode loaded (and the node was 0666),
+ * and parameters/ held no dev_mode or max_user_* files.
+ */
+TEST_F(mu, module_params)
+{
+	static const char *const bad[] = {
+		"dev_mode=0777", "dev_mode=0661", "dev_mode=01666", "dev_mode=0",
+		"dev_mode=660x", "dev_mode=", "dev_mode",
+	};
+	struct kvs_user_limits u;
+	struct stat sb;
+	char buf[64];
+	unsigned int i;
+	pid_t pid;
+
+	MU_BEGIN();
+	MU_MODULE_ONLY();
+	ASSERT_LE(0, self->dev_gid);
+	/* Every file must be closed to unload the module. */
+	kvs_env_fini(&self->env);
+	self->reloaded = 1;
+	ASSERT_EQ(0, mu_unload());
+	for (i = 0; i < KVS_ARRAY_SIZE(bad); i++) {
+		EXPECT_EQ(-EINVAL, mu_load(bad[i])) TH_LOG("insmod kvshare.ko %s", bad[i]);
+		EXPECT_NE(0, access("/sys/module/kvshare", F_OK))
+			TH_LOG("%s left kvshare loaded", bad[i]);
+		ASSERT_EQ(0, mu_unload());
+	}
+
+	ASSERT_EQ(0, mu_load("dev_mode=0666 max_user_pools=3 max_user_held_bytes=1048576"));
+	ASSERT_EQ(0, kvs_dev_set_group(self->dev_gid));
+	ASSERT_EQ(0, stat(kvs_dev_path(), &sb));
+	ASSERT_EQ(0666, sb.st_mode & 07777);
+	read_param("dev_mode", buf, sizeof(buf));
+	ASSERT_STREQ("0666\n", buf);
+	read_param("max_user_pools", buf, sizeof(buf));
+	ASSERT_STREQ("3\n", buf);
+	read_param("max_user_held_bytes", buf, sizeof(buf));
+	ASSERT_STREQ("1048576\n", buf);
+	read_param("max_user_held", buf, sizeof(buf));
+	ASSERT_NE(0, buf[0]);
+	kvs_env_init(&self->env);
+	KVS_REQUIRE(&self->env);
+	ASSERT_EQ(0, kvs_user_limits(&self->env.ctl, KVS_NOBODY, &u));
+	ASSERT_EQ(3, u.max_pools);
+	ASSERT_EQ(1048576, u.max_held_bytes);
+	ASSERT_EQ(strtoull(buf, NULL, 10), u.max_held);
+	pid = kvs_env_fork(_metadata, &self->env);
+	if (pid == 0) {
+		struct kvs_conn c;
+		struct kvs_info in;
+
+		CHILD_BECOME(KVS_NOBODY, 0);
+		child_open(&c);
+		KVS_CHILD_EQ(0, kvs_info(&c, &in));
+		_exit(0);
+	}
+	ASSERT_CHILD_OK(pid);
+	kvs_env_fini(&self->env);
+
+	/* The defaults again, as later tests and suites expect them. */
+	ASSERT_EQ(0, mu_reload("", self->dev_gid));
+	self->reloaded = 0;
+	ASSERT_EQ(0, stat(kvs_dev_path(), &sb));
+	ASSERT_EQ(0660, sb.st_mode & 07777);
+	ASSERT_EQ(self->dev_gid, sb.st_gid);
+	read_param("dev_mode", buf, sizeof(buf));
+	ASSERT_STREQ("0660\n", buf);
+	read_param("max_user_pools", buf, sizeof(buf));
+	ASSERT_STRNE("3\n", buf);
+	kvs_env_init(&self->env);
+	KVS_REQUIRE(&self->env);
 	kvs_env_assert_baseline(_metadata, &self->env);
 }
 
