@@ -20,6 +20,7 @@
  *  - check_and_pages:        CHECK is admin-only, PAGES hides keys and
  *                            namespaces from all but the owner;
  *  - opener_credentials:     a file carries its opener's rights (module);
+ *  - opener_groups:          and its opener's supplementary groups (module);
  *  - pool_memory_refused / shrink_pool_memory: pool memory is a memfd
  *                            sealed against shrinking;
  *  - failed_copy_undone:     ATTACH and CREATE whose results cannot be
@@ -1173,6 +1174,120 @@ TEST_F(mu, opener_credentials)
 	ASSERT_EQ(0, st.n_files);
 	ASSERT_EQ(8, st.n_free);
 	check_invariants(&self->env.ctl, pc.pool_id);
+	kvs_env_assert_baseline(_metadata, &self->env);
+}
+
+/*
+ * A file of the device opened by uid 65534, a member of the device's
+ * group and, unless @extra_gid is -1, of group @extra_gid too; passed to
+ * this process over a socket.  The fd, or the test fails.
+ */
+static int open_as_nobody(struct __test_metadata *_metadata, FIXTURE_DATA(mu) *self,
+			  long extra_gid)
+{
+	int sv[2], fd;
+	pid_t pid;
+
+	ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
+	pid = kvs_env_fork(_metadata, &self->env);
+	if (pid == 0) {
+		struct kvs_conn c;
+
+		close(sv[0]);
+		KVS_CHILD_EQ(0, kvs_become(KVS_NOBODY, 1, extra_gid));
+		child_open(&c);
+		KVS_CHILD_EQ(0, send_fd(sv[1], c.fd));
+		_exit(0);
+	}
+	fd = recv_fd(sv[0]);
+	close(sv[0]);
+	close(sv[1]);
+	ASSERT_LE(0, fd);
+	ASSERT_CHILD_OK(pid);
+	return fd;
+}
+
+/*
+ * Group access is decided by the supplementary groups of whoever opened
+ * the file.  A member uid (1000) creates a 0660 pool, of its group 1000.
+ * Uid 65534 opens two files, one while it holds group 1000 as a
+ * supplementary group and one while it does not; the two differ in
+ * nothing else.  A process of uid 65534 with no group at all (it cannot
+ * even open the device) attaches the pool through the first and
+ * allocates; root, holding group 1000 itself, is refused (EACCES) through
+ * the second.
+ * On 19bd58c the calling process's credentials decided: the groupless
+ * process was refused, and root (admin, and in the group) attached.  A
+ * module that took f_cred's uid but current's groups fails both ways too.
+ */
+TEST_F(mu, opener_groups)
+{
+	struct kvs_pool_desc d[KVS_ENV_POOLS + 8];
+	struct kvs_pool_stats st;
+	struct kvs_conn member, outsider;
+	struct kvs_quota q;
+	char name[KVS_NAME_MAX];
+	__u32 id, n = 0, i;
+	pid_t pid;
+
+	MU_BEGIN();
+	MU_MODULE_ONLY();
+	kvs_env_name(&self->env, name, "group");
+	pid = kvs_env_fork(_metadata, &self->env);
+	if (pid == 0) {
+		struct kvs_pool_create pc;
+		struct kvs_conn c;
+
+		KVS_CHILD_EQ(0, kvs_become(MU_MEMBER, 1, -1));
+		child_open(&c);
+		kvs_pool_args(&pc, name, 4);
+		pc.mode = 0660;
+		KVS_CHILD_EQ(0, kvs_pool_create(&c, &pc));
+		_exit(0);
+	}
+	ASSERT_CHILD_OK(pid);
+	id = find_pool(_metadata, &self->env.ctl, MU_MEMBER, name);
+	kvs_env_track(_metadata, &self->env, id);
+	ASSERT_EQ(0, kvs_pool_list(&self->env.ctl, d, KVS_ARRAY_SIZE(d), &n));
+	for (i = 0; i < n && d[i].pool_id != id; i++)
+		;
+	ASSERT_LT(i, n);
+	ASSERT_EQ(MU_MEMBER, d[i].gid);
+	ASSERT_EQ(0660, d[i].mode);
+
+	member.fd = open_as_nobody(_metadata, self, MU_MEMBER);
+	outsider.fd = open_as_nobody(_metadata, self, -1);
+	pid = kvs_env_fork(_metadata, &self->env);
+	if (pid == 0) {
+		__u32 p;
+
+		CHILD_BECOME(KVS_NOBODY, 0);
+		KVS_CHILD_EQ(-1, open(kvs_dev_path(), O_RDWR | O_CLOEXEC));
+		KVS_CHILD_EQ(-EACCES, kvs_attach_owner(&outsider, MU_MEMBER, name, 0, 0, NULL));
+		KVS_CHILD_EQ(0, kvs_attach_owner(&member, MU_MEMBER, name, 0, 0, NULL));
+		KVS_CHILD_EQ(0, kvs_alloc(&member, 1, &p));
+		_exit(0);
+	}
+	ASSERT_CHILD_OK(pid);
+	pid = kvs_env_fork(_metadata, &self->env);
+	if (pid == 0) {
+		gid_t g = MU_MEMBER;
+
+		/* Still root (admin), now in the pool's group as well. */
+		KVS_CHILD_EQ(0, setgroups(1, &g));
+		KVS_CHILD_EQ(-EACCES, kvs_attach_owner(&outsider, MU_MEMBER, name, 0, 0, NULL));
+		_exit(0);
+	}
+	ASSERT_CHILD_OK(pid);
+
+	/* The member's file holds the page; the outsider's holds nothing. */
+	ASSERT_EQ(0, kvs_stats(&self->env.ctl, id, KVS_STATS_CHECK, &st));
+	ASSERT_EQ(1, st.n_files);
+	ASSERT_EQ(1, st.n_owned);
+	ASSERT_EQ(-EBADFD, kvs_quota_get(&outsider, &q));
+	kvs_conn_close(&member);
+	kvs_conn_close(&outsider);
+	check_invariants(&self->env.ctl, id);
 	kvs_env_assert_baseline(_metadata, &self->env);
 }
 
