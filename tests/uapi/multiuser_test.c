@@ -23,6 +23,9 @@
  *  - opener_groups:          and its opener's supplementary groups (module);
  *  - pool_memory_refused / shrink_pool_memory: pool memory is a memfd
  *                            sealed against shrinking;
+ *  - pool_memory_reopened / pool_memory_hugetlb: a memfd reopened through
+ *                            /proc, and a hugetlbfs memfd, under the same
+ *                            rules;
  *  - failed_copy_undone:     ATTACH and CREATE whose results cannot be
  *                            written back leave nothing behind (module).
  *
@@ -65,16 +68,19 @@ FIXTURE(mu) {
 	struct kvs_env env;
 	int reloaded;		/* the module runs with other parameters */
 	long dev_gid;		/* the device's group at setup, or -errno */
+	long nr_huge;		/* vm.nr_hugepages to restore, or -1 */
 };
 
 FIXTURE_SETUP(mu)
 {
 	self->reloaded = 0;
 	self->dev_gid = kvs_dev_group();
+	self->nr_huge = -1;
 	kvs_env_init(&self->env);
 }
 
 static int mu_reload(const char *params, long gid);
+static void huge_restore(long nr);
 
 FIXTURE_TEARDOWN(mu)
 {
@@ -82,6 +88,7 @@ FIXTURE_TEARDOWN(mu)
 	/* Later suites get the module as the VM loaded it. */
 	if (self->reloaded && mu_reload("", self->dev_gid))
 		fprintf(stderr, "# could not load kvshare.ko with its defaults again\n");
+	huge_restore(self->nr_huge);
 }
 
 static int is_module(FIXTURE_DATA(mu) *self)
@@ -1398,6 +1405,188 @@ TEST_F(mu, pool_memory_refused)
 	kvs_env_create(_metadata, &self->env, &pc, "mem2");
 	close(fd);
 #undef EXPECT_MEM
+	kvs_env_assert_baseline(_metadata, &self->env);
+}
+
+/*
+ * The seals the suite's new pool memory carries: against shrinking (the
+ * arbiter's requirement) and growing, and F_SEAL_SEAL, so that no holder
+ * can add F_SEAL_FUTURE_WRITE and so break every later writable mapping.
+ */
+#define PM_SEALS	(F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+/*
+ * A memfd reopened through /proc/self/fd/N is a new open file of the same
+ * memfd, its seals included, and is taken as pool memory as the memfd
+ * itself is: an attacher's memory fd shows the creator's bytes and seals.
+ * A guard, not an attack: 19bd58c took any regular file, so this passed
+ * there too.  It keeps the check on the memory itself (the inode: which
+ * file system, which seals), not on the open file that was passed.
+ */
+TEST_F(mu, pool_memory_reopened)
+{
+	struct kvs_pool_create pc;
+	struct kvs_pool_attach at;
+	struct kvs_info in;
+	struct kvs_conn *a;
+	unsigned char *m, *am;
+	char path[64];
+	int fd, rfd, st;
+
+	MU_BEGIN();
+	ASSERT_EQ(0, kvs_info(&self->env.ctl, &in));
+	if (!(in.features & KVS_FEAT_MEM_FD))
+		SKIP(return, "arbiter without KVS_FEAT_MEM_FD");
+	fd = kvs_memfd("reopened", PM_BYTES, PM_SEALS);
+	ASSERT_LE(0, fd);
+	m = mmap(NULL, PM_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ASSERT_NE(MAP_FAILED, m);
+	pattern_fill(m, PM_BYTES, 5);
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	rfd = open(path, O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, rfd) TH_LOG("%s: %s", path, strerror(errno));
+	close(fd);
+	kvs_pool_args(&pc, "", PM_PAGES);
+	pc.mem_fd = rfd;
+	kvs_env_create(_metadata, &self->env, &pc, "reopened");
+	close(rfd);
+
+	a = kvs_env_open(_metadata, &self->env);
+	ASSERT_EQ(0, kvs_attach(a, pc.name, 0, KVS_ATTACH_MEM_FD, &at));
+	ASSERT_LE(0, at.mem_fd);
+	ASSERT_EQ(PM_SEALS, fcntl(at.mem_fd, F_GET_SEALS) & PM_SEALS);
+	am = mmap(NULL, PM_BYTES, PROT_READ, MAP_SHARED, at.mem_fd, 0);
+	ASSERT_NE(MAP_FAILED, am);
+	close(at.mem_fd);
+	st = read_in_child(am, PM_BYTES, 5);
+	ASSERT_EQ(0, st) TH_LOG("reader status 0x%x", st);
+	munmap(am, PM_BYTES);
+	munmap(m, PM_BYTES);
+	check_invariants(&self->env.ctl, pc.pool_id);
+	kvs_env_assert_baseline(_metadata, &self->env);
+}
+
+/* A number from /proc/meminfo ("HugePages_Free", "Hugepagesize"), or -1. */
+static long meminfo(const char *key)
+{
+	char line[128];
+	size_t len = strlen(key);
+	long v = -1;
+	FILE *f = fopen("/proc/meminfo", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, len) && line[len] == ':') {
+			v = strtol(line + len + 1, NULL, 10);
+			break;
+		}
+	fclose(f);
+	return v;
+}
+
+#define NR_HUGEPAGES	"/proc/sys/vm/nr_hugepages"
+
+static long nr_hugepages(void)
+{
+	FILE *f = fopen(NR_HUGEPAGES, "r");
+	long v = -1;
+
+	if (!f)
+		return -1;
+	if (fscanf(f, "%ld", &v) != 1)
+		v = -1;
+	fclose(f);
+	return v;
+}
+
+static int set_nr_hugepages(long nr)
+{
+	FILE *f = fopen(NR_HUGEPAGES, "w");
+	int ret;
+
+	if (!f)
+		return -errno;
+	ret = fprintf(f, "%ld\n", nr) < 0 ? -EIO : 0;
+	if (fclose(f) && !ret)
+		ret = -errno;
+	return ret;
+}
+
+/* Give back the huge pages a test reserved (@nr: the count before, or -1). */
+static void huge_restore(long nr)
+{
+	if (nr >= 0 && set_nr_hugepages(nr))
+		fprintf(stderr, "# could not set vm.nr_hugepages back to %ld\n", nr);
+}
+
+/*
+ * Pool memory on hugetlbfs (memfd_create(MFD_HUGETLB)) obeys the same
+ * rules as a shmem memfd: unsealed EPERM, one 4 KiB page longer than the
+ * memfd ERANGE, sealed and long enough a pool, whose attachers map the
+ * creator's bytes.  The VM boots without huge pages: in it the test
+ * reserves one (vm.nr_hugepages, given back at teardown); on a shared
+ * host with none free it skips rather than change the host.
+ * On 19bd58c any regular file was taken: the unsealed memfd made a pool,
+ * and its creator could shrink it under every attacher's mapping.
+ */
+TEST_F(mu, pool_memory_hugetlb)
+{
+	struct kvs_pool_create pc;
+	struct kvs_pool_attach at;
+	struct kvs_info i0, i1;
+	struct kvs_conn *a;
+	unsigned char *m, *am;
+	long hsize, nr;
+	int fd, st;
+
+	MU_BEGIN();
+	ASSERT_EQ(0, kvs_info(&self->env.ctl, &i0));
+	if (!(i0.features & KVS_FEAT_MEM_FD))
+		SKIP(return, "arbiter without KVS_FEAT_MEM_FD");
+	hsize = meminfo("Hugepagesize") * 1024;
+	if (hsize <= 0)
+		SKIP(return, "no hugetlbfs (no Hugepagesize in /proc/meminfo)");
+	nr = nr_hugepages();
+	if (meminfo("HugePages_Free") < 1 && is_module(self) && nr >= 0 &&
+	    !set_nr_hugepages(nr + 1))
+		self->nr_huge = nr;
+	if (meminfo("HugePages_Free") < 1)
+		SKIP(return, "no free huge page (vm.nr_hugepages %ld)%s", nr,
+		     is_module(self) ? ", and none could be reserved" :
+		     ": not reserving one on a shared host");
+	fd = memfd_create("kvs-huge", MFD_CLOEXEC | MFD_HUGETLB | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		SKIP(return, "memfd_create(MFD_HUGETLB): %s", strerror(errno));
+	ASSERT_EQ(0, ftruncate(fd, hsize));
+	kvs_pool_args(&pc, "", hsize / KVS_T_PAGE_BYTES);
+	kvs_env_name(&self->env, pc.name, "huge");
+	pc.mem_fd = fd;
+	ASSERT_EQ(-EPERM, kvs_pool_create(&self->env.ctl, &pc));
+	ASSERT_EQ(0, fcntl(fd, F_ADD_SEALS, PM_SEALS));
+	pc.n_pages++;
+	ASSERT_EQ(-ERANGE, kvs_pool_create(&self->env.ctl, &pc));
+	ASSERT_EQ(0, kvs_info(&self->env.ctl, &i1));
+	ASSERT_EQ(i0.n_pools, i1.n_pools);
+	ASSERT_EQ(i0.n_objects, i1.n_objects);
+	pc.n_pages--;
+	kvs_env_create(_metadata, &self->env, &pc, "");
+
+	m = mmap(NULL, hsize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ASSERT_NE(MAP_FAILED, m) TH_LOG("mmap: %s", strerror(errno));
+	close(fd);
+	pattern_fill(m, hsize, 9);
+	a = kvs_env_open(_metadata, &self->env);
+	ASSERT_EQ(0, kvs_attach(a, pc.name, 0, KVS_ATTACH_MEM_FD, &at));
+	ASSERT_LE(0, at.mem_fd);
+	am = mmap(NULL, hsize, PROT_READ, MAP_SHARED, at.mem_fd, 0);
+	ASSERT_NE(MAP_FAILED, am) TH_LOG("mmap: %s", strerror(errno));
+	close(at.mem_fd);
+	st = read_in_child(am, hsize, 9);
+	ASSERT_EQ(0, st) TH_LOG("reader status 0x%x", st);
+	munmap(am, hsize);
+	munmap(m, hsize);
+	check_invariants(&self->env.ctl, pc.pool_id);
 	kvs_env_assert_baseline(_metadata, &self->env);
 }
 
