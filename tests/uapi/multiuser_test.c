@@ -1308,9 +1308,11 @@ TEST_F(mu, opener_groups)
 /*
  * Pool memory must be a memfd sealed with F_SEAL_SHRINK and at least as
  * long as the pool: an unsealed memfd (or one sealed against growing
- * only) is EPERM, a short one ERANGE, a regular file (on disk or tmpfs),
- * a pipe or a socket EINVAL; each refusal leaves nothing behind, and the
- * same name is then created with valid memory (exact, and longer).
+ * only, or one made without MFD_ALLOW_SEALING, which only F_SEAL_SEAL
+ * seals) is EPERM, a short one ERANGE, a regular file (on disk or
+ * tmpfs), a pipe or a socket EINVAL; each refusal leaves nothing behind,
+ * and the same name is then created with valid memory (exact, and
+ * longer).
  * On 19bd58c every regular file was taken: the unsealed memfd, the short
  * one and the plain file all made pools.
  */
@@ -1340,6 +1342,15 @@ TEST_F(mu, pool_memory_refused)
 	fd = kvs_memfd("grow-sealed", PM_BYTES, F_SEAL_GROW);
 	ASSERT_LE(0, fd);
 	EXPECT_MEM(-EPERM, "memfd sealed against growing only", fd);
+	close(fd);
+	/*
+	 * A memfd made without MFD_ALLOW_SEALING carries F_SEAL_SEAL from
+	 * birth and can never be sealed against shrinking.
+	 */
+	fd = memfd_create("no-sealing", MFD_CLOEXEC);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, ftruncate(fd, PM_BYTES));
+	EXPECT_MEM(-EPERM, "memfd without MFD_ALLOW_SEALING", fd);
 	close(fd);
 	fd = kvs_memfd("short", PM_BYTES - 1, F_SEAL_SHRINK);
 	ASSERT_LE(0, fd);
