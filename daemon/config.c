@@ -9,6 +9,7 @@
  * the arbiter applies, so that a bad pool is reported with its file and
  * line before the daemon starts rather than as a bare errno later.
  */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
@@ -16,6 +17,8 @@
 #include <pwd.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/un.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -496,6 +499,62 @@ static int check_path(const char *where, const char *what, const char *path)
 		return -EINVAL;
 	}
 	return 0;
+}
+
+/*
+ * "127.0.0.1:9100", "[::1]:9100", "localhost:9100": loopback only
+ * (-EPERM for another address).  metrics.c listens with it; the
+ * configuration checks specs with it.
+ */
+int kvsd_metrics_addr(const char *spec, struct sockaddr_storage *ss, socklen_t *len)
+{
+	struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+	char host[64];
+	const char *colon, *port_s;
+	unsigned long port;
+	char *end;
+
+	if (spec[0] == '[') {
+		const char *rb = strchr(spec, ']');
+
+		if (!rb || rb[1] != ':' || (size_t)(rb - spec - 1) >= sizeof(host))
+			return -EINVAL;
+		memcpy(host, spec + 1, rb - spec - 1);
+		host[rb - spec - 1] = '\0';
+		port_s = rb + 2;
+	} else {
+		colon = strrchr(spec, ':');
+		if (!colon || (size_t)(colon - spec) >= sizeof(host))
+			return -EINVAL;
+		memcpy(host, spec, colon - spec);
+		host[colon - spec] = '\0';
+		port_s = colon + 1;
+	}
+	errno = 0;
+	port = strtoul(port_s, &end, 10);
+	if (!*port_s || *end || errno || port > 65535)
+		return -EINVAL;
+	memset(ss, 0, sizeof(*ss));
+	if (!strcmp(host, "localhost"))
+		strcpy(host, "127.0.0.1");
+	if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
+		if ((ntohl(in4->sin_addr.s_addr) >> 24) != 127)
+			return -EPERM;
+		in4->sin_family = AF_INET;
+		in4->sin_port = htons(port);
+		*len = sizeof(*in4);
+		return 0;
+	}
+	if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+		if (!IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr))
+			return -EPERM;
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons(port);
+		*len = sizeof(*in6);
+		return 0;
+	}
+	return -EINVAL;
 }
 
 static int check_metrics(const char *where, const char *spec)

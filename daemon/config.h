@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <linux/kvshare.h>
 
 #define KVSD_EXIT_USAGE		2
@@ -87,6 +88,12 @@ struct kvsd_config {
 int kvsd_config_load(int argc, char **argv, struct kvsd_config **cfg);
 void kvsd_config_free(struct kvsd_config *cfg);
 
+/*
+ * A --metrics TCP spec as an address: loopback only (-EPERM for another),
+ * -EINVAL if it is not HOST:PORT.
+ */
+int kvsd_metrics_addr(const char *spec, struct sockaddr_storage *ss,
+		      socklen_t *len);
 /* Bytes of one page of @geom (the arbiter's formula), 0 if invalid. */
 uint64_t kvsd_page_bytes(const struct kvs_geometry *geom);
 const char *kvsd_mem_name(enum kvsd_mem_kind kind);

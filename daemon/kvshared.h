@@ -8,10 +8,11 @@
  *
  * Shared declarations of pools.c, mem.c, mem_cuda.c and metrics.c.
  * Parsing lives in config.h, the arbiter socket in server.h, the log in
- * log.h and the event loop in loop.h.  Calls go one way: main.c calls
- * metrics.c, server.c, pools.c and config.c; metrics.c calls server.c and
- * pools.c; server.c calls pools.c; pools.c calls mem.c; all of them call
- * log.c and loop.c, which call nothing above them.
+ * log.h and the event loop in loop.h.  Calls go one way, down:
+ *   main.c -> metrics.c -> server.c -> pools.c -> mem.c -> mem_cuda.c
+ * (each may also call any file further down), and every one of them may
+ * call config.c (names, sizes and addresses), loop.c and log.c, which
+ * call nothing above them (loop.c only log.c).
  */
 #ifndef _KVSHARED_H
 #define _KVSHARED_H
@@ -92,8 +93,6 @@ int kvsd_cuda_create(const struct kvsd_pool_cfg *pc, uint64_t bytes,
 		     struct kvsd_mem *mem, char *err, size_t err_len);
 
 /* metrics.c */
-int kvsd_metrics_addr(const char *spec, struct sockaddr_storage *ss,
-		      socklen_t *len);
 int kvsd_metrics_start(struct kvsd *d, const char *spec);
 void kvsd_metrics_tick(void);
 void kvsd_metrics_stop(void);

@@ -24,9 +24,10 @@
  *   one, or with mem_fd -1 are closed and the command fails with EINVAL
  *   (the header's "descriptors where none belong").  mem_fd 0 without a
  *   descriptor, or mem_fd > 0, is EBADF, as an unopened fd is for the
- *   ioctl.  A descriptor that is not a regular file (memfd, tmpfs,
- *   hugetlbfs) is EINVAL, as the module refuses it: a socket could even
- *   hold a connection to this daemon open forever.
+ *   ioctl.  A descriptor that is not a regular file is EINVAL here, and
+ *   the core refuses anything but a memfd sealed against shrinking (as
+ *   the module does): a socket could even hold a connection to this
+ *   daemon open forever.
  * - Credentials are the peer's at connect: SO_PEERCRED (uid, gid, pid)
  *   and SO_PEERGROUPS (supplementary groups); uid 0 is admin.
  * - Descriptors must be sent with the message's first byte (one sendmsg
@@ -729,14 +730,15 @@ static void conn_new(int fd)
 	/* uid 0 is admin: the daemon's counterpart of CAP_SYS_ADMIN. */
 	c->cred.admin = uc.uid == 0;
 	ret = conn_read_groups(c);
-	if (ret)
+	if (ret) {
 		kvsd_log("accept: SO_PEERGROUPS: %s (pid %d uid %u refused)",
 			 strerror(-ret), uc.pid, uc.uid);
-	else if (kvsd_watch_add(&c->w, EPOLLIN))
-		kvsd_log("accept: epoll: %s", strerror(errno));
-	else
-		ret = 1;
-	if (ret <= 0) {
+	} else {
+		ret = kvsd_watch_add(&c->w, EPOLLIN);
+		if (ret)
+			kvsd_log("accept: epoll: %s", strerror(-ret));
+	}
+	if (ret) {
 		kvs_client_free(c->cl);
 		free(c->groups);
 		free(c);

@@ -125,9 +125,10 @@ void kvs_cmd_undo(struct kvs_client *cl, unsigned int cmd, void *arg,
 int kvs_host_in_group(const struct kvs_cred *cred, __u32 gid);
 /*
  * Take a reference on the memory behind @fd for a new pool of @bytes:
- * a memfd (shmem or hugetlbfs) sealed with F_SEAL_SHRINK and at least
- * @bytes long.  -EBADF not an open fd; -EINVAL not such a memfd; -EPERM
- * not sealed against shrinking; -ERANGE shorter than @bytes.
+ * a memfd (shmem or hugetlbfs) sealed with F_SEAL_SHRINK and F_SEAL_SEAL,
+ * without a write seal, and at least @bytes long.  -EBADF not an open fd;
+ * -EINVAL not a memfd; -EPERM seals other than those; -ERANGE shorter than
+ * @bytes.
  */
 int kvs_host_mem_get(int fd, __u64 bytes, void **mem);
 /* An extra reference on pool memory (for ATTACH's mem_out). */

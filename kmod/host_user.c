@@ -6,6 +6,8 @@
  */
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -40,6 +42,23 @@ struct kvs_umem {
  * hugetlbfs files, and a file on either that was not made by memfd_create()
  * carries F_SEAL_SEAL without F_SEAL_SHRINK, so it is refused below too.
  */
+static bool kvs_is_memfd(int fd)
+{
+	static const char prefix[] = "/memfd:";
+	char path[32], link[sizeof(prefix)];
+	ssize_t n;
+
+	/*
+	 * The module tells a memfd by its kernel-internal mount; user space
+	 * sees that mount only in the name the kernel gives the file.  A file
+	 * of a mounted tmpfs or hugetlbfs has its path there instead.
+	 */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, link, sizeof(link));
+	return n == (ssize_t)sizeof(link) &&
+	       !memcmp(link, prefix, sizeof(prefix) - 1);
+}
+
 static int kvs_mem_check(int fd, u64 bytes)
 {
 	struct statfs sfs;
@@ -54,9 +73,11 @@ static int kvs_mem_check(int fd, u64 bytes)
 	    sfs.f_type != (typeof(sfs.f_type))HUGETLBFS_MAGIC)
 		return -EINVAL;
 	seals = fcntl(fd, F_GET_SEALS);
-	if (seals < 0)
+	if (seals < 0 || !kvs_is_memfd(fd))
 		return -EINVAL;
-	if (!(seals & F_SEAL_SHRINK))
+	/* As the module's kvs_mem_seals_ok(): see there. */
+	if ((seals & KVS_MEM_SEALS_REQUIRED) != KVS_MEM_SEALS_REQUIRED ||
+	    (seals & KVS_MEM_SEALS_FORBIDDEN))
 		return -EPERM;
 	/* Sealed first, measured after: the size can only have grown since. */
 	if (fstat(fd, &st) || !S_ISREG(st.st_mode))

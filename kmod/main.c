@@ -160,11 +160,25 @@ static unsigned int *kvs_memfd_seals(struct file *file)
 }
 
 /*
+ * Sealed against shrinking, so no holder can make another's mapping fault,
+ * and against new seals, so no holder can add F_SEAL_FUTURE_WRITE and make
+ * every later writable mmap fail; and writable, or the pool is useless.
+ */
+static bool kvs_mem_seals_ok(unsigned int seals)
+{
+	BUILD_BUG_ON(KVS_MEM_SEALS_REQUIRED != (F_SEAL_SEAL | F_SEAL_SHRINK));
+	BUILD_BUG_ON(KVS_MEM_SEALS_FORBIDDEN != (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE));
+	return (seals & KVS_MEM_SEALS_REQUIRED) == KVS_MEM_SEALS_REQUIRED &&
+	       !(seals & KVS_MEM_SEALS_FORBIDDEN);
+}
+
+/*
  * Pool memory is a file the pool keeps open and hands to every attacher
  * (KVS_ATTACH_MEM_FD installs that same open file), so whatever the file
  * allows its creator, every attacher may do.  Only a memfd sealed against
- * shrinking is taken: anyone holding the file could otherwise ftruncate()
- * it and make every other process's mapping of it fault (SIGBUS).  Seals
+ * shrinking and further sealing is taken (kvs_mem_seals_ok()): anyone
+ * holding the file could otherwise ftruncate() it and make every other
+ * process's mapping of it fault (SIGBUS).  Seals
  * are never removed, so once F_SEAL_SHRINK is seen the size checked after
  * it stays.  A kvshare or io_uring file is no memfd, so a pool never holds
  * a file that holds the pool (a reference cycle nothing would free).
@@ -180,7 +194,7 @@ int kvs_host_mem_get(int fd, __u64 bytes, void **mem)
 	seals = kvs_memfd_seals(file);
 	if (!seals)
 		ret = -EINVAL;
-	else if (!(READ_ONCE(*seals) & F_SEAL_SHRINK))
+	else if (!kvs_mem_seals_ok(READ_ONCE(*seals)))
 		ret = -EPERM;
 	else if ((__u64)i_size_read(file_inode(file)) < bytes)
 		ret = -ERANGE;

@@ -22,8 +22,8 @@ struct kv_pool {
 };
 
 /*
- * The arbiter refuses pool memory that is not a memfd sealed against
- * shrinking and as long as the pool; check again before mapping, because
+ * The arbiter refuses pool memory that is not a memfd sealed as
+ * KVS_MEM_SEALS_* say and as long as the pool; check again before mapping, because
  * a mapping past the end of a file that shrank faults (SIGBUS) on the
  * first touch, and a library should fail here with an errno instead.
  */
@@ -40,7 +40,8 @@ static int kv_pool_check_mem(int fd, size_t size)
 	seals = fcntl(fd, F_GET_SEALS);
 	if (seals < 0)
 		return -EINVAL;		/* not a memfd: it cannot be sealed */
-	if (!(seals & F_SEAL_SHRINK))
+	if ((seals & KVS_MEM_SEALS_REQUIRED) != KVS_MEM_SEALS_REQUIRED ||
+	    (seals & KVS_MEM_SEALS_FORBIDDEN))
 		return -EPERM;
 	if ((uint64_t)st.st_size < size)
 		return -ERANGE;

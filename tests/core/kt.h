@@ -228,7 +228,8 @@ static KT_UNUSED int kt_memfd(__u64 bytes)
 
 	if (fd < 0)
 		return -1;
-	if (ftruncate(fd, bytes) || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK)) {
+	if (ftruncate(fd, bytes) ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
 		close(fd);
 		return -1;
 	}

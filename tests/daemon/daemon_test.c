@@ -228,7 +228,7 @@ static int sealed_memfd(const char *name, size_t bytes)
 
 	if (fd < 0)
 		return -1;
-	if (ftruncate(fd, bytes) || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK)) {
+	if (ftruncate(fd, bytes) || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL)) {
 		close(fd);
 		return -1;
 	}

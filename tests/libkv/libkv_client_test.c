@@ -59,7 +59,7 @@ static int sealed_memfd(size_t bytes)
 	int fd = memfd_create("kvs-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 
 	if (fd < 0 || ftruncate(fd, bytes) ||
-	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK)) {
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
 		if (fd >= 0)
 			close(fd);
 		return -1;

@@ -157,9 +157,9 @@ FIXTURE_SETUP(fake)
 	if (self->skip)
 		return;
 	unsetenv("KVSHARE_POOL_OWNER");
-	self->mem[MEM_GOOD] = sealed_memfd(POOL_BYTES, F_SEAL_SHRINK);
+	self->mem[MEM_GOOD] = sealed_memfd(POOL_BYTES, F_SEAL_SHRINK | F_SEAL_SEAL);
 	self->mem[MEM_UNSEALED] = sealed_memfd(POOL_BYTES, 0);
-	self->mem[MEM_SHORT] = sealed_memfd(POOL_BYTES - PAGE_BYTES, F_SEAL_SHRINK);
+	self->mem[MEM_SHORT] = sealed_memfd(POOL_BYTES - PAGE_BYTES, F_SEAL_SHRINK | F_SEAL_SEAL);
 	/* A file on disk: not a memfd (on tmpfs it could not be sealed either). */
 	self->mem[MEM_FILE] = mkstemp(path);
 	ASSERT_LE(0, self->mem[MEM_FILE]);

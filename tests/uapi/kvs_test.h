@@ -744,9 +744,12 @@ static inline int kvs_user_limits(struct kvs_conn *c, long long uid,
 /* Pool memory                                                        */
 /* ------------------------------------------------------------------ */
 
+/* The seals of valid pool memory: KVS_MEM_SEALS_REQUIRED, and no growing. */
+#define KVS_T_SEALS	(F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
 /*
  * Pool memory as ABI 2 wants it: a memfd of @bytes sealed with @seals
- * (F_SEAL_SHRINK for a valid pool; 0 for an unsealed one).  Returns the
+ * (KVS_T_SEALS for a valid pool; 0 for an unsealed one).  Returns the
  * fd or -errno.
  */
 static inline int kvs_memfd(const char *name, __u64 bytes, int seals)
@@ -766,7 +769,7 @@ static inline int kvs_memfd(const char *name, __u64 bytes, int seals)
 /* A valid pool memory fd for @n_pages of the default geometry. */
 static inline int kvs_pool_memfd(__u64 n_pages)
 {
-	return kvs_memfd("kvs-test", n_pages * KVS_T_PAGE_BYTES, F_SEAL_SHRINK);
+	return kvs_memfd("kvs-test", n_pages * KVS_T_PAGE_BYTES, KVS_T_SEALS);
 }
 
 /* ------------------------------------------------------------------ */

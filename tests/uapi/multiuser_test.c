@@ -294,7 +294,7 @@ TEST_F(mu, squat_name_first)
 		kvs_pool_args(&mine, name, SQ_PAGES);
 		mine.mode = 0666;
 		if (mem_fd) {
-			fd = kvs_memfd("evil", bytes, F_SEAL_SHRINK);
+			fd = kvs_memfd("evil", bytes, KVS_T_SEALS);
 			KVS_CHILD_CHECK(fd >= 0);
 			m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 			KVS_CHILD_CHECK(m != MAP_FAILED);
@@ -331,7 +331,7 @@ TEST_F(mu, squat_name_first)
 	vfd = -1;
 	vmap = NULL;
 	if (mem_fd) {
-		vfd = kvs_memfd("victim", bytes, F_SEAL_SHRINK);
+		vfd = kvs_memfd("victim", bytes, KVS_T_SEALS);
 		ASSERT_LE(0, vfd);
 		vmap = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, vfd, 0);
 		ASSERT_NE(MAP_FAILED, vmap);
@@ -1306,13 +1306,14 @@ TEST_F(mu, opener_groups)
 #define PM_BYTES	(PM_PAGES * KVS_T_PAGE_BYTES)
 
 /*
- * Pool memory must be a memfd sealed with F_SEAL_SHRINK and at least as
- * long as the pool: an unsealed memfd (or one sealed against growing
- * only, or one made without MFD_ALLOW_SEALING, which only F_SEAL_SEAL
- * seals) is EPERM, a short one ERANGE, a regular file (on disk or
- * tmpfs), a pipe or a socket EINVAL; each refusal leaves nothing behind,
- * and the same name is then created with valid memory (exact, and
- * longer).
+ * Pool memory must be a memfd sealed with F_SEAL_SHRINK and F_SEAL_SEAL,
+ * with no write seal, and at least as long as the pool: an unsealed memfd
+ * (or one sealed against growing only, or against shrinking but open to
+ * more seals, or sealed against writes, or one made without
+ * MFD_ALLOW_SEALING, which only F_SEAL_SEAL seals) is EPERM, a short one
+ * ERANGE, a regular file (on disk or tmpfs), a pipe or a socket EINVAL;
+ * each refusal leaves nothing behind, and the same name is then created
+ * with valid memory (exact, and longer).
  * On 19bd58c every regular file was taken: the unsealed memfd, the short
  * one and the plain file all made pools.
  */
@@ -1343,6 +1344,14 @@ TEST_F(mu, pool_memory_refused)
 	ASSERT_LE(0, fd);
 	EXPECT_MEM(-EPERM, "memfd sealed against growing only", fd);
 	close(fd);
+	fd = kvs_memfd("seal-open", PM_BYTES, F_SEAL_SHRINK);
+	ASSERT_LE(0, fd);
+	EXPECT_MEM(-EPERM, "memfd open to more seals", fd);
+	close(fd);
+	fd = kvs_memfd("future-write", PM_BYTES, KVS_T_SEALS | F_SEAL_FUTURE_WRITE);
+	ASSERT_LE(0, fd);
+	EXPECT_MEM(-EPERM, "memfd sealed against writes", fd);
+	close(fd);
 	/*
 	 * A memfd made without MFD_ALLOW_SEALING carries F_SEAL_SEAL from
 	 * birth and can never be sealed against shrinking.
@@ -1352,11 +1361,11 @@ TEST_F(mu, pool_memory_refused)
 	ASSERT_EQ(0, ftruncate(fd, PM_BYTES));
 	EXPECT_MEM(-EPERM, "memfd without MFD_ALLOW_SEALING", fd);
 	close(fd);
-	fd = kvs_memfd("short", PM_BYTES - 1, F_SEAL_SHRINK);
+	fd = kvs_memfd("short", PM_BYTES - 1, KVS_T_SEALS);
 	ASSERT_LE(0, fd);
 	EXPECT_MEM(-ERANGE, "memfd one byte short", fd);
 	close(fd);
-	fd = kvs_memfd("empty", 0, F_SEAL_SHRINK);
+	fd = kvs_memfd("empty", 0, KVS_T_SEALS);
 	ASSERT_LE(0, fd);
 	EXPECT_MEM(-ERANGE, "empty memfd", fd);
 	close(fd);
@@ -1368,25 +1377,11 @@ TEST_F(mu, pool_memory_refused)
 	ASSERT_EQ(0, ftruncate(fd, PM_BYTES));
 	EXPECT_MEM(-EINVAL, "regular file", fd);
 	close(fd);
-	/*
-	 * A tmpfs file that is not a memfd.  kvshared, in user space, cannot
-	 * tell it from a memfd made without MFD_ALLOW_SEALING (both carry
-	 * F_SEAL_SEAL and no other seal), so it may say EPERM; refused
-	 * either way.
-	 */
+	/* A tmpfs file that is not a memfd (its seals are F_SEAL_SEAL). */
 	fd = open("/dev/shm", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 	if (fd >= 0) {
-		int ret;
-
 		ASSERT_EQ(0, ftruncate(fd, PM_BYTES));
-		kvs_pool_args(&pc, name, PM_PAGES);
-		pc.mem_fd = fd;
-		ret = kvs_pool_create(c, &pc);
-		if (is_module(self)) {
-			ASSERT_EQ(-EINVAL, ret);
-		} else {
-			ASSERT_TRUE(ret == -EINVAL || ret == -EPERM) TH_LOG("ret %d", ret);
-		}
+		EXPECT_MEM(-EINVAL, "tmpfs file", fd);
 		close(fd);
 	}
 	ASSERT_EQ(0, pipe(pfd));
@@ -1403,13 +1398,13 @@ TEST_F(mu, pool_memory_refused)
 	ASSERT_EQ(i0.n_objects, i1.n_objects);
 
 	/* Valid memory: exactly the pool's size, and longer. */
-	fd = kvs_memfd("exact", PM_BYTES, F_SEAL_SHRINK);
+	fd = kvs_memfd("exact", PM_BYTES, KVS_T_SEALS);
 	ASSERT_LE(0, fd);
 	kvs_pool_args(&pc, name, PM_PAGES);
 	pc.mem_fd = fd;
 	kvs_env_create(_metadata, &self->env, &pc, "");
 	close(fd);
-	fd = kvs_memfd("longer", 2 * PM_BYTES, F_SEAL_SHRINK | F_SEAL_GROW);
+	fd = kvs_memfd("longer", 2 * PM_BYTES, F_SEAL_SHRINK | F_SEAL_SEAL);
 	ASSERT_LE(0, fd);
 	kvs_pool_args(&pc, "", PM_PAGES);
 	pc.mem_fd = fd;
@@ -1418,13 +1413,6 @@ TEST_F(mu, pool_memory_refused)
 #undef EXPECT_MEM
 	kvs_env_assert_baseline(_metadata, &self->env);
 }
-
-/*
- * The seals the suite's new pool memory carries: against shrinking (the
- * arbiter's requirement) and growing, and F_SEAL_SEAL, so that no holder
- * can add F_SEAL_FUTURE_WRITE and so break every later writable mapping.
- */
-#define PM_SEALS	(F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
 /*
  * A memfd reopened through /proc/self/fd/N is a new open file of the same
@@ -1448,7 +1436,7 @@ TEST_F(mu, pool_memory_reopened)
 	ASSERT_EQ(0, kvs_info(&self->env.ctl, &in));
 	if (!(in.features & KVS_FEAT_MEM_FD))
 		SKIP(return, "arbiter without KVS_FEAT_MEM_FD");
-	fd = kvs_memfd("reopened", PM_BYTES, PM_SEALS);
+	fd = kvs_memfd("reopened", PM_BYTES, KVS_T_SEALS);
 	ASSERT_LE(0, fd);
 	m = mmap(NULL, PM_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	ASSERT_NE(MAP_FAILED, m);
@@ -1465,7 +1453,7 @@ TEST_F(mu, pool_memory_reopened)
 	a = kvs_env_open(_metadata, &self->env);
 	ASSERT_EQ(0, kvs_attach(a, pc.name, 0, KVS_ATTACH_MEM_FD, &at));
 	ASSERT_LE(0, at.mem_fd);
-	ASSERT_EQ(PM_SEALS, fcntl(at.mem_fd, F_GET_SEALS) & PM_SEALS);
+	ASSERT_EQ(KVS_T_SEALS, fcntl(at.mem_fd, F_GET_SEALS) & KVS_T_SEALS);
 	am = mmap(NULL, PM_BYTES, PROT_READ, MAP_SHARED, at.mem_fd, 0);
 	ASSERT_NE(MAP_FAILED, am);
 	close(at.mem_fd);
@@ -1574,7 +1562,7 @@ TEST_F(mu, pool_memory_hugetlb)
 	kvs_env_name(&self->env, pc.name, "huge");
 	pc.mem_fd = fd;
 	ASSERT_EQ(-EPERM, kvs_pool_create(&self->env.ctl, &pc));
-	ASSERT_EQ(0, fcntl(fd, F_ADD_SEALS, PM_SEALS));
+	ASSERT_EQ(0, fcntl(fd, F_ADD_SEALS, KVS_T_SEALS));
 	pc.n_pages++;
 	ASSERT_EQ(-ERANGE, kvs_pool_create(&self->env.ctl, &pc));
 	ASSERT_EQ(0, kvs_info(&self->env.ctl, &i1));
@@ -1605,7 +1593,9 @@ TEST_F(mu, pool_memory_hugetlb)
  * The victim's pool memory is mapped by the victim and handed to the
  * attacker (mode 0666, KVS_ATTACH_MEM_FD gives an O_RDWR fd).  The
  * attacker truncates it, to 0 and to half: EPERM (F_SEAL_SHRINK), and
- * the victim still reads every byte it wrote (no SIGBUS).
+ * the victim still reads every byte it wrote (no SIGBUS).  Nor can the
+ * attacker seal it against writes (F_SEAL_SEAL), which would make every
+ * later writable mapping of the pool fail.
  * The victim first offers the arbiter unsealed memory, as any caller
  * could before: on 19bd58c it was taken, the attacker's ftruncate
  * succeeded and the victim's read died of SIGBUS.
@@ -1635,7 +1625,7 @@ TEST_F(mu, shrink_pool_memory)
 		kvs_env_track(_metadata, &self->env, pc.pool_id);	/* the old ABI */
 	} else {
 		ASSERT_EQ(-EPERM, ret);
-		ASSERT_EQ(0, fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK));
+		ASSERT_EQ(0, fcntl(fd, F_ADD_SEALS, KVS_T_SEALS));
 		kvs_env_create(_metadata, &self->env, &pc, "");
 	}
 	m = mmap(NULL, PM_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -1661,8 +1651,11 @@ TEST_F(mu, shrink_pool_memory)
 		KVS_CHILD_EQ(EPERM, errno);
 		KVS_CHILD_EQ(-1, ftruncate(at.mem_fd, PM_BYTES / 2));
 		KVS_CHILD_EQ(EPERM, errno);
-		/* Nor can the seal be taken off. */
+		/* Nor can the seal be taken off, nor a write seal added. */
 		KVS_CHILD_CHECK(fcntl(at.mem_fd, F_GET_SEALS) & F_SEAL_SHRINK);
+		KVS_CHILD_EQ(-1, fcntl(at.mem_fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE));
+		KVS_CHILD_EQ(EPERM, errno);
+		KVS_CHILD_CHECK(!(fcntl(at.mem_fd, F_GET_SEALS) & F_SEAL_FUTURE_WRITE));
 		KVS_CHILD_EQ(0, fstat(at.mem_fd, &sb));
 		KVS_CHILD_EQ(PM_BYTES, sb.st_size);
 		_exit(0);
@@ -1801,7 +1794,7 @@ TEST_F_TIMEOUT(mu, failed_copy_undone, 300)
 		ASSERT_EQ(0, mprotect(area, 2 * pg, PROT_READ | PROT_WRITE));
 		memset(area, 0, 2 * pg);
 		/* The pool the CHECK walks, with (sparse) memory for MEM_FD. */
-		mfd = kvs_memfd("undo", n_pages * KVS_T_PAGE_BYTES, F_SEAL_SHRINK);
+		mfd = kvs_memfd("undo", n_pages * KVS_T_PAGE_BYTES, KVS_T_SEALS);
 		ASSERT_LE(0, mfd);
 		kvs_pool_args(&big, "", n_pages);
 		big.mem_fd = mfd;

@@ -282,6 +282,7 @@ static int pool_setup(struct run *r, uint32_t *pool_id, bool *created)
 	if (ret)
 		return fail(r, "open", ret);
 	strcpy(at.name, cr.name);
+	at.owner = geteuid();		/* the pool this process just created */
 	ret = r->t->data(r->t, KVS_IOC_POOL_ATTACH, &at);
 	return ret ? fail(r, "pool attach", ret) : 0;
 }

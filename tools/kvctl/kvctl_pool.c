@@ -309,6 +309,14 @@ static bool mem_err_msg(const struct kvs_pool_create *req, uint64_t bytes,
 			 "add F_SEAL_SHRINK (fcntl F_ADD_SEALS), or any holder "
 			 "could shrink it and make the others' mappings fault",
 			 req->mem_fd);
+	else if (err == EPERM && seals >= 0 && !(seals & F_SEAL_SEAL))
+		snprintf(msg, size, "memory fd %d is open to more seals: add "
+			 "F_SEAL_SEAL, or any holder could seal it against "
+			 "writes and make every later mapping fail", req->mem_fd);
+	else if (err == EPERM && seals >= 0 && (seals & KVS_MEM_SEALS_FORBIDDEN))
+		snprintf(msg, size, "memory fd %d is sealed against writes "
+			 "(F_SEAL_WRITE or F_SEAL_FUTURE_WRITE): a pool must be "
+			 "writable", req->mem_fd);
 	else if (err == ERANGE && !fstat(req->mem_fd, &st))
 		snprintf(msg, size, "memory fd %d holds %" PRIu64 " bytes, less "
 			 "than the pool's %" PRIu64 " (%" PRIu64 " pages)",

@@ -127,14 +127,14 @@ field() {
 }
 
 # with_memfd SEALS BYTES CMD...: CMD with fd 3 a memfd of BYTES, sealed
-# with F_SEAL_SHRINK if SEALS is "shrink".
+# as pool memory must be (F_SEAL_SHRINK and F_SEAL_SEAL) if SEALS is "shrink".
 with_memfd() {
 	python3 -c '
 import fcntl, os, sys
 fd = os.memfd_create("kvctl-test", os.MFD_ALLOW_SEALING)
 os.ftruncate(fd, int(sys.argv[2]))
 if sys.argv[1] == "shrink":
-    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
 os.dup2(fd, 3)
 os.execvp(sys.argv[3], sys.argv[3:])' "$@"
 }

@@ -482,9 +482,13 @@ static void add(struct tally *sum, const struct tally *t)
 		sum->ns = t->ns;
 }
 
-/* The pool's own view, with its invariants checked. */
+/*
+ * The pool's own view, with its invariants checked.  The check walks every
+ * page under the pool lock, so only an admin may ask for it: anyone else
+ * gets the counters alone and *checked is false.
+ */
 static int pool_report(const struct opts *o, struct kvs_pool_stats *st,
-		       struct kvs_geometry *geom)
+		       struct kvs_geometry *geom, bool *checked)
 {
 	struct kvs_pool_attach info = { 0 };
 	struct kv_arbiter *arb;
@@ -497,8 +501,14 @@ static int pool_report(const struct opts *o, struct kvs_pool_stats *st,
 	*geom = info.geom;
 	memset(st, 0, sizeof(*st));
 	st->flags = KVS_STATS_CHECK;
+	*checked = true;
 	if (!ret)
 		ret = kv_arbiter_call(arb, KVS_IOC_POOL_STATS, st);
+	if (ret == -EPERM) {
+		memset(st, 0, sizeof(*st));
+		*checked = false;
+		ret = kv_arbiter_call(arb, KVS_IOC_POOL_STATS, st);
+	}
 	kv_arbiter_close(arb);
 	return ret;
 }
@@ -607,18 +617,21 @@ int main(int argc, char **argv)
 	struct kvs_geometry geom = { 0 };
 	struct kvs_pool_stats st;
 	struct tally sum = { 0 };
+	bool checked = false;
 	int ret, check;
 
 	if (parse(argc, argv, &o))
 		return 2;
 	ret = spawn(&o, &sum);
-	check = pool_report(&o, &st, &geom);
+	check = pool_report(&o, &st, &geom, &checked);
 	report(&o, &sum, &geom);
 	if (!check)
 		printf("  pool                   %llu cached, %llu shared, %llu free, "
-		       "%llu evictions; invariants hold\n",
+		       "%llu evictions; %s\n",
 		       (unsigned long long)st.n_cached, (unsigned long long)st.n_shared,
-		       (unsigned long long)st.n_free, (unsigned long long)st.evictions);
+		       (unsigned long long)st.n_free, (unsigned long long)st.evictions,
+		       checked ? "invariants hold" :
+		       "invariants not checked (the check is an admin's)");
 	else
 		printf("  pool                   check failed: %s\n", strerror(-check));
 

@@ -148,19 +148,30 @@ struct kvs_info {
  *         need read.  CAP_SYS_ADMIN bypasses them.
  * mem_fd: -1, or an fd whose file the arbiter keeps and hands to every
  *         attacher (KVS_ATTACH_MEM_FD).  It must be a memfd (shmem, or
- *         hugetlbfs with MFD_HUGETLB) sealed with F_SEAL_SHRINK and at
- *         least n_pages * page_bytes long, so that no holder of the fd can
- *         ever make another process's mapping fault by shrinking it.
+ *         hugetlbfs with MFD_HUGETLB) at least n_pages * page_bytes long,
+ *         sealed with F_SEAL_SHRINK and F_SEAL_SEAL and without F_SEAL_WRITE
+ *         or F_SEAL_FUTURE_WRITE: every attacher gets the same writable
+ *         file, so no holder may shrink it (every other mapping would
+ *         fault) or add a write seal (every later mmap would fail).
  * max_pages_per_file: quota of pages (OWNED plus references) one file may
  *         hold; 0 means n_pages.
  * Errors: EINVAL bad name, geometry, mode, n_pages (0 or > max_pool_pages)
  *         or quota > n_pages, or mem_fd is not a memfd (shmem or hugetlbfs);
- *         EPERM mem_fd lacks F_SEAL_SHRINK; ERANGE mem_fd is shorter than
+ *         EPERM mem_fd lacks F_SEAL_SHRINK or F_SEAL_SEAL, or carries a
+ *         write seal; ERANGE mem_fd is shorter than
  *         the pool; EEXIST the caller owns a pool of that name; ENOSPC
  *         max_pools reached; EDQUOT the caller's pools or pages in them would
  *         exceed a per-user limit (KVS_IOC_USER_LIMITS); EBADF mem_fd is not
  *         an open fd.
  */
+/*
+ * The seals pool memory must carry and must not carry (POOL_CREATE's
+ * mem_fd), as fcntl(F_GET_SEALS) reports them.  The values are the kernel's
+ * F_SEAL_* bits, spelled out so that this header needs no <linux/fcntl.h>.
+ */
+#define KVS_MEM_SEALS_REQUIRED	0x0003u	/* F_SEAL_SEAL | F_SEAL_SHRINK */
+#define KVS_MEM_SEALS_FORBIDDEN	0x0018u	/* F_SEAL_WRITE | F_SEAL_FUTURE_WRITE */
+
 struct kvs_pool_create {
 	char name[KVS_NAME_MAX];
 	__u64 n_pages;
