@@ -1466,7 +1466,7 @@ TEST_F(mu, pool_memory_reopened)
 }
 
 /* A number from /proc/meminfo ("HugePages_Free", "Hugepagesize"), or -1. */
-static long meminfo(const char *key)
+static long meminfo_get(const char *key)
 {
 	char line[128];
 	size_t len = strlen(key);
@@ -1543,14 +1543,14 @@ TEST_F(mu, pool_memory_hugetlb)
 	ASSERT_EQ(0, kvs_info(&self->env.ctl, &i0));
 	if (!(i0.features & KVS_FEAT_MEM_FD))
 		SKIP(return, "arbiter without KVS_FEAT_MEM_FD");
-	hsize = meminfo("Hugepagesize") * 1024;
+	hsize = meminfo_get("Hugepagesize") * 1024;
 	if (hsize <= 0)
 		SKIP(return, "no hugetlbfs (no Hugepagesize in /proc/meminfo)");
 	nr = nr_hugepages();
-	if (meminfo("HugePages_Free") < 1 && is_module(self) && nr >= 0 &&
+	if (meminfo_get("HugePages_Free") < 1 && is_module(self) && nr >= 0 &&
 	    !set_nr_hugepages(nr + 1))
 		self->nr_huge = nr;
-	if (meminfo("HugePages_Free") < 1)
+	if (meminfo_get("HugePages_Free") < 1)
 		SKIP(return, "no free huge page (vm.nr_hugepages %ld)%s", nr,
 		     is_module(self) ? ", and none could be reserved" :
 		     ": not reserving one on a shared host");
