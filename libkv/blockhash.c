@@ -643,8 +643,7 @@ static unsigned int kv2_record(unsigned char *rec, uint32_t tpp,
 static long kv2_chain_one(struct kv2_ctx *c, uint32_t tpp, const uint32_t *tokens,
 			  size_t n_pages, struct kvs_key *keys)
 {
-	unsigned char blk[64] __attribute__((aligned(64))) = { 0 };
-	unsigned char rec[4 * (KV2_PAYLOAD / 3)];
+	unsigned char blk[64] = { 0 }, rec[4 * (KV2_PAYLOAD / 3)];
 	const uint32_t *t;
 	size_t i;
 

@@ -322,6 +322,7 @@ static void ref_chain_v2(const void *salt, size_t salt_len, uint32_t tpp,
 	struct ref_buf m = { 0 }, rec = { 0 };
 	uint8_t root[32], digest[32], blk[64], out[32];
 	uint32_t H[8], t;
+	uint8_t t3[3];
 	size_t p, i, off, n, idx;
 	int wide;
 
@@ -344,11 +345,13 @@ static void ref_chain_v2(const void *salt, size_t salt_len, uint32_t tpp,
 		rec.len = 0;
 		for (i = 0; i < tpp; i++) {
 			t = tokens[p * tpp + i];
+			t3[0] = (uint8_t)t;
+			t3[1] = (uint8_t)(t >> 8);
+			t3[2] = (uint8_t)(t >> 16);
 			if (wide)
 				ref_u32(&rec, t);
 			else
-				ref_add(&rec, (uint8_t[3]){ (uint8_t)t, (uint8_t)(t >> 8),
-							    (uint8_t)(t >> 16) }, 3);
+				ref_add(&rec, t3, 3);
 		}
 		if (n_extra)
 			ref_add(&rec, digest, 32);
