@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Block keys, both functions: known answers computed outside libkv (the
- * documented encoding written by Python, hashed by Python's hashlib and
- * by Debian's xxhsum -H2), the chain property and the encodings that must
- * not alias in the fast mode too, large pages and extras (the heap path),
- * and that the two functions never give the same key.
+ * Block keys, XXH3 and SHA-256 v1 (v2: tests/libkv/blockhash_test.c):
+ * known answers computed outside libkv (the documented encoding written by
+ * Python, hashed by Python's hashlib and by Debian's xxhsum -H2), the chain
+ * property and the encodings that must not alias in the fast mode too,
+ * large pages and extras (the heap path), and that the functions never
+ * give the same key.
  */
 #include <errno.h>
 #include <string.h>
@@ -36,7 +37,7 @@ TEST(xxh3_known_answer)
 	ASSERT_TRUE(key_eq(&want[1], &k[1]));
 }
 
-/* An extra key (a LoRA id) and no salt, both functions. */
+/* An extra key (a LoRA id) and no salt, XXH3 and SHA-256 v1 (same bytes). */
 TEST(extra_known_answers)
 {
 	static const struct kvs_key sha = { { 0xa676f577cd8f1695ull, 0x9c47c997bf93d45cull,
@@ -48,7 +49,7 @@ TEST(extra_known_answers)
 	struct kv_block_hasher h;
 	struct kvs_key k;
 
-	ASSERT_EQ(0, kv_hasher_init_algo(&h, KV_HASH_SHA256, NULL, 0, TPP));
+	ASSERT_EQ(0, kv_hasher_init_algo(&h, KV_HASH_SHA256_V1, NULL, 0, TPP));
 	ASSERT_EQ(1, kv_hash_chain(&h, NULL, tokens, TPP, &lora, 1, &k));
 	ASSERT_TRUE(key_eq(&sha, &k));
 	ASSERT_EQ(0, kv_hasher_init_algo(&h, KV_HASH_XXH3, NULL, 0, TPP));
@@ -73,7 +74,7 @@ TEST(large_page_known_answers)
 	memset(big, 'x', sizeof(big));
 	for (i = 0; i < 300; i++)
 		tokens[i] = i * 7 + 1;
-	ASSERT_EQ(0, kv_hasher_init_algo(&h, KV_HASH_SHA256, "", 0, 300));
+	ASSERT_EQ(0, kv_hasher_init_algo(&h, KV_HASH_SHA256_V1, "", 0, 300));
 	ASSERT_EQ(1, kv_hash_chain(&h, NULL, tokens, 300, &extra, 1, &k));
 	ASSERT_TRUE(key_eq(&sha, &k));
 	ASSERT_EQ(0, kv_hasher_init_algo(&h, KV_HASH_XXH3, "", 0, 300));
@@ -134,22 +135,30 @@ TEST(xxh3_encodings_do_not_alias)
 	first_key(_metadata, X, NULL, 0, empty, 1, &k2);
 	ASSERT_FALSE(key_eq(&k1, &k2));		/* no extra vs one empty extra */
 	/* Same input, other function: never the same key. */
-	first_key(_metadata, KV_HASH_SHA256, "s", 1, NULL, 0, &k1);
+	first_key(_metadata, KV_HASH_SHA256_V1, "s", 1, NULL, 0, &k1);
 	first_key(_metadata, X, "s", 1, NULL, 0, &k2);
+	ASSERT_FALSE(key_eq(&k1, &k2));
+	ASSERT_NE(0, k1.w[2] | k1.w[3]);
+	first_key(_metadata, KV_HASH_SHA256_V2, "s", 1, NULL, 0, &k1);
 	ASSERT_FALSE(key_eq(&k1, &k2));
 	ASSERT_NE(0, k1.w[2] | k1.w[3]);
 }
 
-/* kv_hasher_init is SHA-256; unknown functions are refused. */
+/*
+ * kv_hasher_init is SHA-256, the newest encoding (v2); XXH3 keeps v1's
+ * root; unknown functions are refused.
+ */
 TEST(algo_selection)
 {
 	struct kv_block_hasher a, b;
 
 	ASSERT_EQ(0, kv_hasher_init(&a, "x", 1, TPP));
-	ASSERT_EQ(KV_HASH_SHA256, a.algo);
+	ASSERT_EQ(KV_HASH_SHA256_V2, a.algo);
 	ASSERT_EQ(0, kv_hasher_init_algo(&b, KV_HASH_SHA256, "x", 1, TPP));
 	ASSERT_TRUE(key_eq(&a.root, &b.root));
-	ASSERT_EQ(-EINVAL, kv_hasher_init_algo(&b, 2, "x", 1, TPP));
+	ASSERT_EQ(0, kv_hasher_init_algo(&b, KV_HASH_XXH3, "x", 1, TPP));
+	ASSERT_EQ(KV_HASH_XXH3, b.algo);
+	ASSERT_EQ(-EINVAL, kv_hasher_init_algo(&b, 4, "x", 1, TPP));
 	ASSERT_EQ(-EINVAL, kv_hasher_init_algo(&b, KV_HASH_XXH3, NULL, 1, TPP));
 	ASSERT_EQ(-EINVAL, kv_hasher_init_algo(&b, KV_HASH_XXH3, NULL, 0, 0));
 }
