@@ -170,11 +170,11 @@ template <typename T>
 static void launch(const struct ext_args &a, uint32_t dim, dim3 grid, cudaStream_t s)
 {
 	if (dim == 64)
-		kv_extend_kernel<T, 64><<<grid, EXT_THREADS, 0, s>>>(a);
+		KV_LAUNCH(grid, EXT_THREADS, 0, s, kv_extend_kernel<T, 64>)(a);
 	else if (dim == 128)
-		kv_extend_kernel<T, 128><<<grid, EXT_THREADS, 0, s>>>(a);
+		KV_LAUNCH(grid, EXT_THREADS, 0, s, kv_extend_kernel<T, 128>)(a);
 	else
-		kv_extend_kernel<T, 256><<<grid, EXT_THREADS, 0, s>>>(a);
+		KV_LAUNCH(grid, EXT_THREADS, 0, s, kv_extend_kernel<T, 256>)(a);
 }
 
 extern "C" int kv_attn_extend_cuda(const struct kv_attn_kv *kv, const struct kv_attn_batch *b,
