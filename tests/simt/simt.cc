@@ -1,0 +1,1025 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The CPU stand-in for the GPU (test-only; see simt.h): fibers, the block
+ * scheduler, warp collectives and barriers, the shared-memory checker, and
+ * the few CUDA runtime calls the project's host code makes, over malloc.
+ *
+ * Environment:
+ *   KV_SIMT_SEED   scheduling seed; 0 or unset: threads in index order every
+ *                  round; otherwise every round of every block is shuffled
+ *                  by a generator seeded from it, the launch and the block.
+ *   KV_SIMT_VERBOSE  1: a line per launch, with the shared accesses checked.
+ */
+#include "simt.h"
+
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <link.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+uint3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+
+/*
+ * The context switch: save the callee-saved registers, MXCSR and the x87
+ * control word on the old stack, store its pointer in *save, load @to's.
+ */
+extern "C" void kv_simt_switch(void **save, void *to);
+asm(".text\n"
+    ".globl kv_simt_switch\n"
+    ".hidden kv_simt_switch\n"
+    ".type kv_simt_switch, @function\n"
+    "kv_simt_switch:\n"
+    "	pushq %rbp\n"
+    "	pushq %rbx\n"
+    "	pushq %r12\n"
+    "	pushq %r13\n"
+    "	pushq %r14\n"
+    "	pushq %r15\n"
+    "	subq $8, %rsp\n"
+    "	stmxcsr (%rsp)\n"
+    "	fnstcw 4(%rsp)\n"
+    "	movq %rsp, (%rdi)\n"
+    "	movq %rsi, %rsp\n"
+    "	ldmxcsr (%rsp)\n"
+    "	fldcw 4(%rsp)\n"
+    "	addq $8, %rsp\n"
+    "	popq %r15\n"
+    "	popq %r14\n"
+    "	popq %r13\n"
+    "	popq %r12\n"
+    "	popq %rbx\n"
+    "	popq %rbp\n"
+    "	ret\n"
+    ".size kv_simt_switch, .-kv_simt_switch\n");
+
+extern "C" char __executable_start[], _end[];
+
+namespace kv_simt {
+namespace {
+
+#if !defined(__x86_64__)
+#error "the stand-in's context switch is x86-64 only"
+#endif
+
+constexpr size_t STACK_BYTES = 256 << 10;
+constexpr int MAX_REPORTS = 4;		/* printed per launch; the rest counted */
+
+enum tstate { T_RUN, T_COLL, T_BAR, T_EXIT };
+
+struct thr {
+	void *sp;
+	char *stack;			/* mapping: a guard page, then the stack */
+	tstate st;
+	uint3 tid;
+	/* waiting at a collective */
+	coll_kind kind;
+	unsigned int mask;
+	uint64_t val, res;
+	int arg, width;
+	/* waiting at a collective or a barrier: where */
+	const char *file;
+	int line;
+};
+
+/* Per 4-byte word of shared memory. */
+struct shadow {
+	uint32_t blk;			/* last block that wrote it */
+	uint32_t w_int, r_int;		/* barrier intervals of the last write, reads */
+	uint16_t writer, reader;	/* linear thread ids: the last writer, the first reader */
+	bool many;			/* and other threads read it too */
+};
+
+/* A static object of the executable: a kernel's __shared__ array or not. */
+struct srange {
+	uintptr_t lo, hi;
+	bool shared;
+	std::string name;
+	std::vector<shadow> sh;
+};
+
+struct state {
+	std::vector<thr> t;
+	unsigned int n;			/* threads in the running block */
+	std::vector<unsigned int> runq;
+	size_t pos;
+	void *main_sp;
+	thr *cur;
+	void (*thunk)(void *);
+	void *ctx;
+	bool running, failed, verbose;
+	const char *kname;
+	uint64_t seed, rng, launches, blocks;
+	uint32_t interval, blk;
+	int reports;
+	uint64_t checked, races;
+	std::vector<srange *> ranges;	/* sorted by lo */
+	srange *last;
+	char first_report[512];
+} S;
+
+void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fprintf(stderr, "simt: fatal: ");
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "\n");
+	va_end(ap);
+	abort();
+}
+
+/* A problem in the running kernel: print (the first few), fail the launch. */
+void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void report(const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (!S.failed)
+		snprintf(S.first_report, sizeof(S.first_report), "%s", buf);
+	S.failed = true;
+	if (S.reports++ < MAX_REPORTS)
+		fprintf(stderr, "# simt: %s: %s (block %u,%u,%u)\n", S.kname, buf, blockIdx.x,
+			blockIdx.y, blockIdx.z);
+}
+
+uint64_t splitmix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+unsigned int lin(const uint3 &t)
+{
+	return t.x + blockDim.x * (t.y + blockDim.y * t.z);
+}
+
+/* ---- fibers ---- */
+
+[[noreturn]] void fiber_entry();
+
+void *initial_frame(thr *f)
+{
+	/* After the switch's 8-byte pop, six registers and `ret`, rsp is top - 8:
+	 * what a call leaves at a function's entry. */
+	uintptr_t top = ((uintptr_t)f->stack + STACK_BYTES) & ~(uintptr_t)15;
+	uint64_t *fr = (uint64_t *)(top - 72);
+	uint32_t csr;
+	uint16_t cw;
+
+	asm volatile("stmxcsr %0" : "=m"(csr));
+	asm volatile("fnstcw %0" : "=m"(cw));
+	memset(fr, 0, 72);
+	memcpy(fr, &csr, 4);
+	memcpy((char *)fr + 4, &cw, 2);
+	fr[7] = (uint64_t)(uintptr_t)&fiber_entry;
+	return fr;
+}
+
+void switch_to(thr *from, thr *to)
+{
+	S.cur = to;
+	threadIdx = to->tid;
+	kv_simt_switch(&from->sp, to->sp);
+}
+
+/* The running thread waits (or exited): run the round's next, or go back. */
+void yield_to_next()
+{
+	thr *me = S.cur;
+
+	if (S.pos < S.runq.size())
+		switch_to(me, &S.t[S.runq[S.pos++]]);
+	else
+		kv_simt_switch(&me->sp, S.main_sp);
+}
+
+void fiber_entry()
+{
+	S.thunk(S.ctx);
+	S.cur->st = T_EXIT;
+	yield_to_next();
+	die("an exited thread was resumed");
+}
+
+void ensure_fibers(unsigned int n)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+
+	while (S.t.size() < n) {
+		thr f = {};
+		void *m = mmap(NULL, STACK_BYTES + pg, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+		if (m == MAP_FAILED)
+			die("no memory for a thread stack");
+		/* A guard page below the stack: an overflow faults. */
+		if (mprotect(m, pg, PROT_NONE))
+			die("mprotect");
+		f.stack = (char *)m + pg;
+		S.t.push_back(f);
+	}
+}
+
+/* ---- warp collectives and barriers ---- */
+
+const char *coll_name(coll_kind k)
+{
+	static const char *const names[] = { "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync",
+					     "__shfl_xor_sync", "__ballot_sync", "__any_sync",
+					     "__all_sync", "__syncwarp" };
+	return names[k];
+}
+
+/* Complete the collective lane @l of warp base @w0 waits at, if all its mask waits there. */
+bool try_complete(unsigned int w0, unsigned int l)
+{
+	thr &a = S.t[w0 + l];
+	unsigned int mask = a.mask, i;
+	uint64_t ballot = 0;
+
+	for (i = 0; i < 32; i++) {
+		if (!(mask >> i & 1))
+			continue;
+		if (w0 + i >= S.n || S.t[w0 + i].st == T_EXIT) {
+			report("%s at %s:%d: mask %#x names thread %u, which %s", coll_name(a.kind),
+			       a.file, a.line, mask, w0 + i,
+			       w0 + i >= S.n ? "does not exist" : "has exited");
+			return false;
+		}
+		thr &b = S.t[w0 + i];
+
+		if (b.st != T_COLL || b.kind != a.kind || b.file != a.file || b.line != a.line)
+			return false;	/* not there (yet): a deadlock if it never comes */
+		if (b.mask != mask) {
+			report("%s at %s:%d: lanes %u and %u pass different masks (%#x, %#x)",
+			       coll_name(a.kind), a.file, a.line, l, i, mask, b.mask);
+			return false;
+		}
+		ballot |= (uint64_t)(b.val != 0) << i;
+	}
+	for (i = 0; i < 32; i++) {
+		if (!(mask >> i & 1))
+			continue;
+		thr &b = S.t[w0 + i];
+		int w = b.width, seg = (int)i & ~(w - 1), src = (int)i;
+
+		switch (b.kind) {
+		case COLL_SHFL:
+			src = seg + (b.arg & (w - 1));
+			break;
+		case COLL_SHFL_UP:
+			src = (int)i - b.arg >= seg ? (int)i - b.arg : (int)i;
+			break;
+		case COLL_SHFL_DOWN:
+			src = (int)i + b.arg < seg + w ? (int)i + b.arg : (int)i;
+			break;
+		case COLL_SHFL_XOR:
+			src = (int)i ^ b.arg;
+			src = src < seg + w ? src : (int)i;
+			break;
+		case COLL_BALLOT:
+			b.res = ballot;
+			break;
+		case COLL_ANY:
+			b.res = ballot != 0;
+			break;
+		case COLL_ALL:
+			b.res = ballot == mask;
+			break;
+		case COLL_SYNCWARP:
+			b.res = 0;
+			break;
+		}
+		if (b.kind <= COLL_SHFL_XOR) {
+			if (src < 0 || src > 31 || !(mask >> src & 1)) {
+				report("%s at %s:%d: lane %u reads lane %d, outside the mask %#x",
+				       coll_name(b.kind), b.file, b.line, i, src, mask);
+				b.res = b.val;
+			} else {
+				b.res = S.t[w0 + src].val;
+			}
+		}
+	}
+	for (i = 0; i < 32; i++)
+		if (mask >> i & 1)
+			S.t[w0 + i].st = T_RUN;
+	return true;
+}
+
+bool resolve_collectives()
+{
+	bool progress = false;
+	unsigned int w0, l;
+
+	for (w0 = 0; w0 < S.n; w0 += 32)
+		for (l = 0; l < 32 && w0 + l < S.n; l++)
+			if (S.t[w0 + l].st == T_COLL && try_complete(w0, l))
+				progress = true;
+	return progress;
+}
+
+void shuffle_runq()
+{
+	size_t i;
+
+	if (!S.seed)
+		return;
+	for (i = S.runq.size(); i > 1; i--) {
+		size_t j;
+
+		S.rng = splitmix(S.rng);
+		j = S.rng % i;
+		std::swap(S.runq[i - 1], S.runq[j]);
+	}
+}
+
+void describe_deadlock()
+{
+	unsigned int i, shown = 0;
+
+	report("deadlock or divergence: no thread can go on");
+	for (i = 0; i < S.n && shown < 6; i++) {
+		thr &t = S.t[i];
+
+		if (t.st == T_EXIT)
+			continue;
+		shown++;
+		fprintf(stderr, "# simt:   thread %u waits at %s %s:%d\n", i,
+			t.st == T_BAR ? "__syncthreads" : coll_name(t.kind), t.file, t.line);
+	}
+}
+
+void run_block()
+{
+	unsigned int i, live;
+
+	S.interval++;
+	S.blk++;
+	S.blocks++;
+	S.rng = splitmix(S.seed ^ splitmix(S.launches * 0x10001ull + S.blocks));
+	for (i = 0; i < S.n; i++) {
+		thr &t = S.t[i];
+
+		t.tid.x = i % blockDim.x;
+		t.tid.y = i / blockDim.x % blockDim.y;
+		t.tid.z = i / (blockDim.x * blockDim.y);
+		t.st = T_RUN;
+		t.sp = initial_frame(&t);
+	}
+	for (;;) {
+		S.runq.clear();
+		for (i = 0; i < S.n; i++)
+			if (S.t[i].st == T_RUN)
+				S.runq.push_back(i);
+		if (!S.runq.empty()) {
+			thr *f;
+
+			shuffle_runq();
+			f = &S.t[S.runq[0]];
+			S.pos = 1;
+			S.cur = f;
+			threadIdx = f->tid;
+			kv_simt_switch(&S.main_sp, f->sp);
+			continue;
+		}
+		if (resolve_collectives())
+			continue;
+		if (S.failed)
+			return;		/* a collective reported: the block cannot go on */
+		live = 0;
+		for (i = 0; i < S.n; i++)
+			live += S.t[i].st != T_EXIT;
+		if (!live)
+			return;
+		/* Every live thread waits: at one barrier, it is released. */
+		{
+			const thr *first = NULL;
+			bool all_bar = true;
+
+			for (i = 0; i < S.n && all_bar; i++) {
+				const thr &t = S.t[i];
+
+				if (t.st == T_EXIT)
+					continue;
+				if (t.st != T_BAR || (first && (t.file != first->file ||
+								t.line != first->line)))
+					all_bar = false;
+				first = first ? first : &t;
+			}
+			if (!all_bar) {
+				describe_deadlock();
+				return;
+			}
+		}
+		for (i = 0; i < S.n; i++)
+			if (S.t[i].st == T_BAR)
+				S.t[i].st = T_RUN;
+		S.interval++;
+	}
+}
+
+/* ---- the shared-memory checker ---- */
+
+srange *classify(uintptr_t a)
+{
+	auto it = std::upper_bound(S.ranges.begin(), S.ranges.end(), a,
+				   [](uintptr_t x, const srange *r) { return x < r->lo; });
+	const ElfW(Sym) *sym = NULL;
+	Dl_info info;
+	srange *r;
+
+	if (it != S.ranges.begin() && a < (*(it - 1))->hi)
+		return *(it - 1);
+	r = new srange();
+	if (dladdr1((void *)a, &info, (void **)&sym, RTLD_DL_SYMENT) && sym && info.dli_saddr &&
+	    a >= (uintptr_t)info.dli_saddr && a < (uintptr_t)info.dli_saddr + sym->st_size) {
+		char *dm = abi::__cxa_demangle(info.dli_sname, NULL, NULL, NULL);
+
+		r->lo = (uintptr_t)info.dli_saddr;
+		r->hi = r->lo + sym->st_size;
+		/*
+		 * A function-local static (_ZZ...) in code that runs as a kernel
+		 * thread can only be a __shared__ array: device code has no
+		 * other.  Everything else is the stand-in's own (threadIdx...).
+		 */
+		r->shared = !strncmp(info.dli_sname, "_ZZ", 3) &&
+			    ELF64_ST_TYPE(sym->st_info) == STT_OBJECT;
+		r->name = dm ? dm : info.dli_sname;
+		free(dm);
+		if (r->shared)
+			r->sh.assign((sym->st_size + 3) / 4, shadow{ 0, 0, 0, 0, 0, false });
+	} else {
+		r->lo = a & ~(uintptr_t)7;
+		r->hi = r->lo + 8;
+		r->shared = false;
+	}
+	S.ranges.insert(std::upper_bound(S.ranges.begin(), S.ranges.end(), r->lo,
+					 [](uintptr_t x, const srange *q) { return x < q->lo; }),
+			r);
+	return r;
+}
+
+void tid_str(char *buf, size_t len, uint16_t t, bool others = false)
+{
+	snprintf(buf, len, "thread %u (%u,%u,%u)%s", t, t % blockDim.x,
+		 t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y),
+		 others ? " (and others)" : "");
+}
+
+/* @a did @va to a word, then @b did @vb, in one barrier interval. */
+void race(const srange *r, size_t word, const char *va, uint16_t a, const char *vb, uint16_t b,
+	  bool others = false)
+{
+	char ta[64], tb[64];
+
+	S.races++;
+	tid_str(ta, sizeof(ta), a, others);
+	if (a == b)
+		snprintf(ta, sizeof(ta), "other threads");
+	tid_str(tb, sizeof(tb), b);
+	report("shared-memory race on %s, byte offset %zu: %s by %s, then %s by %s, "
+	       "with no barrier between", r->name.c_str(), word * 4, va, ta, vb, tb);
+}
+
+void check(uintptr_t a, size_t n, bool write)
+{
+	srange *r = S.last;
+	uint16_t me;
+	size_t w, w0, w1;
+
+	if (!S.running || a - (uintptr_t)__executable_start >=
+			  (uintptr_t)_end - (uintptr_t)__executable_start)
+		return;
+	if (!r || a < r->lo || a >= r->hi)
+		S.last = r = classify(a);
+	if (!r->shared)
+		return;
+	S.checked++;
+	me = (uint16_t)lin(S.cur->tid);
+	if (a + n > r->hi) {
+		report("%zu-byte access at byte offset %zu of %s (%zu bytes) runs past its end",
+		       n, (size_t)(a - r->lo), r->name.c_str(), (size_t)(r->hi - r->lo));
+		n = r->hi - a;
+	}
+	w0 = (a - r->lo) / 4;
+	w1 = (a + n - 1 - r->lo) / 4;
+	for (w = w0; w <= w1; w++) {
+		shadow &s = r->sh[w];
+
+		if (write) {
+			if (s.w_int == S.interval && s.writer != me)
+				race(r, w, "written", s.writer, "written", me);
+			else if (s.r_int == S.interval && (s.reader != me || s.many))
+				race(r, w, "read", s.reader, "written", me, s.many);
+			s.w_int = S.interval;
+			s.writer = me;
+			s.blk = S.blk;
+		} else {
+			if (s.blk != S.blk) {
+				char t[64];
+
+				tid_str(t, sizeof(t), me);
+				report("%s reads %s at byte offset %zu, which no thread of the block wrote",
+				       t, r->name.c_str(), w * 4);
+			} else if (s.w_int == S.interval && s.writer != me) {
+				race(r, w, "written", s.writer, "read", me);
+			}
+			if (s.r_int != S.interval) {
+				s.r_int = S.interval;
+				s.reader = me;
+				s.many = false;
+			} else if (s.reader != me) {
+				s.many = true;
+			}
+		}
+	}
+}
+
+cudaError_t last_err, pending_err;
+
+cudaError_t set_err(cudaError_t e)
+{
+	if (e != cudaSuccess)
+		last_err = e;
+	return e;
+}
+
+} /* namespace */
+
+uint64_t collective(coll_kind kind, unsigned int mask, uint64_t v, int arg, int width,
+		    const char *file, int line)
+{
+	thr *me = S.cur;
+	unsigned int l;
+
+	if (!S.running)
+		die("%s called outside a kernel (%s:%d)", coll_name(kind), file, line);
+	l = lin(me->tid) % 32;
+	if (!(mask >> l & 1)) {
+		report("%s at %s:%d: lane %u calls it with a mask %#x without itself",
+		       coll_name(kind), file, line, l, mask);
+		mask |= 1u << l;
+	}
+	if (width < 1 || width > 32 || (width & (width - 1)))
+		report("%s at %s:%d: width %d is not a power of two up to 32", coll_name(kind),
+		       file, line, width);
+	me->st = T_COLL;
+	me->kind = kind;
+	me->mask = mask;
+	me->val = v;
+	me->arg = arg;
+	me->width = width >= 1 && width <= 32 && !(width & (width - 1)) ? width : 32;
+	me->file = file;
+	me->line = line;
+	yield_to_next();
+	return me->res;
+}
+
+void syncthreads(const char *file, int line)
+{
+	thr *me = S.cur;
+
+	if (!S.running)
+		die("__syncthreads called outside a kernel (%s:%d)", file, line);
+	me->st = T_BAR;
+	me->file = file;
+	me->line = line;
+	yield_to_next();
+}
+
+void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+	    void (*thunk)(void *), void *ctx)
+{
+	static bool seeded;
+	unsigned int x, y, z;
+	uint64_t threads = (uint64_t)block.x * block.y * block.z;
+
+	(void)s;
+	if (S.running)
+		die("a launch from inside a kernel (%s): not modelled", name);
+	if (!seeded) {
+		const char *e = getenv("KV_SIMT_SEED");
+
+		S.seed = e ? strtoull(e, NULL, 0) : 0;
+		e = getenv("KV_SIMT_VERBOSE");
+		S.verbose = e && *e == '1';
+		seeded = true;
+	}
+	/* The driver's launch limits. */
+	if (!threads || threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 ||
+	    !grid.x || !grid.y || !grid.z || grid.x > 0x7fffffffu || grid.y > 65535 ||
+	    grid.z > 65535 || smem > 48 * 1024) {
+		set_err(cudaErrorInvalidConfiguration);
+		return;
+	}
+	ensure_fibers((unsigned int)threads);
+	S.n = (unsigned int)threads;
+	S.thunk = thunk;
+	S.ctx = ctx;
+	S.kname = name;
+	S.failed = false;
+	S.reports = 0;
+	S.launches++;
+	S.running = true;
+	blockDim = block;
+	gridDim = grid;
+	for (z = 0; z < grid.z && !S.failed; z++)
+		for (y = 0; y < grid.y && !S.failed; y++)
+			for (x = 0; x < grid.x && !S.failed; x++) {
+				blockIdx.x = x;
+				blockIdx.y = y;
+				blockIdx.z = z;
+				run_block();
+			}
+	S.running = false;
+	S.cur = NULL;
+	if (S.verbose)
+		fprintf(stderr, "# simt: %s grid (%u,%u,%u) block (%u,%u,%u): %llu shared accesses checked so far\n",
+			name, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+			(unsigned long long)S.checked);
+	threadIdx = uint3{ 0, 0, 0 };
+	if (S.failed) {
+		if (S.reports > MAX_REPORTS)
+			fprintf(stderr, "# simt: %s: %d more reports not shown\n", name,
+				S.reports - MAX_REPORTS);
+		pending_err = set_err(cudaErrorLaunchFailure);
+	}
+}
+
+} /* namespace kv_simt */
+
+/* ---- ThreadSanitizer's hooks: the instrumentation only, no libtsan ---- */
+#define KV_SIMT_HOOKS(n)								\
+	extern "C" void __tsan_read##n(void *p)						\
+	{ kv_simt::check((uintptr_t)p, n, false); }					\
+	extern "C" void __tsan_write##n(void *p)					\
+	{ kv_simt::check((uintptr_t)p, n, true); }					\
+	extern "C" void __tsan_unaligned_read##n(void *p)				\
+	{ kv_simt::check((uintptr_t)p, n, false); }					\
+	extern "C" void __tsan_unaligned_write##n(void *p)				\
+	{ kv_simt::check((uintptr_t)p, n, true); }
+KV_SIMT_HOOKS(1)
+KV_SIMT_HOOKS(2)
+KV_SIMT_HOOKS(4)
+KV_SIMT_HOOKS(8)
+KV_SIMT_HOOKS(16)
+
+extern "C" void __tsan_read_range(void *p, unsigned long n)
+{
+	kv_simt::check((uintptr_t)p, n, false);
+}
+
+extern "C" void __tsan_write_range(void *p, unsigned long n)
+{
+	kv_simt::check((uintptr_t)p, n, true);
+}
+
+extern "C" void __tsan_init(void) {}
+extern "C" void __tsan_func_entry(void *pc) { (void)pc; }
+extern "C" void __tsan_func_exit(void) {}
+extern "C" void __tsan_vptr_update(void **p, void *v) { (void)p; (void)v; }
+extern "C" void __tsan_vptr_read(void **p) { (void)p; }
+
+/* ---- the CUDA runtime calls, over malloc ---- */
+namespace {
+
+std::map<uintptr_t, size_t> allocs;	/* device memory: start, bytes */
+
+/* Is [p, p + n) inside one allocation? */
+bool on_device(const void *p, size_t n)
+{
+	auto it = allocs.upper_bound((uintptr_t)p);
+
+	if (it == allocs.begin())
+		return false;
+	--it;
+	return (uintptr_t)p >= it->first && (uintptr_t)p - it->first + n <= it->second;
+}
+
+bool touches_device(const void *p)
+{
+	return on_device(p, 1);
+}
+
+}
+
+using kv_simt::set_err;
+
+extern "C" cudaError_t cudaGetDeviceCount(int *n)
+{
+	if (!n)
+		return set_err(cudaErrorInvalidValue);
+	*n = 1;
+	return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaGetDevice(int *dev)
+{
+	if (!dev)
+		return set_err(cudaErrorInvalidValue);
+	*dev = 0;
+	return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaSetDevice(int dev)
+{
+	return dev ? set_err(cudaErrorInvalidDevice) : cudaSuccess;
+}
+
+extern "C" cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int dev)
+{
+	if (!prop)
+		return set_err(cudaErrorInvalidValue);
+	if (dev)
+		return set_err(cudaErrorInvalidDevice);
+	memset(prop, 0, sizeof(*prop));
+	snprintf(prop->name, sizeof(prop->name), "CPU stand-in (tests/simt, not a GPU)");
+	prop->totalGlobalMem = 80ull << 30;
+	prop->sharedMemPerBlock = 48 << 10;
+	prop->warpSize = 32;
+	prop->maxThreadsPerBlock = 1024;
+	prop->maxThreadsDim[0] = prop->maxThreadsDim[1] = 1024;
+	prop->maxThreadsDim[2] = 64;
+	prop->maxGridSize[0] = 0x7fffffff;
+	prop->maxGridSize[1] = prop->maxGridSize[2] = 65535;
+	prop->major = 9;
+	prop->minor = 0;
+	/* An H100 SXM's: the host code plans its KV splits from it. */
+	prop->multiProcessorCount = 132;
+	return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr attr, int dev)
+{
+	struct cudaDeviceProp p;
+
+	if (!v)
+		return set_err(cudaErrorInvalidValue);
+	if (cudaGetDeviceProperties(&p, dev))
+		return cudaErrorInvalidDevice;
+	switch (attr) {
+	case cudaDevAttrMaxThreadsPerBlock:
+		*v = p.maxThreadsPerBlock;
+		break;
+	case cudaDevAttrMaxSharedMemoryPerBlock:
+		*v = (int)p.sharedMemPerBlock;
+		break;
+	case cudaDevAttrWarpSize:
+		*v = p.warpSize;
+		break;
+	case cudaDevAttrMultiProcessorCount:
+		*v = p.multiProcessorCount;
+		break;
+	case cudaDevAttrComputeCapabilityMajor:
+		*v = p.major;
+		break;
+	case cudaDevAttrComputeCapabilityMinor:
+		*v = p.minor;
+		break;
+	default:
+		return set_err(cudaErrorInvalidValue);
+	}
+	return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaGetLastError(void)
+{
+	cudaError_t e = kv_simt::last_err;
+
+	kv_simt::last_err = cudaSuccess;
+	return e;
+}
+
+extern "C" cudaError_t cudaPeekAtLastError(void)
+{
+	return kv_simt::last_err;
+}
+
+extern "C" const char *cudaGetErrorName(cudaError_t e)
+{
+	switch (e) {
+#define N(x) case x: return #x;
+	N(cudaSuccess) N(cudaErrorInvalidValue) N(cudaErrorMemoryAllocation)
+	N(cudaErrorInitializationError) N(cudaErrorInvalidConfiguration)
+	N(cudaErrorInvalidDevicePointer) N(cudaErrorInvalidMemcpyDirection)
+	N(cudaErrorInsufficientDriver) N(cudaErrorNoDevice) N(cudaErrorInvalidDevice)
+	N(cudaErrorInvalidResourceHandle) N(cudaErrorIllegalAddress)
+	N(cudaErrorLaunchOutOfResources) N(cudaErrorLaunchFailure) N(cudaErrorNotSupported)
+	N(cudaErrorUnknown)
+#undef N
+	}
+	return "cudaErrorUnknown";
+}
+
+extern "C" const char *cudaGetErrorString(cudaError_t e)
+{
+	static char buf[640];
+
+	switch (e) {
+	case cudaSuccess:
+		return "no error";
+	case cudaErrorInvalidValue:
+		return "invalid argument";
+	case cudaErrorMemoryAllocation:
+		return "out of memory";
+	case cudaErrorInvalidConfiguration:
+		return "invalid configuration argument";
+	case cudaErrorInvalidDevice:
+		return "invalid device ordinal";
+	case cudaErrorNoDevice:
+		return "no CUDA-capable device is detected";
+	case cudaErrorLaunchFailure:
+		/* The stand-in says why: the first report of the failed launch. */
+		snprintf(buf, sizeof(buf), "unspecified launch failure [stand-in: %s]",
+			 kv_simt::S.first_report);
+		return buf;
+	default:
+		return "unknown error";
+	}
+}
+
+extern "C" cudaError_t cudaMalloc(void **p, size_t bytes)
+{
+	void *m;
+
+	if (!p)
+		return set_err(cudaErrorInvalidValue);
+	*p = NULL;
+	if (!bytes)
+		return cudaSuccess;
+	if (bytes > (80ull << 30))
+		return set_err(cudaErrorMemoryAllocation);
+	m = aligned_alloc(256, (bytes + 255) & ~(size_t)255);
+	if (!m)
+		return set_err(cudaErrorMemoryAllocation);
+	/* Fresh device memory is garbage: NaN here, so reading it unwritten shows. */
+	memset(m, 0xff, bytes);
+	allocs[(uintptr_t)m] = bytes;
+	*p = m;
+	return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaFree(void *p)
+{
+	if (!p)
+		return cudaSuccess;
+	if (!allocs.erase((uintptr_t)p))
+		return set_err(cudaErrorInvalidValue);
+	free(p);
+	return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s)
+{
+	(void)s;
+	return cudaMalloc(p, bytes);
+}
+
+extern "C" cudaError_t cudaFreeAsync(void *p, cudaStream_t s)
+{
+	(void)s;
+	return cudaFree(p);
+}
+
+extern "C" cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes,
+				  enum cudaMemcpyKind kind)
+{
+	bool dd, sd;
+
+	if ((unsigned int)kind > cudaMemcpyDefault)
+		return set_err(cudaErrorInvalidMemcpyDirection);
+	if (!bytes)
+		return cudaSuccess;
+	if (!dst || !src)
+		return set_err(cudaErrorInvalidValue);
+	dd = on_device(dst, bytes);
+	sd = on_device(src, bytes);
+	/* A range that starts on the device must end in the same allocation. */
+	if ((!dd && touches_device(dst)) || (!sd && touches_device(src)))
+		return set_err(cudaErrorInvalidValue);
+	if (((kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice) && !dd) ||
+	    ((kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice) && !sd))
+		return set_err(cudaErrorInvalidValue);
+	memmove(dst, src, bytes);
+	return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes,
+				       enum cudaMemcpyKind kind, cudaStream_t s)
+{
+	(void)s;
+	return cudaMemcpy(dst, src, bytes, kind);
+}
+
+extern "C" cudaError_t cudaMemset(void *p, int byte, size_t bytes)
+{
+	if (!bytes)
+		return cudaSuccess;
+	if (!on_device(p, bytes))
+		return set_err(cudaErrorInvalidValue);
+	memset(p, byte, bytes);
+	return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaMemsetAsync(void *p, int byte, size_t bytes, cudaStream_t s)
+{
+	(void)s;
+	return cudaMemset(p, byte, bytes);
+}
+
+/* Launches run to completion when made: a sync reports what they left. */
+extern "C" cudaError_t cudaDeviceSynchronize(void)
+{
+	cudaError_t e = kv_simt::pending_err;
+
+	kv_simt::pending_err = cudaSuccess;
+	return set_err(e);
+}
+
+extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+	(void)s;
+	return cudaDeviceSynchronize();
+}
+
+extern "C" cudaError_t cudaStreamCreate(cudaStream_t *s)
+{
+	if (!s)
+		return set_err(cudaErrorInvalidValue);
+	*s = (cudaStream_t)malloc(1);
+	return *s ? cudaSuccess : set_err(cudaErrorMemoryAllocation);
+}
+
+extern "C" cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+	if (!s)
+		return set_err(cudaErrorInvalidResourceHandle);
+	free(s);
+	return cudaSuccess;
+}
+
+struct CUevent_st {
+	double ms;
+};
+
+extern "C" cudaError_t cudaEventCreate(cudaEvent_t *e)
+{
+	if (!e)
+		return set_err(cudaErrorInvalidValue);
+	*e = (cudaEvent_t)calloc(1, sizeof(struct CUevent_st));
+	return *e ? cudaSuccess : set_err(cudaErrorMemoryAllocation);
+}
+
+extern "C" cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+	if (!e)
+		return set_err(cudaErrorInvalidResourceHandle);
+	free(e);
+	return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+	struct timespec ts;
+
+	(void)s;
+	if (!e)
+		return set_err(cudaErrorInvalidResourceHandle);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	e->ms = ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+	return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+	return e ? cudaSuccess : set_err(cudaErrorInvalidResourceHandle);
+}
+
+extern "C" cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
+{
+	if (!ms)
+		return set_err(cudaErrorInvalidValue);
+	if (!a || !b)
+		return set_err(cudaErrorInvalidResourceHandle);
+	*ms = (float)(b->ms - a->ms);
+	return cudaSuccess;
+}
