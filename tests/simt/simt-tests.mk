@@ -1,0 +1,42 @@
+# SPDX-License-Identifier: GPL-2.0
+# The CPU stand-in for the GPU, kernel half (issue 12; test-only, never
+# installed): libkv/attn/cuda_*.cu compiled a second time, as host C++,
+# against tests/simt/simt.h, and run by tests/simt/simt.cc's fibers with the
+# shared-memory checker.  The kernel units get -fsanitize=thread for its
+# instrumentation only: simt.cc defines the hooks, libtsan is not linked.
+# -rdynamic lets the checker find the kernels' __shared__ arrays by symbol.
+#
+#   build/tests/attn_simt_test          tests/attn/attn_cuda_test.c on the stand-in
+#   make simt-full                      also the suite's four heavy cases (~10 min)
+
+SIMT_DIR      := $(BUILD)/simt
+SIMT_CXXFLAGS := -std=c++17 -O2 -g -DKV_SIMT -Itests/simt/include -Iinclude -Iinclude/uapi \
+                 -Wall -Wextra -Wno-unknown-pragmas
+SIMT_KFLAGS   := -fsanitize=thread
+SIMT_KOBJS    := $(ATTN_CU_SRCS:libkv/attn/%.cu=$(SIMT_DIR)/%.o)
+SIMT_TEST_OBJS := $(SIMT_DIR)/attn_simt_test.o $(SIMT_DIR)/simt.o
+SIMT_LDLIBS   := $(LIBKV_ATTN_LDLIBS) -ldl
+
+$(SIMT_DIR)/%.o: libkv/attn/%.cu
+	@mkdir -p $(@D)
+	$(CXX) $(SIMT_CXXFLAGS) $(SIMT_KFLAGS) $(DEPFLAGS) -x c++ -c -o $@ $<
+
+$(SIMT_DIR)/simt.o: tests/simt/simt.cc
+	@mkdir -p $(@D)
+	$(CXX) $(SIMT_CXXFLAGS) $(DEPFLAGS) -c -o $@ $<
+
+$(SIMT_DIR)/attn_simt_test.o: tests/simt/attn_simt_test.c $(KSFT_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(ATTN_TEST_CFLAGS) -Itests/attn $(DEPFLAGS) -c -o $@ $<
+
+$(BUILD)/tests/attn_simt_test: $(SIMT_TEST_OBJS) $(SIMT_KOBJS) $(LIBKV_ATTN)
+	@mkdir -p $(@D)
+	$(CXX) -rdynamic -o $@ $(SIMT_TEST_OBJS) $(SIMT_KOBJS) $(LIBKV_ATTN) $(SIMT_LDLIBS)
+
+.PHONY: simt-full
+simt-full: $(BUILD)/tests/attn_simt_test
+	KV_SIMT_FULL=1 KV_SIMT_SEED=$${KV_SIMT_SEED:-1} $(BUILD)/tests/attn_simt_test
+
+-include $(SIMT_KOBJS:.o=.d) $(SIMT_TEST_OBJS:.o=.d)
+
+ALL_TARGETS += $(BUILD)/tests/attn_simt_test
