@@ -13,12 +13,15 @@
 #include "simt.h"
 
 #include <cxxabi.h>
-#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <elf.h>
 #include <link.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,8 +34,11 @@ uint3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
 
 /*
- * The context switch: save the callee-saved registers, MXCSR and the x87
- * control word on the old stack, store its pointer in *save, load @to's.
+ * The context switch: save the callee-saved registers on the old stack,
+ * store its pointer in *save, load @to's.  MXCSR and the x87 control word
+ * are not switched (nothing in a kernel or here changes them; loading them
+ * on every switch cost a fifth of the run time): every fiber starts with
+ * the launching thread's.
  */
 extern "C" void kv_simt_switch(void **save, void *to);
 asm(".text\n"
@@ -47,12 +53,8 @@ asm(".text\n"
     "	pushq %r14\n"
     "	pushq %r15\n"
     "	subq $8, %rsp\n"
-    "	stmxcsr (%rsp)\n"
-    "	fnstcw 4(%rsp)\n"
     "	movq %rsp, (%rdi)\n"
     "	movq %rsi, %rsp\n"
-    "	ldmxcsr (%rsp)\n"
-    "	fldcw 4(%rsp)\n"
     "	addq $8, %rsp\n"
     "	popq %r15\n"
     "	popq %r14\n"
@@ -112,19 +114,26 @@ struct state {
 	std::vector<thr> t;
 	unsigned int n;			/* threads in the running block */
 	std::vector<unsigned int> runq;
+	uint32_t runbits[32];		/* threads to run next round */
+	uint16_t warp_wait[32];		/* lanes waiting at a collective */
+	uint16_t warp_live[32];		/* lanes not exited */
+	std::vector<unsigned int> ready;	/* warps whose live lanes all wait */
+	unsigned int n_live, n_bar;
 	size_t pos;
 	void *main_sp;
 	thr *cur;
 	void (*thunk)(void *);
 	void *ctx;
-	bool running, failed, verbose;
+	bool running, failed, verbose, env_read, seed_set;
 	const char *kname;
 	uint64_t seed, rng, launches, blocks;
 	uint32_t interval, blk;
 	int reports;
 	uint64_t checked, races;
-	std::vector<srange *> ranges;	/* sorted by lo */
+	std::vector<srange *> ranges;	/* the __shared__ arrays, sorted by lo */
+	srange gap;			/* between two of them */
 	srange *last;
+	bool symtab;
 	char first_report[512];
 } S;
 
@@ -178,20 +187,20 @@ unsigned int lin(const uint3 &t)
 
 void *initial_frame(thr *f)
 {
-	/* After the switch's 8-byte pop, six registers and `ret`, rsp is top - 8:
+	/* After the switch's 8-byte slot, six registers and `ret`, rsp is top - 8:
 	 * what a call leaves at a function's entry. */
 	uintptr_t top = ((uintptr_t)f->stack + STACK_BYTES) & ~(uintptr_t)15;
 	uint64_t *fr = (uint64_t *)(top - 72);
-	uint32_t csr;
-	uint16_t cw;
 
-	asm volatile("stmxcsr %0" : "=m"(csr));
-	asm volatile("fnstcw %0" : "=m"(cw));
 	memset(fr, 0, 72);
-	memcpy(fr, &csr, 4);
-	memcpy((char *)fr + 4, &cw, 2);
 	fr[7] = (uint64_t)(uintptr_t)&fiber_entry;
 	return fr;
+}
+
+void make_runnable(unsigned int i)
+{
+	S.t[i].st = T_RUN;
+	S.runbits[i >> 5] |= 1u << (i & 31);
 }
 
 void switch_to(thr *from, thr *to)
@@ -214,8 +223,15 @@ void yield_to_next()
 
 void fiber_entry()
 {
+	unsigned int w;
+
 	S.thunk(S.ctx);
 	S.cur->st = T_EXIT;
+	w = lin(S.cur->tid) / 32;
+	S.n_live--;
+	/* Its warp may now have every live lane at a collective. */
+	if (--S.warp_live[w] && S.warp_wait[w] == S.warp_live[w])
+		S.ready.push_back(w);
 	yield_to_next();
 	die("an exited thread was resumed");
 }
@@ -321,7 +337,8 @@ bool try_complete(unsigned int w0, unsigned int l)
 	}
 	for (i = 0; i < 32; i++)
 		if (mask >> i & 1)
-			S.t[w0 + i].st = T_RUN;
+			make_runnable(w0 + i);
+	S.warp_wait[w0 / 32] -= __builtin_popcount(mask);
 	return true;
 }
 
@@ -330,10 +347,28 @@ bool resolve_collectives()
 	bool progress = false;
 	unsigned int w0, l;
 
-	for (w0 = 0; w0 < S.n; w0 += 32)
-		for (l = 0; l < 32 && w0 + l < S.n; l++)
+	for (w0 = 0; w0 < S.n && !S.failed; w0 += 32)
+		for (l = 0; l < 32 && w0 + l < S.n && !S.failed; l++)
 			if (S.t[w0 + l].st == T_COLL && try_complete(w0, l))
 				progress = true;
+	return progress;
+}
+
+/* The fast path: the warps that became complete this round. */
+bool resolve_ready()
+{
+	bool progress = false;
+
+	for (unsigned int w : S.ready) {
+		unsigned int w0 = w * 32, l;
+
+		if (!S.warp_wait[w] || S.warp_wait[w] != S.warp_live[w])
+			continue;
+		for (l = 0; l < 32 && w0 + l < S.n && !S.failed; l++)
+			if (S.t[w0 + l].st == T_COLL && try_complete(w0, l))
+				progress = true;
+	}
+	S.ready.clear();
 	return progress;
 }
 
@@ -354,42 +389,57 @@ void shuffle_runq()
 
 void describe_deadlock()
 {
+	const thr *prev = NULL;
 	unsigned int i, shown = 0;
 
 	report("deadlock or divergence: no thread can go on");
-	for (i = 0; i < S.n && shown < 6; i++) {
-		thr &t = S.t[i];
+	/* Where the threads wait, one line per run of threads at one place. */
+	for (i = 0; i < S.n && shown < 8; i++) {
+		const thr &t = S.t[i];
 
-		if (t.st == T_EXIT)
+		if (t.st == T_EXIT || (prev && t.st == prev->st && t.file == prev->file &&
+				       t.line == prev->line))
 			continue;
+		prev = &t;
 		shown++;
-		fprintf(stderr, "# simt:   thread %u waits at %s %s:%d\n", i,
-			t.st == T_BAR ? "__syncthreads" : coll_name(t.kind), t.file, t.line);
+		fprintf(stderr, "# simt:   thread %u (and the next at the same place) waits at %s %s:%d\n",
+			i, t.st == T_BAR ? "__syncthreads" : coll_name(t.kind), t.file, t.line);
 	}
 }
 
 void run_block()
 {
-	unsigned int i, live;
+	unsigned int i, k;
 
 	S.interval++;
 	S.blk++;
 	S.blocks++;
 	S.rng = splitmix(S.seed ^ splitmix(S.launches * 0x10001ull + S.blocks));
+	memset(S.runbits, 0, sizeof(S.runbits));
+	memset(S.warp_wait, 0, sizeof(S.warp_wait));
+	S.ready.clear();
+	S.n_live = S.n;
+	S.n_bar = 0;
 	for (i = 0; i < S.n; i++) {
 		thr &t = S.t[i];
 
 		t.tid.x = i % blockDim.x;
 		t.tid.y = i / blockDim.x % blockDim.y;
 		t.tid.z = i / (blockDim.x * blockDim.y);
-		t.st = T_RUN;
 		t.sp = initial_frame(&t);
+		make_runnable(i);
 	}
+	for (i = 0; i < S.n; i += 32)
+		S.warp_live[i / 32] = (uint16_t)std::min(32u, S.n - i);
 	for (;;) {
 		S.runq.clear();
-		for (i = 0; i < S.n; i++)
-			if (S.t[i].st == T_RUN)
-				S.runq.push_back(i);
+		for (k = 0; k < (S.n + 31) / 32; k++) {
+			uint32_t b = S.runbits[k];
+
+			S.runbits[k] = 0;
+			for (; b; b &= b - 1)
+				S.runq.push_back(k * 32 + __builtin_ctz(b));
+		}
 		if (!S.runq.empty()) {
 			thr *f;
 
@@ -401,80 +451,127 @@ void run_block()
 			kv_simt_switch(&S.main_sp, f->sp);
 			continue;
 		}
-		if (resolve_collectives())
+		/* Everyone waits or has exited: complete what can be. */
+		if (resolve_ready() || resolve_collectives())
 			continue;
-		if (S.failed)
-			return;		/* a collective reported: the block cannot go on */
-		live = 0;
-		for (i = 0; i < S.n; i++)
-			live += S.t[i].st != T_EXIT;
-		if (!live)
+		if (S.failed || !S.n_live)
+			return;		/* a report, or the block is done */
+		if (S.n_bar != S.n_live) {
+			describe_deadlock();
 			return;
-		/* Every live thread waits: at one barrier, it is released. */
+		}
+		/* Every live thread waits at a barrier: the same one, or divergence. */
 		{
 			const thr *first = NULL;
-			bool all_bar = true;
 
-			for (i = 0; i < S.n && all_bar; i++) {
+			for (i = 0; i < S.n; i++) {
 				const thr &t = S.t[i];
 
-				if (t.st == T_EXIT)
+				if (t.st != T_BAR)
 					continue;
-				if (t.st != T_BAR || (first && (t.file != first->file ||
-								t.line != first->line)))
-					all_bar = false;
+				if (first && (t.file != first->file || t.line != first->line)) {
+					describe_deadlock();
+					return;
+				}
 				first = first ? first : &t;
-			}
-			if (!all_bar) {
-				describe_deadlock();
-				return;
 			}
 		}
 		for (i = 0; i < S.n; i++)
 			if (S.t[i].st == T_BAR)
-				S.t[i].st = T_RUN;
+				make_runnable(i);
+		S.n_bar = 0;
 		S.interval++;
 	}
 }
 
 /* ---- the shared-memory checker ---- */
 
+int main_bias(struct dl_phdr_info *info, size_t size, void *data)
+{
+	(void)size;
+	*(uintptr_t *)data = info->dlpi_addr;
+	return 1;			/* the first object is the executable */
+}
+
+/*
+ * The executable's __shared__ arrays, from its symbol table (.symtab: a
+ * kernel's static is a local symbol when the kernel is not a template,
+ * which the dynamic symbols never show).  A function-local static object
+ * (_ZZ...) reached by a kernel thread can only be a __shared__ array:
+ * device code has no other, and the stand-in's own code is not
+ * instrumented.
+ */
+void load_shared_ranges()
+{
+	const ElfW(Ehdr) *eh;
+	const ElfW(Shdr) *sh;
+	uintptr_t bias = 0;
+	struct stat st;
+	const char *f;
+	unsigned int i;
+	int fd;
+
+	dl_iterate_phdr(main_bias, &bias);
+	fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st))
+		die("cannot read /proc/self/exe: %s", strerror(errno));
+	f = (const char *)mmap(NULL, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	close(fd);
+	if (f == MAP_FAILED)
+		die("cannot map /proc/self/exe");
+	eh = (const ElfW(Ehdr) *)f;
+	sh = (const ElfW(Shdr) *)(f + eh->e_shoff);
+	for (i = 0; i < eh->e_shnum; i++) {
+		const ElfW(Sym) *sym = (const ElfW(Sym) *)(f + sh[i].sh_offset);
+		const char *names = f + sh[sh[i].sh_link].sh_offset;
+		size_t k, n = sh[i].sh_size / sizeof(*sym);
+
+		if (sh[i].sh_type != SHT_SYMTAB)
+			continue;
+		for (k = 0; k < n; k++) {
+			const char *nm = names + sym[k].st_name;
+			srange *r;
+			char *dm;
+
+			if (ELF64_ST_TYPE(sym[k].st_info) != STT_OBJECT || !sym[k].st_size ||
+			    strncmp(nm, "_ZZ", 3))
+				continue;
+			r = new srange();
+			r->lo = bias + sym[k].st_value;
+			r->hi = r->lo + sym[k].st_size;
+			r->shared = true;
+			dm = abi::__cxa_demangle(nm, NULL, NULL, NULL);
+			r->name = dm ? dm : nm;
+			free(dm);
+			r->sh.assign((sym[k].st_size + 3) / 4, shadow{ 0, 0, 0, 0, 0, false });
+			S.ranges.push_back(r);
+		}
+		S.symtab = true;
+	}
+	munmap((void *)f, st.st_size);
+	if (!S.symtab)
+		die("the executable has no symbol table (stripped?): the checker needs it");
+	std::sort(S.ranges.begin(), S.ranges.end(),
+		  [](const srange *a, const srange *b) { return a->lo < b->lo; });
+	/* One symbol twice (aliases): keep one. */
+	S.ranges.erase(std::unique(S.ranges.begin(), S.ranges.end(),
+				   [](const srange *a, const srange *b) { return a->lo == b->lo; }),
+		       S.ranges.end());
+}
+
+/* The shared array holding @a, or the gap around it (not shared). */
 srange *classify(uintptr_t a)
 {
 	auto it = std::upper_bound(S.ranges.begin(), S.ranges.end(), a,
 				   [](uintptr_t x, const srange *r) { return x < r->lo; });
-	const ElfW(Sym) *sym = NULL;
-	Dl_info info;
 	srange *r;
 
 	if (it != S.ranges.begin() && a < (*(it - 1))->hi)
 		return *(it - 1);
-	r = new srange();
-	if (dladdr1((void *)a, &info, (void **)&sym, RTLD_DL_SYMENT) && sym && info.dli_saddr &&
-	    a >= (uintptr_t)info.dli_saddr && a < (uintptr_t)info.dli_saddr + sym->st_size) {
-		char *dm = abi::__cxa_demangle(info.dli_sname, NULL, NULL, NULL);
-
-		r->lo = (uintptr_t)info.dli_saddr;
-		r->hi = r->lo + sym->st_size;
-		/*
-		 * A function-local static (_ZZ...) in code that runs as a kernel
-		 * thread can only be a __shared__ array: device code has no
-		 * other.  Everything else is the stand-in's own (threadIdx...).
-		 */
-		r->shared = !strncmp(info.dli_sname, "_ZZ", 3) &&
-			    ELF64_ST_TYPE(sym->st_info) == STT_OBJECT;
-		r->name = dm ? dm : info.dli_sname;
-		free(dm);
-		if (r->shared)
-			r->sh.assign((sym->st_size + 3) / 4, shadow{ 0, 0, 0, 0, 0, false });
-	} else {
-		r->lo = a & ~(uintptr_t)7;
-		r->hi = r->lo + 8;
-		r->shared = false;
-	}
-	S.ranges.insert(std::upper_bound(S.ranges.begin(), S.ranges.end(), r->lo,
-					 [](uintptr_t x, const srange *q) { return x < q->lo; }),
-			r);
+	r = &S.gap;
+	r->lo = it != S.ranges.begin() ? (*(it - 1))->hi : 0;
+	r->hi = it != S.ranges.end() ? (*it)->lo : UINTPTR_MAX;
+	r->shared = false;
 	return r;
 }
 
@@ -500,19 +597,11 @@ void race(const srange *r, size_t word, const char *va, uint16_t a, const char *
 	       "with no barrier between", r->name.c_str(), word * 4, va, ta, vb, tb);
 }
 
-void check(uintptr_t a, size_t n, bool write)
+void check_shared(srange *r, uintptr_t a, size_t n, bool write)
 {
-	srange *r = S.last;
 	uint16_t me;
 	size_t w, w0, w1;
 
-	if (!S.running || a - (uintptr_t)__executable_start >=
-			  (uintptr_t)_end - (uintptr_t)__executable_start)
-		return;
-	if (!r || a < r->lo || a >= r->hi)
-		S.last = r = classify(a);
-	if (!r->shared)
-		return;
 	S.checked++;
 	me = (uint16_t)lin(S.cur->tid);
 	if (a + n > r->hi) {
@@ -554,6 +643,24 @@ void check(uintptr_t a, size_t n, bool write)
 	}
 }
 
+/*
+ * Every load and store of a kernel unit comes here: most are global or
+ * stack memory, outside the executable's image, and leave at once.
+ */
+__attribute__((always_inline)) inline void check(uintptr_t a, size_t n, bool write)
+{
+	srange *r;
+
+	if (__builtin_expect(!S.running || a - (uintptr_t)__executable_start >=
+			     (uintptr_t)_end - (uintptr_t)__executable_start, 1))
+		return;
+	r = S.last;
+	if (!r || a < r->lo || a >= r->hi)
+		S.last = r = classify(a);
+	if (r->shared)
+		check_shared(r, a, n, write);
+}
+
 cudaError_t last_err, pending_err;
 
 cudaError_t set_err(cudaError_t e)
@@ -590,6 +697,9 @@ uint64_t collective(coll_kind kind, unsigned int mask, uint64_t v, int arg, int 
 	me->width = width >= 1 && width <= 32 && !(width & (width - 1)) ? width : 32;
 	me->file = file;
 	me->line = line;
+	l = lin(me->tid) / 32;
+	if (++S.warp_wait[l] == S.warp_live[l])
+		S.ready.push_back(l);
 	yield_to_next();
 	return me->res;
 }
@@ -603,26 +713,33 @@ void syncthreads(const char *file, int line)
 	me->st = T_BAR;
 	me->file = file;
 	me->line = line;
+	S.n_bar++;
 	yield_to_next();
+}
+
+void set_seed(uint64_t seed)
+{
+	S.seed = seed;
+	S.seed_set = true;
 }
 
 void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s,
 	    void (*thunk)(void *), void *ctx)
 {
-	static bool seeded;
 	unsigned int x, y, z;
 	uint64_t threads = (uint64_t)block.x * block.y * block.z;
 
 	(void)s;
 	if (S.running)
 		die("a launch from inside a kernel (%s): not modelled", name);
-	if (!seeded) {
+	if (!S.env_read) {
 		const char *e = getenv("KV_SIMT_SEED");
 
-		S.seed = e ? strtoull(e, NULL, 0) : 0;
+		if (!S.seed_set)
+			S.seed = e ? strtoull(e, NULL, 0) : 0;
 		e = getenv("KV_SIMT_VERBOSE");
 		S.verbose = e && *e == '1';
-		seeded = true;
+		S.env_read = true;
 	}
 	/* The driver's launch limits. */
 	if (!threads || threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 ||
@@ -632,6 +749,9 @@ void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s
 		return;
 	}
 	ensure_fibers((unsigned int)threads);
+	if (!S.symtab)
+		load_shared_ranges();
+	S.last = NULL;
 	S.n = (unsigned int)threads;
 	S.thunk = thunk;
 	S.ctx = ctx;

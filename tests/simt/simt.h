@@ -184,6 +184,8 @@ enum coll_kind { COLL_SHFL, COLL_SHFL_UP, COLL_SHFL_DOWN, COLL_SHFL_XOR,
 uint64_t collective(coll_kind kind, unsigned int mask, uint64_t v, int arg, int width,
 		    const char *file, int line);
 void syncthreads(const char *file, int line);
+/* The scheduling seed from now on (else KV_SIMT_SEED's, read at the first launch). */
+void set_seed(uint64_t seed);
 
 /* Run @thunk(@ctx) as every thread of every block of the grid. */
 void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s,
