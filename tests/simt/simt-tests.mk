@@ -4,8 +4,10 @@
 # against tests/simt/simt.h, and run by tests/simt/simt.cc's fibers with the
 # shared-memory checker.  The kernel units get -fsanitize=thread for its
 # instrumentation only: simt.cc defines the hooks, libtsan is not linked.
-# -rdynamic lets the checker find the kernels' __shared__ arrays by symbol.
+# The checker finds the kernels' __shared__ arrays in the executable's
+# symbol table: never strip these binaries.
 #
+#   build/tests/simt_selftest           the stand-in's own tests (host suite)
 #   build/tests/attn_simt_test          tests/attn/attn_cuda_test.c on the stand-in
 #   make simt-full                      also the suite's four heavy cases (~10 min)
 
@@ -15,7 +17,7 @@ SIMT_CXXFLAGS := -std=c++17 -O2 -g -DKV_SIMT -Itests/simt/include -Iinclude -Iin
 SIMT_KFLAGS   := -fsanitize=thread
 SIMT_KOBJS    := $(ATTN_CU_SRCS:libkv/attn/%.cu=$(SIMT_DIR)/%.o)
 SIMT_TEST_OBJS := $(SIMT_DIR)/attn_simt_test.o $(SIMT_DIR)/simt.o
-SIMT_LDLIBS   := $(LIBKV_ATTN_LDLIBS) -ldl
+SIMT_LDLIBS   := $(LIBKV_ATTN_LDLIBS)
 
 $(SIMT_DIR)/%.o: libkv/attn/%.cu
 	@mkdir -p $(@D)
@@ -25,18 +27,27 @@ $(SIMT_DIR)/simt.o: tests/simt/simt.cc
 	@mkdir -p $(@D)
 	$(CXX) $(SIMT_CXXFLAGS) $(DEPFLAGS) -c -o $@ $<
 
+$(SIMT_DIR)/simt_selftest.o: tests/simt/simt_selftest.cc
+	@mkdir -p $(@D)
+	$(CXX) $(SIMT_CXXFLAGS) $(SIMT_KFLAGS) $(DEPFLAGS) -c -o $@ $<
+
+$(BUILD)/tests/simt_selftest: $(SIMT_DIR)/simt_selftest.o $(SIMT_DIR)/simt.o
+	@mkdir -p $(@D)
+	$(CXX) -o $@ $^ -lm
+
 $(SIMT_DIR)/attn_simt_test.o: tests/simt/attn_simt_test.c $(KSFT_HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(ATTN_TEST_CFLAGS) -Itests/attn $(DEPFLAGS) -c -o $@ $<
 
 $(BUILD)/tests/attn_simt_test: $(SIMT_TEST_OBJS) $(SIMT_KOBJS) $(LIBKV_ATTN)
 	@mkdir -p $(@D)
-	$(CXX) -rdynamic -o $@ $(SIMT_TEST_OBJS) $(SIMT_KOBJS) $(LIBKV_ATTN) $(SIMT_LDLIBS)
+	$(CXX) -o $@ $(SIMT_TEST_OBJS) $(SIMT_KOBJS) $(LIBKV_ATTN) $(SIMT_LDLIBS)
 
 .PHONY: simt-full
 simt-full: $(BUILD)/tests/attn_simt_test
 	KV_SIMT_FULL=1 KV_SIMT_SEED=$${KV_SIMT_SEED:-1} $(BUILD)/tests/attn_simt_test
 
--include $(SIMT_KOBJS:.o=.d) $(SIMT_TEST_OBJS:.o=.d)
+-include $(SIMT_KOBJS:.o=.d) $(SIMT_TEST_OBJS:.o=.d) $(SIMT_DIR)/simt_selftest.d
 
-ALL_TARGETS += $(BUILD)/tests/attn_simt_test
+ALL_TARGETS += $(BUILD)/tests/simt_selftest $(BUILD)/tests/attn_simt_test
+HOST_TESTS  += $(BUILD)/tests/simt_selftest
