@@ -42,7 +42,19 @@ static const char *const heavy[] = {
 };
 static const char *skipping;
 
-/* KV_SIMT_ONLY=name runs that test alone (the broken-on-purpose builds). */
+/* Is @name in the comma-separated @list? */
+static bool listed(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+	const char *p;
+
+	for (p = list; (p = strstr(p, name)); p += n)
+		if ((p == list || p[-1] == ',') && (p[n] == ',' || !p[n]))
+			return true;
+	return false;
+}
+
+/* KV_SIMT_ONLY=name[,name...] runs those tests alone. */
 static int simt_gate(const char *name)
 {
 	const char *full = getenv("KV_SIMT_FULL"), *only = getenv("KV_SIMT_ONLY");
@@ -52,8 +64,8 @@ static int simt_gate(const char *name)
 	for (i = 0; i < sizeof(heavy) / sizeof(heavy[0]); i++)
 		if (!strcmp(name, heavy[i]) && !(full && *full == '1'))
 			skipping = "minutes on the stand-in: KV_SIMT_FULL=1 (make simt-full) runs it";
-	if (only && *only && strcmp(name, only))
-		skipping = "not the test KV_SIMT_ONLY names";
+	if (only && *only && !listed(only, name))
+		skipping = "not a test KV_SIMT_ONLY names";
 	return skipping ? 0 : kv_cuda_available();
 }
 
