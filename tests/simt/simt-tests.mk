@@ -78,5 +78,8 @@ simt-full: $(BUILD)/tests/attn_simt_test
 -include $(SIMT_KOBJS:.o=.d) $(SIMT_TEST_OBJS:.o=.d) $(SIMT_DIR)/simt_selftest.d \
 	$(SIMT_DIR)/drop_barrier/cuda_extend.d $(SIMT_DIR)/bad_shuffle/cuda_extend.d
 
+# The fibers' context switch is x86-64 assembly.
+ifeq ($(shell uname -m),x86_64)
 ALL_TARGETS += $(BUILD)/tests/simt_selftest $(SIMT_BINS) $(BUILD)/tests/attn_simt
 HOST_TESTS  += $(BUILD)/tests/simt_selftest $(BUILD)/tests/attn_simt
+endif
