@@ -22,7 +22,8 @@ SIMT_CXXFLAGS := -std=c++17 -O2 -g -DKV_SIMT -Itests/simt/include -Iinclude -Iin
                  -Wall -Wextra -Wno-unknown-pragmas
 SIMT_KFLAGS   := -fsanitize=thread
 SIMT_KOBJS    := $(ATTN_CU_SRCS:libkv/attn/%.cu=$(SIMT_DIR)/%.o)
-SIMT_TEST_OBJS := $(SIMT_DIR)/attn_simt_test.o $(SIMT_DIR)/simt.o
+SIMT_CORE     := $(SIMT_DIR)/simt.o $(SIMT_DIR)/simt_runtime.o
+SIMT_TEST_OBJS := $(SIMT_DIR)/attn_simt_test.o $(SIMT_CORE)
 SIMT_LDLIBS   := $(LIBKV_ATTN_LDLIBS)
 
 $(SIMT_DIR)/%.o: libkv/attn/%.cu
@@ -37,7 +38,8 @@ $(SIMT_DIR)/bad_shuffle/cuda_extend.o: libkv/attn/cuda_extend.cu
 	@mkdir -p $(@D)
 	$(CXX) $(SIMT_CXXFLAGS) $(SIMT_KFLAGS) -DKV_SIMT_BAD_SHUFFLE $(DEPFLAGS) -x c++ -c -o $@ $<
 
-$(SIMT_DIR)/simt.o: tests/simt/simt.cc
+# The stand-in itself is not instrumented: its hooks would call themselves.
+$(SIMT_DIR)/simt.o $(SIMT_DIR)/simt_runtime.o: $(SIMT_DIR)/%.o: tests/simt/%.cc
 	@mkdir -p $(@D)
 	$(CXX) $(SIMT_CXXFLAGS) $(DEPFLAGS) -c -o $@ $<
 
@@ -45,7 +47,7 @@ $(SIMT_DIR)/simt_selftest.o: tests/simt/simt_selftest.cc
 	@mkdir -p $(@D)
 	$(CXX) $(SIMT_CXXFLAGS) $(SIMT_KFLAGS) $(DEPFLAGS) -c -o $@ $<
 
-$(BUILD)/tests/simt_selftest: $(SIMT_DIR)/simt_selftest.o $(SIMT_DIR)/simt.o
+$(BUILD)/tests/simt_selftest: $(SIMT_DIR)/simt_selftest.o $(SIMT_CORE)
 	@mkdir -p $(@D)
 	$(CXX) -o $@ $^ -lm
 

@@ -187,6 +187,14 @@ void syncthreads(const char *file, int line);
 /* The scheduling seed from now on (else KV_SIMT_SEED's, read at the first launch). */
 void set_seed(uint64_t seed);
 
+/* Between the execution model (simt.cc) and the runtime calls (simt_runtime.cc). */
+/* The runtime's: a launch failed (@pending: cudaDeviceSynchronize reports it too). */
+void record_error(cudaError_t e, bool pending);
+/* The runtime's: is [p, p + n) inside one device allocation? */
+bool device_memory(const void *p, size_t n);
+/* simt.cc's: the first report of the last failed launch. */
+const char *launch_report(void);
+
 /* Run @thunk(@ctx) as every thread of every block of the grid. */
 void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s,
 	    void (*thunk)(void *), void *ctx);
