@@ -122,6 +122,9 @@ struct state {
 	thr *cur;
 	void (*thunk)(void *);
 	void *ctx;
+	size_t ctx_size;
+	uintptr_t dev_lo;		/* the device allocation last reached */
+	size_t dev_len;
 	bool running, failed, verbose, env_read, seed_set;
 	const char *kname;
 	uint64_t seed, rng, launches, blocks;
@@ -645,13 +648,48 @@ void check_shared(srange *r, uintptr_t a, size_t n, bool write)
  * Every load and store of a kernel unit comes here: most are global or
  * stack memory, outside the executable's image, and leave at once.
  */
+/* Outside the image, the stack and the parameters: device memory, or a bug. */
+__attribute__((noinline)) void check_global(uintptr_t a, size_t n, bool write)
+{
+	uintptr_t lo;
+	size_t len;
+	char t[64];
+
+	if (a - (uintptr_t)S.ctx < S.ctx_size)
+		return;				/* the launch's parameters */
+	if (device_range((const void *)a, &lo, &len) && a - lo + n <= len) {
+		S.dev_lo = lo;
+		S.dev_len = len;
+		return;
+	}
+	tid_str(t, sizeof(t), (uint16_t)lin(S.cur->tid));
+	if (device_range((const void *)a, &lo, &len) && a - lo < len + 65536)
+		report("illegal address: %s %s %zu bytes at offset %zu of a %zu-byte device allocation, past its end",
+		       t, write ? "writes" : "reads", n, (size_t)(a - lo), len);
+	else
+		report("illegal address: %s %s %zu bytes at %#lx, in no device allocation",
+		       t, write ? "writes" : "reads", n, (unsigned long)a);
+}
+
+/*
+ * Every load and store of a kernel unit comes here: most are device
+ * memory (the allocation last reached) or the thread's stack, and leave
+ * at once.
+ */
 __attribute__((always_inline)) inline void check(uintptr_t a, size_t n, bool write)
 {
 	srange *r;
 
-	if (__builtin_expect(!S.running || a - (uintptr_t)__executable_start >=
-			     (uintptr_t)_end - (uintptr_t)__executable_start, 1))
+	if (!S.running)
 		return;
+	if (__builtin_expect(a - (uintptr_t)__executable_start >=
+			     (uintptr_t)_end - (uintptr_t)__executable_start, 1)) {
+		if (a - S.dev_lo + n <= S.dev_len ||
+		    a - (uintptr_t)S.cur->stack < STACK_BYTES)
+			return;
+		check_global(a, n, write);
+		return;
+	}
 	r = S.last;
 	if (!r || a < r->lo || a >= r->hi)
 		S.last = r = classify(a);
@@ -718,7 +756,7 @@ void set_seed(uint64_t seed)
 }
 
 void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s,
-	    void (*thunk)(void *), void *ctx)
+	    void (*thunk)(void *), void *ctx, size_t ctx_size)
 {
 	unsigned int x, y, z;
 	uint64_t threads = (uint64_t)block.x * block.y * block.z;
@@ -749,6 +787,8 @@ void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s
 	S.n = (unsigned int)threads;
 	S.thunk = thunk;
 	S.ctx = ctx;
+	S.ctx_size = ctx_size;
+	S.dev_lo = S.dev_len = 0;
 	S.kname = name;
 	S.failed = false;
 	S.reports = 0;

@@ -23,7 +23,11 @@
  *     hooks) records per 4-byte word and barrier interval who wrote and
  *     read it, and reports write/write and read/write by different threads
  *     with no barrier between, and reads of words no thread of the block
- *     wrote.  A report fails the launch (cudaErrorLaunchFailure).
+ *     wrote;
+ *   - every other access must be to the thread's own stack, the launch's
+ *     parameters, or inside one device allocation (the runtime's): a
+ *     kernel reading host memory or past an allocation is reported.
+ *   A report fails the launch (cudaErrorLaunchFailure).
  *
  * What it cannot tell: timing, memory ordering between blocks or in
  * global memory, the SFU's rounding (ex2.approx is exp2f here), nvcc's
@@ -190,14 +194,14 @@ void set_seed(uint64_t seed);
 /* Between the execution model (simt.cc) and the runtime calls (simt_runtime.cc). */
 /* The runtime's: a launch failed (@pending: cudaDeviceSynchronize reports it too). */
 void record_error(cudaError_t e, bool pending);
-/* The runtime's: is [p, p + n) inside one device allocation? */
-bool device_memory(const void *p, size_t n);
+/* The runtime's: the device allocation nearest @p at or below it (start, bytes), if any. */
+bool device_range(const void *p, uintptr_t *start, size_t *bytes);
 /* simt.cc's: the first report of the last failed launch. */
 const char *launch_report(void);
 
-/* Run @thunk(@ctx) as every thread of every block of the grid. */
+/* Run @thunk(@ctx) as every thread of every block of the grid (@ctx_size: its bytes). */
 void launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s,
-	    void (*thunk)(void *), void *ctx);
+	    void (*thunk)(void *), void *ctx, size_t ctx_size);
 
 template <typename... P> struct launcher {
 	const char *name;
@@ -219,7 +223,7 @@ template <typename... P> struct launcher {
 
 			/* Each thread gets its own copy of the parameters, as on a GPU. */
 			std::apply(cp->k, cp->a);
-		}, &c);
+		}, &c, sizeof(c));
 	}
 };
 

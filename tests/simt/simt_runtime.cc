@@ -4,7 +4,7 @@
  * calls the project's host code makes, over malloc, with the real error
  * codes.  Launches are simt.cc's; they report here (record_error).  A
  * fuller runtime and driver stand-in may replace this file: it must
- * provide kv_simt::record_error() and kv_simt::device_memory().
+ * provide kv_simt::record_error() and kv_simt::device_range().
  */
 #include "simt.h"
 
@@ -53,9 +53,16 @@ void kv_simt::record_error(cudaError_t e, bool pending)
 		pending_err = e;
 }
 
-bool kv_simt::device_memory(const void *p, size_t n)
+bool kv_simt::device_range(const void *p, uintptr_t *start, size_t *bytes)
 {
-	return on_device(p, n);
+	auto it = allocs.upper_bound((uintptr_t)p);
+
+	if (it == allocs.begin())
+		return false;
+	--it;
+	*start = it->first;
+	*bytes = it->second;
+	return true;
 }
 
 extern "C" cudaError_t cudaGetDeviceCount(int *n)

@@ -28,6 +28,16 @@ static void result(bool ok, const char *name)
 
 #define LAUNCH(grid, block, ...) KV_SIMT_LAUNCH(grid, block, 0, 0, __VA_ARGS__)
 
+/* Device memory (host-readable here: the stand-in's is malloc'ed). */
+template <typename T> static T *dev(size_t n)
+{
+	void *p = NULL;
+
+	if (cudaMalloc(&p, n * sizeof(T)))
+		abort();
+	return (T *)p;
+}
+
 /* ---- warp collectives ---- */
 
 __global__ void k_shfl(int *out, int width)
@@ -66,11 +76,11 @@ static void shfl_expect(int *e, unsigned int t, int width)
 static void test_shuffles(void)
 {
 	static const int widths[] = { 32, 16, 4, 1 };
-	int out[64 * 7], e[7];
+	int *out = dev<int>(64 * 7), e[7];
 	unsigned int i, k, bad = 0;
 
 	for (k = 0; k < 4; k++) {
-		memset(out, 0, sizeof(out));
+		memset(out, 0, 64 * 7 * sizeof(int));
 		LAUNCH(1, 64, k_shfl)(out, widths[k]);
 		bad += cudaGetLastError() != cudaSuccess;
 		for (i = 0; i < 64; i++) {
@@ -85,6 +95,7 @@ static void test_shuffles(void)
 			}
 		}
 	}
+	cudaFree(out);
 	result(!bad, "shuffle, ballot, any, all at widths 32, 16, 4, 1");
 }
 
@@ -102,7 +113,7 @@ __global__ void k_neighbour(int *out, int sync)
 
 static void test_barrier(void)
 {
-	static int out[4 * 256];
+	int *out = dev<int>(4 * 256);
 	bool ok = true;
 	unsigned int seed, i;
 
@@ -125,6 +136,7 @@ static void test_barrier(void)
 	}
 	result(ok, "the checker reports the same code without its barrier (3 seeds)");
 	kv_simt::set_seed(0);
+	cudaFree(out);
 }
 
 __global__ void k_ww(int *out)
@@ -157,6 +169,11 @@ __global__ void k_warp_ok(int *out)
 	out[threadIdx.x] = s[31 - threadIdx.x];
 }
 
+__global__ void k_copy(const int *in, int *out)
+{
+	out[threadIdx.x] = in[threadIdx.x];
+}
+
 static const char *err_text(void)
 {
 	return cudaGetErrorString(cudaErrorLaunchFailure);
@@ -164,7 +181,7 @@ static const char *err_text(void)
 
 static void test_checker(void)
 {
-	static int out[256];
+	int *out = dev<int>(256), *in = dev<int>(31), host[32] = { 0 };
 	bool ok;
 
 	LAUNCH(1, 64, k_ww)(out);
@@ -178,6 +195,16 @@ static void test_checker(void)
 	LAUNCH(1, 32, k_warp_ok)(out);
 	ok = cudaGetLastError() == cudaSuccess && out[0] == 30 && out[31] == 1;
 	result(ok, "shuffles and a barrier: no report, right values");
+	LAUNCH(1, 31, k_copy)(in, out);
+	ok = cudaGetLastError() == cudaSuccess;
+	LAUNCH(1, 32, k_copy)(in, out);
+	ok &= cudaGetLastError() == cudaErrorLaunchFailure && strstr(err_text(), "past its end");
+	LAUNCH(1, 32, k_copy)(host, out);
+	ok &= cudaGetLastError() == cudaErrorLaunchFailure &&
+	      strstr(err_text(), "in no device allocation");
+	result(ok, "reads past a device allocation or of host memory are reported");
+	cudaFree(in);
+	cudaFree(out);
 }
 
 /* ---- divergence, exited lanes, scheduling ---- */
@@ -206,9 +233,9 @@ __global__ void k_order(unsigned int *log, unsigned int *pos)
 
 static void test_scheduling(void)
 {
-	static unsigned int log[256];
-	unsigned int pos, i, in_order = 0, second = 0;
-	int out[64];
+	unsigned int *log = dev<unsigned int>(256), *pos = dev<unsigned int>(1);
+	unsigned int i, in_order = 0, second = 0;
+	int *out = dev<int>(64);
 
 	LAUNCH(1, 64, k_diverge)();
 	result(cudaGetLastError() == cudaErrorLaunchFailure &&
@@ -219,36 +246,43 @@ static void test_scheduling(void)
 	       "a shuffle whose mask names an exited lane is reported");
 
 	kv_simt::set_seed(0);
-	pos = 0;
-	LAUNCH(1, 128, k_order)(log, &pos);
+	*pos = 0;
+	LAUNCH(1, 128, k_order)(log, pos);
 	for (i = 0; i < 256; i++)
 		in_order += log[i] == i % 128;
 	kv_simt::set_seed(12345);
-	pos = 0;
-	LAUNCH(1, 128, k_order)(log, &pos);
+	*pos = 0;
+	LAUNCH(1, 128, k_order)(log, pos);
 	for (i = 0; i < 128; i++)
 		second += log[i] == i;
 	kv_simt::set_seed(0);
-	result(in_order == 256 && second < 128 && pos == 256,
+	result(in_order == 256 && second < 128 && *pos == 256,
 	       "seed 0 runs threads in order, another seed shuffles them");
+	cudaFree(log);
+	cudaFree(pos);
+	cudaFree(out);
 }
 
 /* ---- launch limits and the runtime's errors ---- */
 
 static void test_runtime(void)
 {
-	unsigned int logv[2], pos = 0;
+	unsigned int *logv = dev<unsigned int>(2), *pos = dev<unsigned int>(1);
 	char host[64] = { 0 }, *d = NULL;
 	bool ok;
 
-	LAUNCH(1, 1025, k_order)(logv, &pos);
+	*pos = 0;
+
+	LAUNCH(1, 1025, k_order)(logv, pos);
 	ok = cudaGetLastError() == cudaErrorInvalidConfiguration;
-	LAUNCH(dim3(1, 65536), 1, k_order)(logv, &pos);
+	LAUNCH(dim3(1, 65536), 1, k_order)(logv, pos);
 	ok &= cudaGetLastError() == cudaErrorInvalidConfiguration;
-	LAUNCH(1, dim3(1, 1, 65), k_order)(logv, &pos);
+	LAUNCH(1, dim3(1, 1, 65), k_order)(logv, pos);
 	ok &= cudaGetLastError() == cudaErrorInvalidConfiguration;
-	LAUNCH(0, 32, k_order)(logv, &pos);
-	ok &= cudaGetLastError() == cudaErrorInvalidConfiguration && pos == 0;
+	LAUNCH(0, 32, k_order)(logv, pos);
+	ok &= cudaGetLastError() == cudaErrorInvalidConfiguration && *pos == 0;
+	cudaFree(logv);
+	cudaFree(pos);
 	result(ok, "launches past the driver's limits fail with cudaErrorInvalidConfiguration");
 
 	ok = cudaMalloc((void **)&d, 64) == cudaSuccess && d && (unsigned char)d[63] == 0xff;
@@ -300,7 +334,7 @@ static void test_conversions(void)
 
 int main(void)
 {
-	printf("TAP version 13\n1..13\n");
+	printf("TAP version 13\n1..14\n");
 	test_shuffles();
 	test_barrier();
 	test_checker();
@@ -308,5 +342,5 @@ int main(void)
 	test_runtime();
 	test_conversions();
 	printf("# Totals: pass:%d fail:%d\n", n_done - n_failed, n_failed);
-	return n_failed || n_done != 13 ? 1 : 0;
+	return n_failed || n_done != 14 ? 1 : 0;
 }
