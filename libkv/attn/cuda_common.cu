@@ -193,7 +193,7 @@ extern "C" int kv_attn_write_cuda(const struct kv_attn_kv *kv, const struct kv_a
 	vecs = kv->geom.n_kv_heads * kv->geom.head_dim * 2 / 16;
 	y = b->q_indptr ? (b->max_q_len ? b->max_q_len : 64) : 1;
 	y = y > 1024 ? 1024 : y;
-	kv_write_kernel<<<dim3(b->n_reqs, y), vecs < 256 ? vecs : 256, 0, stream>>>(
+	KV_LAUNCH(dim3(b->n_reqs, y), vecs < 256 ? vecs : 256, 0, stream, kv_write_kernel)(
 		kv_dev_layer_of(kv), b->page_indptr, b->pages, b->seq_lens, b->q_indptr,
 		(const uint4 *)k, (const uint4 *)v, vecs);
 	return check(cudaGetLastError());

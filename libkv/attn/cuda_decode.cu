@@ -319,15 +319,15 @@ static void launch(const struct dec_args &a, uint32_t gc, uint32_t n_reqs, uint3
 	dim3 grid(n_reqs * a.n_splits, n_kv * a.n_qchunks);
 
 	if (gc == 1)
-		kv_decode_kernel<T, D, 1><<<grid, DEC_THREADS, 0, s>>>(a);
+		KV_LAUNCH(grid, DEC_THREADS, 0, s, kv_decode_kernel<T, D, 1>)(a);
 	else if (gc == 2)
-		kv_decode_kernel<T, D, 2><<<grid, DEC_THREADS, 0, s>>>(a);
+		KV_LAUNCH(grid, DEC_THREADS, 0, s, kv_decode_kernel<T, D, 2>)(a);
 	else if (gc == 4)
-		kv_decode_kernel<T, D, 4><<<grid, DEC_THREADS, 0, s>>>(a);
+		KV_LAUNCH(grid, DEC_THREADS, 0, s, kv_decode_kernel<T, D, 4>)(a);
 	else
-		kv_decode_kernel<T, D, GMAX><<<grid, DEC_THREADS, 0, s>>>(a);
+		KV_LAUNCH(grid, DEC_THREADS, 0, s, kv_decode_kernel<T, D, GMAX>)(a);
 	if (a.n_splits > 1)
-		kv_combine_kernel<T><<<(unsigned int)((size_t)n_reqs * a.nq), D, 0, s>>>(
+		KV_LAUNCH((unsigned int)((size_t)n_reqs * a.nq), D, 0, s, kv_combine_kernel<T>)(
 			a.part_o, a.part_lse, a.n_splits, D, a.out, a.lse);
 }
 

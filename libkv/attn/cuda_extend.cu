@@ -15,6 +15,9 @@
  *
  * CUDA cores only: this is the correct, simple kernel; a tensor-core
  * (mma / wgmma) version is for a session with a GPU to measure it.
+ *
+ * KV_SIMT_DROP_BARRIER and KV_SIMT_BAD_SHUFFLE break it on purpose, only in
+ * the CPU stand-in's test build (tests/simt), to prove that its suite fails.
  */
 #include "cuda_internal.cuh"
 
@@ -80,7 +83,9 @@ __global__ void __launch_bounds__(EXT_THREADS) kv_extend_kernel(const struct ext
 	for (uint32_t kt = 0; kt < kv_end; kt += EXT_BK) {
 		float s[EXT_BK], mt = -INFINITY;
 
+#if !(defined(KV_SIMT) && defined(KV_SIMT_DROP_BARRIER))
 		__syncthreads();	/* the previous tile is consumed */
+#endif
 		for (int e = threadIdx.x; e < EXT_BK * VPR; e += EXT_THREADS) {
 			int j = e / VPR, x = e % VPR;
 			uint32_t t = kt + j;
@@ -111,7 +116,11 @@ __global__ void __launch_bounds__(EXT_THREADS) kv_extend_kernel(const struct ext
 					x += q[c][i] * k[i];
 			}
 			x += __shfl_xor_sync(0xffffffffu, x, 4);
+#if defined(KV_SIMT) && defined(KV_SIMT_BAD_SHUFFLE)
+			x += __shfl_xor_sync(0xffffffffu, x, 1);	/* wrong on purpose */
+#else
 			x += __shfl_xor_sync(0xffffffffu, x, 2);
+#endif
 			x += __shfl_xor_sync(0xffffffffu, x, 1);
 			s[j] = x;
 			if (kt + j < visible)
@@ -170,11 +179,11 @@ template <typename T>
 static void launch(const struct ext_args &a, uint32_t dim, dim3 grid, cudaStream_t s)
 {
 	if (dim == 64)
-		kv_extend_kernel<T, 64><<<grid, EXT_THREADS, 0, s>>>(a);
+		KV_LAUNCH(grid, EXT_THREADS, 0, s, kv_extend_kernel<T, 64>)(a);
 	else if (dim == 128)
-		kv_extend_kernel<T, 128><<<grid, EXT_THREADS, 0, s>>>(a);
+		KV_LAUNCH(grid, EXT_THREADS, 0, s, kv_extend_kernel<T, 128>)(a);
 	else
-		kv_extend_kernel<T, 256><<<grid, EXT_THREADS, 0, s>>>(a);
+		KV_LAUNCH(grid, EXT_THREADS, 0, s, kv_extend_kernel<T, 256>)(a);
 }
 
 extern "C" int kv_attn_extend_cuda(const struct kv_attn_kv *kv, const struct kv_attn_batch *b,

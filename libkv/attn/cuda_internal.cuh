@@ -16,6 +16,21 @@
 
 #include <kvshare/attn.h>
 
+/*
+ * Every kernel launch: KV_LAUNCH(grid, block, shared bytes, stream, kernel)(args).
+ * Under nvcc it is kernel<<<grid, block, shared bytes, stream>>>(args); when
+ * the tests compile these files as host C++ for the CPU stand-in
+ * (tests/simt, -DKV_SIMT) it is the stand-in's launcher.  The kernel comes
+ * last because template arguments carry commas.
+ */
+#ifdef KV_SIMT
+#define KV_LAUNCH(grid, block, smem, stream, ...) \
+	KV_SIMT_LAUNCH(grid, block, smem, stream, __VA_ARGS__)
+#else
+#define KV_LAUNCH(grid, block, smem, stream, ...) \
+	__VA_ARGS__<<<(grid), (block), (smem), (stream)>>>
+#endif
+
 #define KV_LN2		0.69314718055994531f
 #define KV_LOG2E	1.4426950408889634f
 
@@ -73,10 +88,14 @@ static __device__ __forceinline__ uint64_t kv_dev_row(const struct kv_dev_layer 
 /* 2^x on the SFU; 2^-inf = 0. */
 static __device__ __forceinline__ float kv_ex2(float x)
 {
+#ifdef KV_SIMT
+	return kv_simt_ex2_approx_ftz(x);	/* the stand-in's C equivalent */
+#else
 	float y;
 
 	asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
 	return y;
+#endif
 }
 
 /* Eight elements in 16 bytes, to and from float. */

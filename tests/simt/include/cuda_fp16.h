@@ -1,0 +1,6 @@
+/* SPDX-License-Identifier: MIT */
+/* The CPU stand-in's <cuda_fp16.h> (test-only): everything is in ../simt.h. */
+#ifndef KV_SIMT_CUDA_FP16_H
+#define KV_SIMT_CUDA_FP16_H
+#include "../simt.h"
+#endif

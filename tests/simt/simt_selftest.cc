@@ -1,0 +1,346 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The CPU stand-in's own tests (tests/simt): small kernels, written as
+ * CUDA, whose results CUDA's documented semantics fix: the warp
+ * collectives with their widths, barriers, the scheduling seed, the
+ * shared-memory checker (it must report a missing barrier, a write/write
+ * race, an unwritten read, and nothing on correct code under any seed),
+ * divergence, masks naming exited lanes, launch limits, the runtime's
+ * error codes, and the fp16/bf16 conversions against libkv's
+ * (include/kvshare/kv_layout.h).  kselftest-style TAP on stdout.
+ */
+#include "simt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <kvshare/kv_layout.h>
+
+static int n_done, n_failed;
+
+static void result(bool ok, const char *name)
+{
+	n_done++;
+	n_failed += !ok;
+	printf("%sok %d %s\n", ok ? "" : "not ", n_done, name);
+	fflush(stdout);
+}
+
+#define LAUNCH(grid, block, ...) KV_SIMT_LAUNCH(grid, block, 0, 0, __VA_ARGS__)
+
+/* Device memory (host-readable here: the stand-in's is malloc'ed). */
+template <typename T> static T *dev(size_t n)
+{
+	void *p = NULL;
+
+	if (cudaMalloc(&p, n * sizeof(T)))
+		abort();
+	return (T *)p;
+}
+
+/* ---- warp collectives ---- */
+
+__global__ void k_shfl(int *out, int width)
+{
+	int v = (int)threadIdx.x * 10 + 1, *o = out + threadIdx.x * 7;
+
+	o[0] = __shfl_xor_sync(0xffffffffu, v, 5, width);
+	o[1] = __shfl_up_sync(0xffffffffu, v, 3, width);
+	o[2] = __shfl_down_sync(0xffffffffu, v, 3, width);
+	o[3] = __shfl_sync(0xffffffffu, v, 7, width);
+	o[4] = (int)__ballot_sync(0xffffffffu, threadIdx.x % 3 == 0);
+	o[5] = __any_sync(0xffffffffu, threadIdx.x == 40);
+	o[6] = __all_sync(0xffffffffu, threadIdx.x < 40);
+}
+
+/* What the CUDA programming guide says each lane gets. */
+static void shfl_expect(int *e, unsigned int t, int width)
+{
+	int lane = (int)(t % 32), seg = lane & ~(width - 1), base = (int)t - lane;
+	int src;
+	unsigned int ballot = 0;
+	int i;
+
+	src = lane ^ 5;
+	e[0] = (src < seg + width ? base + src : (int)t) * 10 + 1;
+	e[1] = (lane - 3 >= seg ? (int)t - 3 : (int)t) * 10 + 1;
+	e[2] = (lane + 3 < seg + width ? (int)t + 3 : (int)t) * 10 + 1;
+	e[3] = (base + seg + 7 % width) * 10 + 1;
+	for (i = 0; i < 32; i++)
+		ballot |= (unsigned int)((base + i) % 3 == 0) << i;
+	e[4] = (int)ballot;
+	e[5] = base == 32;		/* thread 40 is in the second warp */
+	e[6] = base + 31 < 40;
+}
+
+static void test_shuffles(void)
+{
+	static const int widths[] = { 32, 16, 4, 1 };
+	int *out = dev<int>(64 * 7), e[7];
+	unsigned int i, k, bad = 0;
+
+	for (k = 0; k < 4; k++) {
+		memset(out, 0, 64 * 7 * sizeof(int));
+		LAUNCH(1, 64, k_shfl)(out, widths[k]);
+		bad += cudaGetLastError() != cudaSuccess;
+		for (i = 0; i < 64; i++) {
+			shfl_expect(e, i, widths[k]);
+			if (memcmp(e, out + i * 7, sizeof(e))) {
+				if (!bad)
+					printf("# width %d thread %u: got %d %d %d %d %#x %d %d, want %d %d %d %d %#x %d %d\n",
+					       widths[k], i, out[i * 7], out[i * 7 + 1], out[i * 7 + 2],
+					       out[i * 7 + 3], out[i * 7 + 4], out[i * 7 + 5], out[i * 7 + 6],
+					       e[0], e[1], e[2], e[3], e[4], e[5], e[6]);
+				bad++;
+			}
+		}
+	}
+	cudaFree(out);
+	result(!bad, "shuffle, ballot, any, all at widths 32, 16, 4, 1");
+}
+
+/* ---- barriers and the shared-memory checker ---- */
+
+__global__ void k_neighbour(int *out, int sync)
+{
+	__shared__ int s[256];
+
+	s[threadIdx.x] = (int)(threadIdx.x + 1000 * blockIdx.x);
+	if (sync)
+		__syncthreads();
+	out[blockIdx.x * blockDim.x + threadIdx.x] = s[(threadIdx.x + 1) % blockDim.x];
+}
+
+static void test_barrier(void)
+{
+	int *out = dev<int>(4 * 256);
+	bool ok = true;
+	unsigned int seed, i;
+
+	/* Correct code: right under every order, and nothing reported. */
+	for (seed = 0; seed < 6; seed++) {
+		kv_simt::set_seed(seed);
+		LAUNCH(4, 256, k_neighbour)(out, 1);
+		ok &= cudaGetLastError() == cudaSuccess;
+		for (i = 0; i < 4 * 256; i++)
+			ok &= out[i] == (int)((i % 256 + 1) % 256 + 1000 * (i / 256));
+	}
+	result(ok, "a barrier orders shared memory (6 seeds, one copy per block)");
+	for (seed = 0; seed < 3; seed++) {
+		kv_simt::set_seed(seed);
+		LAUNCH(4, 256, k_neighbour)(out, 0);
+		ok = cudaGetLastError() == cudaErrorLaunchFailure &&
+		     strstr(cudaGetErrorString(cudaErrorLaunchFailure), "k_neighbour");
+		if (!ok)
+			break;
+	}
+	result(ok, "the checker reports the same code without its barrier (3 seeds)");
+	kv_simt::set_seed(0);
+	cudaFree(out);
+}
+
+__global__ void k_ww(int *out)
+{
+	__shared__ int s;
+
+	s = (int)threadIdx.x;
+	__syncthreads();
+	out[threadIdx.x] = s;
+}
+
+__global__ void k_unwritten(int *out)
+{
+	__shared__ int s[64];
+
+	if (threadIdx.x)
+		s[threadIdx.x] = 1;
+	__syncthreads();
+	out[threadIdx.x] = s[(threadIdx.x + 1) % 64];
+}
+
+/* Lanes of one warp in lockstep through shuffles; shared writes by one lane only. */
+__global__ void k_warp_ok(int *out)
+{
+	__shared__ int s[32];
+	int v = __shfl_xor_sync(0xffffffffu, (int)threadIdx.x, 1);
+
+	s[threadIdx.x] = v;
+	__syncthreads();
+	out[threadIdx.x] = s[31 - threadIdx.x];
+}
+
+__global__ void k_copy(const int *in, int *out)
+{
+	out[threadIdx.x] = in[threadIdx.x];
+}
+
+static const char *err_text(void)
+{
+	return cudaGetErrorString(cudaErrorLaunchFailure);
+}
+
+static void test_checker(void)
+{
+	int *out = dev<int>(256), *in = dev<int>(31), host[32] = { 0 };
+	bool ok;
+
+	LAUNCH(1, 64, k_ww)(out);
+	ok = cudaGetLastError() == cudaErrorLaunchFailure && strstr(err_text(), "::s,") &&
+	     strstr(err_text(), "written by thread 0");
+	result(ok, "a write/write race is reported with the variable and threads");
+	LAUNCH(1, 64, k_unwritten)(out);
+	ok = cudaGetLastError() == cudaErrorLaunchFailure &&
+	     strstr(err_text(), "no thread of the block wrote");
+	result(ok, "a read of shared memory no thread wrote is reported");
+	LAUNCH(1, 32, k_warp_ok)(out);
+	ok = cudaGetLastError() == cudaSuccess && out[0] == 30 && out[31] == 1;
+	result(ok, "shuffles and a barrier: no report, right values");
+	LAUNCH(1, 31, k_copy)(in, out);
+	ok = cudaGetLastError() == cudaSuccess;
+	LAUNCH(1, 32, k_copy)(in, out);
+	ok &= cudaGetLastError() == cudaErrorLaunchFailure && strstr(err_text(), "past its end");
+	LAUNCH(1, 32, k_copy)(host, out);
+	ok &= cudaGetLastError() == cudaErrorLaunchFailure &&
+	      strstr(err_text(), "in no device allocation");
+	result(ok, "reads past a device allocation or of host memory are reported");
+	cudaFree(in);
+	cudaFree(out);
+}
+
+/* ---- divergence, exited lanes, scheduling ---- */
+
+__global__ void k_diverge(void)
+{
+	if (threadIdx.x < 32)
+		__syncthreads();
+	else
+		__syncthreads();
+}
+
+__global__ void k_exited_lane(int *out)
+{
+	if (threadIdx.x == 3)
+		return;
+	out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1, 1);
+}
+
+__global__ void k_order(unsigned int *log, unsigned int *pos)
+{
+	log[(*pos)++] = threadIdx.x;	/* one OS thread: no real race */
+	__syncthreads();
+	log[(*pos)++] = threadIdx.x;
+}
+
+static void test_scheduling(void)
+{
+	unsigned int *log = dev<unsigned int>(256), *pos = dev<unsigned int>(1);
+	unsigned int i, in_order = 0, second = 0;
+	int *out = dev<int>(64);
+
+	LAUNCH(1, 64, k_diverge)();
+	result(cudaGetLastError() == cudaErrorLaunchFailure &&
+	       strstr(err_text(), "deadlock or divergence"),
+	       "two different barriers are reported as divergence");
+	LAUNCH(1, 32, k_exited_lane)(out);
+	result(cudaGetLastError() == cudaErrorLaunchFailure && strstr(err_text(), "has exited"),
+	       "a shuffle whose mask names an exited lane is reported");
+
+	kv_simt::set_seed(0);
+	*pos = 0;
+	LAUNCH(1, 128, k_order)(log, pos);
+	for (i = 0; i < 256; i++)
+		in_order += log[i] == i % 128;
+	kv_simt::set_seed(12345);
+	*pos = 0;
+	LAUNCH(1, 128, k_order)(log, pos);
+	for (i = 0; i < 128; i++)
+		second += log[i] == i;
+	kv_simt::set_seed(0);
+	result(in_order == 256 && second < 128 && *pos == 256,
+	       "seed 0 runs threads in order, another seed shuffles them");
+	cudaFree(log);
+	cudaFree(pos);
+	cudaFree(out);
+}
+
+/* ---- launch limits and the runtime's errors ---- */
+
+static void test_runtime(void)
+{
+	unsigned int *logv = dev<unsigned int>(2), *pos = dev<unsigned int>(1);
+	char host[64] = { 0 }, *d = NULL;
+	bool ok;
+
+	*pos = 0;
+
+	LAUNCH(1, 1025, k_order)(logv, pos);
+	ok = cudaGetLastError() == cudaErrorInvalidConfiguration;
+	LAUNCH(dim3(1, 65536), 1, k_order)(logv, pos);
+	ok &= cudaGetLastError() == cudaErrorInvalidConfiguration;
+	LAUNCH(1, dim3(1, 1, 65), k_order)(logv, pos);
+	ok &= cudaGetLastError() == cudaErrorInvalidConfiguration;
+	LAUNCH(0, 32, k_order)(logv, pos);
+	ok &= cudaGetLastError() == cudaErrorInvalidConfiguration && *pos == 0;
+	cudaFree(logv);
+	cudaFree(pos);
+	result(ok, "launches past the driver's limits fail with cudaErrorInvalidConfiguration");
+
+	ok = cudaMalloc((void **)&d, 64) == cudaSuccess && d && (unsigned char)d[63] == 0xff;
+	ok &= cudaMemcpy(d + 32, host, 64, cudaMemcpyHostToDevice) == cudaErrorInvalidValue;
+	ok &= cudaMemcpy(host, host + 1, 8, cudaMemcpyHostToDevice) == cudaErrorInvalidValue;
+	ok &= cudaMemcpy(d, host, 8, (enum cudaMemcpyKind)7) == cudaErrorInvalidMemcpyDirection;
+	ok &= cudaMemset(host, 0, 8) == cudaErrorInvalidValue;
+	ok &= cudaMemset(d, 0, 65) == cudaErrorInvalidValue;
+	ok &= cudaGetLastError() == cudaErrorInvalidValue && cudaGetLastError() == cudaSuccess;
+	ok &= cudaMemcpy(d, host, 64, cudaMemcpyDefault) == cudaSuccess;
+	ok &= cudaFree(host) == cudaErrorInvalidValue;
+	ok &= cudaFree(d) == cudaSuccess && cudaFree(d) == cudaErrorInvalidValue;
+	cudaGetLastError();
+	result(ok, "cudaMalloc/Memcpy/Memset/Free check ranges and return the real codes");
+}
+
+/* ---- storage types ---- */
+
+static void test_conversions(void)
+{
+	uint64_t rng = 88172645463325252ull;
+	unsigned int h, i, bad = 0;
+
+	for (h = 0; h < 65536; h++) {
+		float a = __half2float(__ushort_as_half((unsigned short)h));
+		float b = kv_f16_to_f32((uint16_t)h);
+
+		if (isnan(b) ? !isnan(a) : __float_as_uint(a) != __float_as_uint(b))
+			bad++;
+	}
+	for (i = 0; i < 2000000; i++) {
+		float f;
+
+		rng ^= rng << 13;
+		rng ^= rng >> 7;
+		rng ^= rng << 17;
+		/* Every exponent, and the exact ties (low bits cleared) often. */
+		f = __uint_as_float((uint32_t)rng & (i & 1 ? 0xffffffffu : 0xffff8000u));
+		if (isnan(f))
+			continue;
+		bad += __half_as_ushort(__float2half_rn(f)) != kv_f32_to_f16(f);
+		bad += __bfloat16_as_ushort(__float2bfloat16_rn(f)) != kv_f32_to_bf16(f);
+	}
+	result(!bad, "fp16/bf16 conversions round to nearest even as libkv's");
+	result(kv_simt_ex2_approx_ftz(-INFINITY) == 0.0f && kv_simt_ex2_approx_ftz(0x1p-130f) == 1.0f &&
+	       kv_simt_ex2_approx_ftz(-130.0f) == 0.0f && kv_simt_ex2_approx_ftz(3.0f) == 8.0f,
+	       "ex2.approx.ftz: 2^-inf = 0, subnormals flushed");
+}
+
+int main(void)
+{
+	printf("TAP version 13\n1..14\n");
+	test_shuffles();
+	test_barrier();
+	test_checker();
+	test_scheduling();
+	test_runtime();
+	test_conversions();
+	printf("# Totals: pass:%d fail:%d\n", n_done - n_failed, n_failed);
+	return n_failed || n_done != 14 ? 1 : 0;
+}
