@@ -202,13 +202,23 @@ static int cmd_prefix(const char *pool, const char *salt)
 		struct kv_radix_req r = { .tokens = nums + 2 };
 		const struct kv_prefix_stats *s;
 		long got;
+		int ret;
 
 		switch (c) {
 		case 'R':
 			r.slot = kv_req_alloc(k->rt);
 			got = kv_prefix_match(k->pc, k->rt, &r, nums[1]);
-			if (got < 0 || kv_prefix_reserve(k->pc, k->rt, &r, n - 2))
-				return 1;
+			if (got < 0) {
+				kv_req_free(k->rt, r.slot);
+				printf("R! %ld\n", got);
+				break;
+			}
+			ret = kv_prefix_reserve(k->pc, k->rt, &r, n - 2);
+			if (ret) {
+				printf("R! %ld %d\n", got, ret);
+				kv_prefix_abort(k->pc, k->rt, &r);
+				break;
+			}
 			for (j = 0; j < (n - 2 + tpp - 1) / tpp; j++)
 				out[j] = kv_req_page(k->rt, r.slot, j);
 			print_list("R", got, out, j);
