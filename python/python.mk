@@ -48,3 +48,6 @@ python: $(PY_EXT) $(PY_COPIES)
 -include $(LIBKV_PIC_OBJS:.o=.d) $(BUILD)/python/_kvshare.d
 
 ALL_TARGETS += python
+
+# make bench: the binding's overhead as a ratio to the C calls (same run).
+BENCH_CMDS  += PYTHONPATH=$(PY_BUILD) $(PYTHON) tools/kvbench/py_bench.py;
