@@ -530,6 +530,7 @@ typedef struct {
 	PyObject_HEAD
 	struct kv_arbiter *arb;
 	PyObject *path;			/* str or None */
+	Py_ssize_t busy;		/* calls running without the GIL */
 } ArbiterObject;
 
 static PyTypeObject Arbiter_Type;
@@ -590,10 +591,17 @@ static void Arbiter_dealloc(ArbiterObject *self)
 static PyObject *Arbiter_close(ArbiterObject *self, PyObject *Py_UNUSED(ignored))
 {
 	if (self->arb) {
-		Py_BEGIN_ALLOW_THREADS
-		kv_arbiter_close(self->arb);
-		Py_END_ALLOW_THREADS
+		struct kv_arbiter *arb = self->arb;
+
+		if (self->busy) {
+			PyErr_SetString(PyExc_BufferError, "cannot close the Arbiter: another "
+					"thread is in a call on it");
+			return NULL;
+		}
 		self->arb = NULL;
+		Py_BEGIN_ALLOW_THREADS
+		kv_arbiter_close(arb);
+		Py_END_ALLOW_THREADS
 	}
 	Py_RETURN_NONE;
 }
@@ -618,13 +626,25 @@ static int arb_call(struct kv_arbiter *arb, unsigned long cmd, void *arg)
 	return ret;
 }
 
+/* The same, counted in *@busy so that close() cannot free @arb meanwhile. */
+static int arb_call_b(Py_ssize_t *busy, struct kv_arbiter *arb, unsigned long cmd,
+		      void *arg)
+{
+	int ret;
+
+	(*busy)++;
+	ret = arb_call(arb, cmd, arg);
+	(*busy)--;
+	return ret;
+}
+
 static PyObject *Arbiter_info(ArbiterObject *self, PyObject *Py_UNUSED(ignored))
 {
 	struct kvs_info in = { 0 };
 	int ret;
 
 	ARB_OPEN(self, NULL);
-	ret = arb_call(self->arb, KVS_IOC_INFO, &in);
+	ret = arb_call_b(&self->busy, self->arb, KVS_IOC_INFO, &in);
 	if (ret)
 		return KV_RAISE(ret, "INFO");
 	return Py_BuildValue("{sIsKsKsIsIsIsKsOsO}", "abi_version", in.abi_version,
@@ -638,20 +658,21 @@ static PyObject *Arbiter_info(ArbiterObject *self, PyObject *Py_UNUSED(ignored))
 }
 
 /* Every pool the arbiter lists (up to max_pools). */
-static int list_pools(struct kv_arbiter *arb, struct kvs_pool_desc **out, uint32_t *n)
+static int list_pools(Py_ssize_t *busy, struct kv_arbiter *arb,
+		      struct kvs_pool_desc **out, uint32_t *n)
 {
 	struct kvs_pool_list l = { 0 };
 	struct kvs_pool_desc *d;
 	int ret;
 
-	ret = arb_call(arb, KVS_IOC_POOL_LIST, &l);
+	ret = arb_call_b(busy, arb, KVS_IOC_POOL_LIST, &l);
 	if (ret)
 		return ret;
 	d = PyMem_Calloc(l.count ? l.count : 1, sizeof(*d));
 	if (!d)
 		return -ENOMEM;
 	l.pools = (uintptr_t)d;
-	ret = l.count ? arb_call(arb, KVS_IOC_POOL_LIST, &l) : 0;
+	ret = l.count ? arb_call_b(busy, arb, KVS_IOC_POOL_LIST, &l) : 0;
 	if (ret) {
 		PyMem_Free(d);
 		return ret;
@@ -669,7 +690,7 @@ static PyObject *Arbiter_pools(ArbiterObject *self, PyObject *Py_UNUSED(ignored)
 	int ret;
 
 	ARB_OPEN(self, NULL);
-	ret = list_pools(self->arb, &d, &n);
+	ret = list_pools(&self->busy, self->arb, &d, &n);
 	if (ret)
 		return ret == -ENOMEM ? PyErr_NoMemory() : KV_RAISE(ret, "POOL_LIST");
 	list = PyList_New(0);
@@ -693,14 +714,14 @@ static PyObject *Arbiter_pools(ArbiterObject *self, PyObject *Py_UNUSED(ignored)
 }
 
 /* The id of pool @name owned by @owner, or -ENOENT. */
-static int find_pool(struct kv_arbiter *arb, const char *name, uint32_t owner,
-		     uint32_t *id)
+static int find_pool(Py_ssize_t *busy, struct kv_arbiter *arb, const char *name,
+		     uint32_t owner, uint32_t *id)
 {
 	struct kvs_pool_desc *d;
 	uint32_t n, i;
 	int ret;
 
-	ret = list_pools(arb, &d, &n);
+	ret = list_pools(busy, arb, &d, &n);
 	if (ret)
 		return ret;
 	ret = -ENOENT;
@@ -795,7 +816,7 @@ static PyObject *Arbiter_create_pool(ArbiterObject *self, PyObject *args, PyObje
 		}
 		pc.mem_fd = fd;
 	}
-	ret = arb_call(self->arb, KVS_IOC_POOL_CREATE, &pc);
+	ret = arb_call_b(&self->busy, self->arb, KVS_IOC_POOL_CREATE, &pc);
 	if (fd >= 0)
 		close(fd);
 	if (ret == -EINVAL)
@@ -831,9 +852,9 @@ static PyObject *Arbiter_destroy_pool(ArbiterObject *self, PyObject *args, PyObj
 		return NULL;
 	if (resolve_owner(self, owner_o, &owner))
 		return NULL;
-	ret = find_pool(self->arb, name, owner, &pd.pool_id);
+	ret = find_pool(&self->busy, self->arb, name, owner, &pd.pool_id);
 	if (!ret)
-		ret = arb_call(self->arb, KVS_IOC_POOL_DESTROY, &pd);
+		ret = arb_call_b(&self->busy, self->arb, KVS_IOC_POOL_DESTROY, &pd);
 	if (ret)
 		return KV_RAISE(ret, "destroy_pool '%s' of uid %u", name, owner);
 	Py_RETURN_NONE;
@@ -860,10 +881,10 @@ static PyObject *Arbiter_stats(ArbiterObject *self, PyObject *args, PyObject *kw
 		return NULL;
 	if (resolve_owner(self, owner_o, &owner))
 		return NULL;
-	ret = find_pool(self->arb, name, owner, &st.pool_id);
+	ret = find_pool(&self->busy, self->arb, name, owner, &st.pool_id);
 	st.flags = check ? KVS_STATS_CHECK : 0;
 	if (!ret)
-		ret = arb_call(self->arb, KVS_IOC_POOL_STATS, &st);
+		ret = arb_call_b(&self->busy, self->arb, KVS_IOC_POOL_STATS, &st);
 	if (ret == -EUCLEAN)
 		return kv_raise(ret, "stats '%s': the pool's invariants are broken", name);
 	if (ret)
@@ -959,6 +980,7 @@ typedef struct {
 	PyObject *name;
 	Py_ssize_t exports;		/* live buffer / DLPack exports */
 	Py_ssize_t users;		/* PrefixCaches on this pool */
+	Py_ssize_t busy;		/* calls running without the GIL */
 	uint64_t ns;
 	uint32_t owner;
 } PoolObject;
@@ -1055,16 +1077,26 @@ static PyObject *Pool_close(PoolObject *self, PyObject *Py_UNUSED(ignored))
 			     self->exports);
 		return NULL;
 	}
+	if (self->busy) {
+		PyErr_Format(PyExc_BufferError, "cannot close Pool '%U': another thread is in "
+			     "a call on it", self->name);
+		return NULL;
+	}
 	if (self->users) {
 		PyErr_Format(PyExc_BufferError, "cannot close Pool '%U': %zd PrefixCache(s) "
 			     "still use it; close them first", self->name, self->users);
 		return NULL;
 	}
-	Py_BEGIN_ALLOW_THREADS
-	kv_pool_close(self->pool);
-	Py_END_ALLOW_THREADS
-	self->pool = NULL;
-	self->arb = NULL;
+	{
+		struct kv_pool *pool = self->pool;
+
+		/* Gone for every other thread before the GIL is released. */
+		self->pool = NULL;
+		self->arb = NULL;
+		Py_BEGIN_ALLOW_THREADS
+		kv_pool_close(pool);
+		Py_END_ALLOW_THREADS
+	}
 	Py_RETURN_NONE;
 }
 
@@ -1090,9 +1122,11 @@ static PyObject *Pool_alloc(PoolObject *self, PyObject *arg)
 	out = new_u32(n, &pages);
 	if (!out)
 		return NULL;
+	self->busy++;
 	Py_BEGIN_ALLOW_THREADS
 	ret = kv_alloc(self->arb, (uint32_t)n, pages);
 	Py_END_ALLOW_THREADS
+	self->busy--;
 	if (ret) {
 		Py_DECREF(out);
 		return KV_RAISE(ret, "alloc of %zd pages", n);
@@ -1150,9 +1184,11 @@ static PyObject *Pool_publish(PoolObject *self, PyObject *args, PyObject *kw)
 		e[i].parent = i ? KVS_PARENT_PREV : parent;
 		e[i].key = keys[i];
 	}
+	self->busy++;
 	Py_BEGIN_ALLOW_THREADS
 	ret = kv_publish(self->arb, e, (uint32_t)nk);
 	Py_END_ALLOW_THREADS
+	self->busy--;
 	if (ret < 0) {
 		if (ret == -ENOENT)
 			kv_raise(ret, "publish: a page is not OWNED by this handle, or the "
@@ -1203,9 +1239,11 @@ static PyObject *Pool_lookup(PoolObject *self, PyObject *keys_o)
 		PyBuffer_Release(&kb);
 		return PyErr_NoMemory();
 	}
+	self->busy++;
 	Py_BEGIN_ALLOW_THREADS
 	ret = kv_lookup(self->arb, kb.buf, (uint32_t)n, pages);
 	Py_END_ALLOW_THREADS
+	self->busy--;
 	PyBuffer_Release(&kb);
 	if (ret < 0) {
 		PyMem_Free(pages);
@@ -1241,9 +1279,11 @@ static PyObject *Pool_put(PoolObject *self, PyObject *pages_o)
 		u32_release(&pg);
 		return NULL;
 	}
+	self->busy++;
 	Py_BEGIN_ALLOW_THREADS
 	ret = kv_put(self->arb, pg.p, (uint32_t)pg.n);
 	Py_END_ALLOW_THREADS
+	self->busy--;
 	u32_release(&pg);
 	if (ret == -ENOENT)
 		return kv_raise(ret, "put: a page is not held by this handle (as many times "
@@ -1274,7 +1314,9 @@ static PyObject *Pool_quota(PoolObject *self, PyObject *args, PyObject *kw)
 			return NULL;
 		q.flags = KVS_QUOTA_SET;
 	}
+	self->busy++;
 	ret = arb_call(self->arb, KVS_IOC_QUOTA, &q);
+	self->busy--;
 	if (ret == -EINVAL)
 		return kv_raise(ret, "quota: %u is above the pool's max_pages_per_file (%u) "
 				"or below what this handle holds", q.max_pages,
@@ -1300,7 +1342,9 @@ static PyObject *Pool_stats(PoolObject *self, PyObject *args, PyObject *kw)
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "|p:stats", kwlist, &check))
 		return NULL;
 	st.flags = check ? KVS_STATS_CHECK : 0;
+	self->busy++;
 	ret = arb_call(self->arb, KVS_IOC_POOL_STATS, &st);
+	self->busy--;
 	if (ret == -EUCLEAN)
 		return kv_raise(ret, "stats: the pool's invariants are broken");
 	if (ret)
