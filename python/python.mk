@@ -51,3 +51,11 @@ ALL_TARGETS += python
 
 # make bench: the binding's overhead as a ratio to the C calls (same run).
 BENCH_CMDS  += PYTHONPATH=$(PY_BUILD) $(PYTHON) tools/kvbench/py_bench.py;
+
+# The demo from the build tree: python3 -m kvshare.demo on the embedded
+# default (a private kvshared on host memory).  PYDEMO_ARGS= passes options.
+.PHONY: pydemo
+pydemo:
+	@scripts/setup.sh
+	@$(MAKE) --no-print-directory python $(BUILD)/kvshared
+	@PYTHONPATH=$(PY_BUILD) $(PYTHON) -m kvshare.demo $(PYDEMO_ARGS)
