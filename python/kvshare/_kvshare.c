@@ -294,6 +294,30 @@ static int u32_arg(PyObject *o, uint32_t *out, const char *what)
 	return 0;
 }
 
+/* PyArg "O&" converters: ints range-checked, never silently truncated. */
+static int conv_u32(PyObject *o, void *p)
+{
+	return u32_arg(o, p, "argument") ? 0 : 1;
+}
+
+static int conv_u64(PyObject *o, void *p)
+{
+	unsigned long long v;
+
+	if (!PyLong_Check(o)) {
+		PyErr_Format(PyExc_TypeError, "expected int, not %.100s", Py_TYPE(o)->tp_name);
+		return 0;
+	}
+	v = PyLong_AsUnsignedLongLong(o);
+	if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+		PyErr_Clear();
+		PyErr_Format(PyExc_ValueError, "%R is not in 0..2**64-1", o);
+		return 0;
+	}
+	*(uint64_t *)p = v;
+	return 1;
+}
+
 /* An optional owner uid (None: libkv's default). */
 static int owner_arg(PyObject *o, uint32_t *owner, int *have)
 {
@@ -767,19 +791,20 @@ static PyObject *Arbiter_create_pool(ArbiterObject *self, PyObject *args, PyObje
 				  "tokens_per_page", "dtype", "mode", "quota", "memory",
 				  "ns_per_uid", NULL };
 	struct kvs_pool_create pc = { 0 };
-	unsigned long long pages;
+	uint64_t pages;
 	const char *name, *dtype = "bfloat16";
-	unsigned int mode = 0600, quota = 0;
+	uint32_t mode = 0600, quota = 0;
 	int memory = 1, per_uid = 0, ret, fd = -1;
 	uint64_t size;
 
 	ARB_OPEN(self, NULL);
 	pages = 0;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$KIIIIsIIpp:create_pool", kwlist,
-					 &name, &pages, &pc.geom.n_layers,
-					 &pc.geom.n_kv_heads, &pc.geom.head_dim,
-					 &pc.geom.tokens_per_page, &dtype, &mode, &quota,
-					 &memory, &per_uid))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$O&O&O&O&O&sO&O&pp:create_pool",
+					 kwlist, &name, conv_u64, &pages, conv_u32,
+					 &pc.geom.n_layers, conv_u32, &pc.geom.n_kv_heads,
+					 conv_u32, &pc.geom.head_dim, conv_u32,
+					 &pc.geom.tokens_per_page, &dtype, conv_u32, &mode,
+					 conv_u32, &quota, &memory, &per_uid))
 		return NULL;
 	if (!pages || !pc.geom.n_layers || !pc.geom.n_kv_heads || !pc.geom.head_dim ||
 	    !pc.geom.tokens_per_page) {
@@ -998,13 +1023,13 @@ static int Pool_init(PoolObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "name", "arbiter", "ns", "owner", "no_uring", NULL };
 	PyObject *arb_o = Py_None, *owner_o = Py_None, *name_o;
-	unsigned long long ns = 0;
+	uint64_t ns = 0;
 	const char *name, *path = NULL;
 	int no_uring = 0, have, ret;
 	uint32_t owner = 0;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "U|O$KOp:Pool", kwlist, &name_o, &arb_o,
-					 &ns, &owner_o, &no_uring))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "U|O$O&Op:Pool", kwlist, &name_o,
+					 &arb_o, conv_u64, &ns, &owner_o, &no_uring))
 		return -1;
 	if (self->pool) {
 		PyErr_SetString(PyExc_ValueError, "Pool is already open");
@@ -1815,13 +1840,14 @@ static int Hasher_init(HasherObject *self, PyObject *args, PyObject *kw)
 	static char *kwlist[] = { "tokens_per_page", "salt", "algo", NULL };
 	PyObject *salt_o = Py_None;
 	const char *algo_s = "sha256";
-	unsigned int tpp, algo;
+	uint32_t tpp;
+	unsigned int algo;
 	char *salt;
 	size_t salt_len;
 	int ret;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "I|O$s:BlockHasher", kwlist, &tpp,
-					 &salt_o, &algo_s))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O$s:BlockHasher", kwlist,
+					 conv_u32, &tpp, &salt_o, &algo_s))
 		return -1;
 	if (algo_parse(algo_s, &algo) || salt_arg(salt_o, &salt, &salt_len))
 		return -1;
@@ -2291,6 +2317,10 @@ static PyObject *Tree_get_closed(TreeObject *self, void *c)
 	{ "unlock", (PyCFunction)Tree_unlock_node, METH_O, \
 	  PyDoc_STR("unlock(node) -> int\n\ndec_lock_ref; returns the change of the evictable " \
 		    "size (>= 0).  ESTALE/EINVAL if the node is gone or not locked.") }, \
+	{ "inc_lock_ref", (PyCFunction)Tree_lock_node, METH_O, \
+	  PyDoc_STR("inc_lock_ref(node) -> int\n\nSGLang's name of lock().") }, \
+	{ "dec_lock_ref", (PyCFunction)Tree_unlock_node, METH_O, \
+	  PyDoc_STR("dec_lock_ref(node) -> int\n\nSGLang's name of unlock().") }, \
 	{ "evict", (PyCFunction)Tree_evict, METH_O, \
 	  PyDoc_STR("evict(n) -> int\n\nFree up to n unlocked pages, least recently used " \
 		    "leaves first, deepest first; returns the pages freed.") }, \
@@ -2351,10 +2381,10 @@ static int Radix_init(RadixObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "tokens_per_page", NULL };
 	struct kv_radix_ops ops = { .release = radix_release };
-	unsigned int tpp;
+	uint32_t tpp;
 	int ret;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "I:RadixCache", kwlist, &tpp))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&:RadixCache", kwlist, conv_u32, &tpp))
 		return -1;
 	if (self->t.tree) {
 		PyErr_SetString(PyExc_ValueError, "RadixCache is already initialized");
@@ -2554,15 +2584,15 @@ static int Prefix_init(PrefixObject *self, PyObject *args, PyObject *kw)
 				  "max_context", NULL };
 	PyObject *pool_o, *salt_o = Py_None, *extra_o = Py_None;
 	const char *algo_s = "sha256";
-	unsigned int max_reqs = 16, max_context = 131072;
+	uint32_t max_reqs = 16, max_context = 131072;
 	struct kv_prefix_config cfg = { 0 };
 	PoolObject *pool;
 	size_t salt_len;
 	int ret;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|O$sOII:PrefixCache", kwlist,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|O$sOO&O&:PrefixCache", kwlist,
 					 &Pool_Type, &pool_o, &salt_o, &algo_s, &extra_o,
-					 &max_reqs, &max_context))
+					 conv_u32, &max_reqs, conv_u32, &max_context))
 		return -1;
 	if (self->pc) {
 		PyErr_SetString(PyExc_ValueError, "PrefixCache is already initialized");
@@ -2779,11 +2809,11 @@ static PyObject *Prefix_reserve(PrefixObject *self, PyObject *args)
 {
 	PyObject *req_o;
 	RequestObject *r;
-	unsigned int new_len;
+	uint32_t new_len;
 	int ret;
 
 	TREE_OPEN(&self->t, NULL);
-	if (!PyArg_ParseTuple(args, "OI:reserve", &req_o, &new_len))
+	if (!PyArg_ParseTuple(args, "OO&:reserve", &req_o, conv_u32, &new_len))
 		return NULL;
 	r = req_get(self, req_o);
 	if (!r)
@@ -2943,6 +2973,95 @@ static PyObject *Prefix_match_prefix(PrefixObject *self, PyObject *tok_o)
 			    req.last_node);
 }
 
+PyDoc_STRVAR(Prefix_insert__doc__,
+"insert(tokens, pages) -> int\n"
+"\n"
+"Insert pages this handle OWNS (from alloc(), filled with the KV of\n"
+"tokens, one page per tokens_per_page tokens, the last one may be\n"
+"partial): the new full pages are PUBLISHed and enter the tree; pages of\n"
+"what the tree had already, and the partial last page, are PUT.  Returns\n"
+"the tokens the tree had already (SGLang's insert).");
+
+static PyObject *Prefix_insert(PrefixObject *self, PyObject *args)
+{
+	struct kv_radix_req req = { 0 };
+	PyObject *tok_o, *pg_o;
+	struct u32in tok, pg;
+	uint32_t tpp;
+	size_t present = 0;
+	long ret;
+
+	TREE_OPEN(&self->t, NULL);
+	if (!PyArg_ParseTuple(args, "OO:insert", &tok_o, &pg_o))
+		return NULL;
+	if (u32_from(tok_o, &tok, "tokens"))
+		return NULL;
+	if (u32_from(pg_o, &pg, "pages")) {
+		u32_release(&tok);
+		return NULL;
+	}
+	tpp = kv_radix_tokens_per_page(self->t.tree);
+	if (tok.n > self->max_context || pg.n != (tok.n + tpp - 1) / tpp) {
+		PyErr_Format(PyExc_ValueError, "insert: %zd tokens need %zd pages (got %zd), "
+			     "at most max_context = %u tokens", tok.n, (tok.n + tpp - 1) / tpp,
+			     pg.n, self->max_context);
+		goto out;
+	}
+	/*
+	 * The pages of what the tree has already are PUT as duplicates: they
+	 * must be the caller's own, never the tree's (that would drop the
+	 * tree's reference).
+	 */
+	{
+		uint32_t *have = tree_scratch(&self->t, tok.n / tpp + 1);
+		size_t i;
+
+		if (!have)
+			goto out;
+		present = kv_radix_peek(self->t.tree, tok.p, tok.n, have);
+		for (i = 0; i < present / tpp; i++) {
+			if (have[i] == pg.p[i]) {
+				PyErr_Format(PyExc_ValueError, "insert: page %u is the tree's own "
+					     "page for tokens %zu..; pass pages this handle "
+					     "allocated", have[i], i * tpp);
+				goto out;
+			}
+		}
+	}
+	/* A request from the root that holds the caller's pages, finished. */
+	req.tokens = tok.p;
+	OBJ_LOCK(self->t.lock);
+	Py_BEGIN_ALLOW_THREADS
+	ret = kv_req_alloc(self->scratch);
+	if (ret >= 0) {
+		req.slot = (int)ret;
+		ret = kv_radix_req_match(self->t.tree, self->scratch, &req, 0);
+		if (ret >= 0 && tok.n) {
+			kv_req_write_pages(self->scratch, req.slot, 0, pg.p, (uint32_t)tok.n);
+			kv_req_set_len(self->scratch, req.slot, (uint32_t)tok.n);
+			req.n_tokens = (uint32_t)tok.n;
+		}
+		if (ret >= 0)
+			ret = kv_prefix_cache_finished(self->pc, self->scratch, &req);
+		else
+			kv_req_free(self->scratch, req.slot);
+	}
+	Py_END_ALLOW_THREADS
+	self->t.epoch++;
+	OBJ_UNLOCK(self->t.lock);
+	if (ret < 0) {
+		KV_RAISE((int)ret, "insert (the pages were released)");
+		goto out;
+	}
+	u32_release(&tok);
+	u32_release(&pg);
+	return PyLong_FromSize_t(present);
+out:
+	u32_release(&tok);
+	u32_release(&pg);
+	return NULL;
+}
+
 static PyObject *Prefix_get_stats(PrefixObject *self, void *c)
 {
 	const struct kv_prefix_stats *s;
@@ -2991,6 +3110,7 @@ static PyMethodDef Prefix_methods[] = {
 	{ "match", (PyCFunction)(void (*)(void))Prefix_match, METH_VARARGS | METH_KEYWORDS,
 	  Prefix_match__doc__ },
 	{ "reserve", (PyCFunction)Prefix_reserve, METH_VARARGS, Prefix_reserve__doc__ },
+	{ "insert", (PyCFunction)Prefix_insert, METH_VARARGS, Prefix_insert__doc__ },
 	{ "cache_finished_req", (PyCFunction)Prefix_cache_finished, METH_VARARGS,
 	  PyDoc_STR("cache_finished_req(req, tokens=None)\n\nThe request is done: PUBLISH its "
 		    "new full pages (a duplicate becomes the canonical page), insert them, give "
@@ -3156,10 +3276,10 @@ static PyObject *bench_match_prefix(PyObject *mod, PyObject *args)
 	struct u32in tok;
 	PyObject *tok_o;
 	uint32_t *pages;
-	unsigned int iters, i;
+	uint32_t iters, i;
 	uint64_t t0, t;
 
-	if (!PyArg_ParseTuple(args, "O!OI", &Radix_Type, &r, &tok_o, &iters))
+	if (!PyArg_ParseTuple(args, "O!OO&", &Radix_Type, &r, &tok_o, conv_u32, &iters))
 		return NULL;
 	TREE_OPEN(&r->t, NULL);
 	if (u32_from(tok_o, &tok, "tokens"))
@@ -3189,12 +3309,11 @@ static PyObject *bench_lookup_put(PyObject *mod, PyObject *args)
 	PyObject *keys_o;
 	Py_buffer kb;
 	Py_ssize_t n;
-	unsigned int iters, i;
-	uint32_t *pages;
+	uint32_t iters, i, *pages;
 	uint64_t t0, t;
 	int ret = 0;
 
-	if (!PyArg_ParseTuple(args, "O!OI", &Pool_Type, &p, &keys_o, &iters))
+	if (!PyArg_ParseTuple(args, "O!OO&", &Pool_Type, &p, &keys_o, conv_u32, &iters))
 		return NULL;
 	POOL_OPEN(p, NULL);
 	if (keys_from(keys_o, &kb, &n))

@@ -344,3 +344,59 @@ def test_interpreter_exit_closes(mkpool, tmp_path):
     assert out.returncode == 0, out.stderr.decode()
     with kvshare.Pool(name) as p:
         assert p.stats()["n_held"] == 0
+
+
+def test_prefix_cache_insert_and_sglang_names(mkpool):
+    name = mkpool(pages=64)
+    with kvshare.Pool(name) as p, kvshare.PrefixCache(p, salt="m") as pc:
+        tok = np.arange(100, 118, dtype=np.uint32)           # 4 full pages + 2 tokens
+        pages = p.alloc(5)
+        assert pc.insert(tok, pages) == 0
+        assert pc.total_size == 4
+        st = p.stats()
+        assert st["n_held"] == 4 and st["n_owned"] == 0       # the partial page was PUT
+        dup = p.alloc(5)
+        assert pc.insert(tok, dup) == 16                      # all there: dups are PUT
+        assert p.stats()["n_held"] == 4
+        m = pc.match_prefix(tok)
+        assert m.length == 16 and m.pages.tolist() == pages[:4].tolist()
+        with pytest.raises(ValueError, match="tree's own"):
+            pc.insert(tok, np.concatenate([m.pages, [0]]).astype(np.uint32))
+        with pytest.raises(ValueError):
+            pc.insert(tok, pages[:2])                          # too few pages
+        assert pc.inc_lock_ref(m.last_node) == -4 and pc.protected_size == 4
+        assert pc.dec_lock_ref(m.last_node) == 4
+        # Another process's view: the chain is published under the salt.
+        keys = kvshare.BlockHasher(4, "m").hash(tok)
+        with kvshare.Pool(name) as q:
+            hits = q.lookup(keys)
+            assert hits.tolist() == pages[:4].tolist()
+            q.put(hits)
+
+
+@pytest.mark.parametrize("call", [
+    lambda p, pc, r: pc.reserve(r, 2**40),
+    lambda p, pc, r: pc.reserve(r, -1),
+    lambda p, pc, r: kvshare.PrefixCache(p, max_context=2**33),
+    lambda p, pc, r: kvshare.Pool(p.name, ns=-1),
+    lambda p, pc, r: kvshare.Pool(p.name, ns=2**64),
+    lambda p, pc, r: kvshare.BlockHasher(2**32 + 16),
+    lambda p, pc, r: kvshare.RadixCache(-4),
+    lambda p, pc, r: kvshare.Arbiter().create_pool("big", pages=2**70, layers=1,
+                                                   kv_heads=1, head_dim=1,
+                                                   tokens_per_page=1),
+    lambda p, pc, r: kvshare.Arbiter().create_pool("big", pages=4, layers=2**32,
+                                                   kv_heads=1, head_dim=1,
+                                                   tokens_per_page=1),
+    lambda p, pc, r: p.view(-1),
+    lambda p, pc, r: p.quota(-1),
+    lambda p, pc, r: pc.evict(-1),
+])
+def test_huge_and_negative_values_rejected(mkpool, call):
+    with kvshare.Pool(mkpool()) as p, kvshare.PrefixCache(p) as pc:
+        r = pc.match(np.arange(8, dtype=np.uint32))
+        with pytest.raises((ValueError, OverflowError)):
+            call(p, pc, r)
+        assert r.active and r.n_tokens == 0
+        pc.abort(r)
+        assert p.stats()["n_held"] == 0
