@@ -77,17 +77,15 @@ class Model:
         x = self.emb[tok] + self.pos[pos]
         for l in range(L):
             qkv = self._norm(x) @ self.wqkv[l]
-            q = qkv[:self.d].view(Q, 1, D)
+            q = qkv[:self.d].view(H, Q // H, D)            # query heads by KV head
             kv[page, l, 0, slot] = qkv[self.d:self.d + H * D].view(H, D)
             kv[page, l, 1, slot] = qkv[self.d + H * D:].view(H, D)
             # The attention reads the pages in place: gather this layer's
             # K and V of positions 0..pos from wherever the pages are.
             blk = kv[idx, l]                               # (pages, 2, T, H, D)
-            k = blk[:, 0].reshape(n_pages * T, H, D)[:pos + 1].float()
-            v = blk[:, 1].reshape(n_pages * T, H, D)[:pos + 1].float()
-            k = k.permute(1, 2, 0).repeat_interleave(Q // H, dim=0)   # (Q, D, n)
-            v = v.permute(1, 0, 2).repeat_interleave(Q // H, dim=0)   # (Q, n, D)
-            p = t.softmax((q @ k) * self.scale, dim=-1)
+            k = blk[:, 0].reshape(n_pages * T, H, D)[:pos + 1].float().permute(1, 2, 0)
+            v = blk[:, 1].reshape(n_pages * T, H, D)[:pos + 1].float().permute(1, 0, 2)
+            p = t.softmax((q @ k) * self.scale, dim=-1)   # (H, Q // H, n)
             x = x + (p @ v).reshape(self.d) @ self.wo[l]
             x = x + t.relu(self._norm(x) @ self.w1[l]) @ self.w2[l]
         return self._norm(x) @ self.out

@@ -128,14 +128,16 @@ def main():
             print("%-12s %14s %10s %8s" % ("# pages", "bytes", "us", "no copy"))
             rows = bench_views(pool, o.reps)
         with kvshare.Pool("big", arbiter) as big:
-            rows += bench_views(big, o.reps)
+            rows_big = bench_views(big, o.reps)
+        # Within one pool the geometry is the same: only the size changes.
+        flat = max(max(r[2] for r in rs) / min(r[2] for r in rs) for rs in (rows, rows_big))
+        rows += rows_big
         for count, nbytes, ns, same in rows:
             print("%-12d %14d %10.2f %8s" % (count, nbytes, ns / 1e3, "yes" if same else "NO"))
-        flat = max(r[2] for r in rows) / min(r[2] for r in rows)
         print("\n# goal: Python <= 2x C: match_prefix %.2fx, lookup+put %.2fx (%s); "
-              "views: no copy at any size (%s, %.1fx spread from 1 page to %d MiB)"
+              "views: no copy at any size (%s, time %.2fx from 1 page to the whole pool, up to %d MiB)"
               % (ratios[0], ratios[1], "met" if max(ratios) <= 2 else "MISSED",
-                 "met" if all(r[3] for r in rows) else "MISSED", flat,
+                 "met" if all(r[3] for r in rows) and flat < 2 else "MISSED", flat,
                  max(r[1] for r in rows) >> 20))
     finally:
         if daemon:
