@@ -35,6 +35,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -86,6 +87,29 @@ typedef struct kvpy_dl_managed {
 /* Errors                                                              */
 
 static PyObject *KvError;		/* kvshare.Error(OSError) */
+
+/*
+ * Bumped in the child of every fork().  A handle belongs to the process
+ * that opened it: after fork() parent and child share its arbiter file
+ * (or daemon connection), so the child using it would take or drop the
+ * parent's holdings, and on the socket interleave its messages with the
+ * parent's.  Objects remember the generation they were opened in.
+ */
+static volatile unsigned long fork_gen;
+
+static PyObject *kv_raise(int neg, const char *fmt, ...);
+
+static void on_fork_child(void)
+{
+	fork_gen++;
+}
+
+static int forked_raise(const char *what)
+{
+	kv_raise(EBADFD, "this %s was opened in the parent process before fork(): "
+		 "open it again in this process", what);
+	return -1;
+}
 
 /*
  * Raise kvshare.Error(errno, "<what>: <strerror>[ (<hint>)]") for the
@@ -555,6 +579,7 @@ typedef struct {
 	struct kv_arbiter *arb;
 	PyObject *path;			/* str or None */
 	Py_ssize_t busy;		/* calls running without the GIL */
+	unsigned long gen;		/* fork_gen at open */
 } ArbiterObject;
 
 static PyTypeObject Arbiter_Type;
@@ -562,6 +587,10 @@ static PyTypeObject Arbiter_Type;
 #define ARB_OPEN(self, ret) do { \
 	if (!(self)->arb) { \
 		PyErr_SetString(PyExc_ValueError, "operation on a closed Arbiter"); \
+		return ret; \
+	} \
+	if ((self)->gen != fork_gen) { \
+		forked_raise("Arbiter"); \
 		return ret; \
 	} \
 } while (0)
@@ -599,6 +628,7 @@ static int Arbiter_init(ArbiterObject *self, PyObject *args, PyObject *kw)
 			 p ? p : "(module or $KVSHARE_ARBITER / daemon socket)", p ? "'" : "");
 		return -1;
 	}
+	self->gen = fork_gen;
 	Py_INCREF(path);
 	Py_XSETREF(self->path, path);
 	return 0;
@@ -1008,6 +1038,7 @@ typedef struct {
 	Py_ssize_t busy;		/* calls running without the GIL */
 	uint64_t ns;
 	uint32_t owner;
+	unsigned long gen;		/* fork_gen at open */
 } PoolObject;
 
 static PyTypeObject Pool_Type;
@@ -1015,6 +1046,10 @@ static PyTypeObject Pool_Type;
 #define POOL_OPEN(self, ret) do { \
 	if (!(self)->pool) { \
 		PyErr_SetString(PyExc_ValueError, "operation on a closed Pool"); \
+		return ret; \
+	} \
+	if ((self)->gen != fork_gen) { \
+		forked_raise("Pool"); \
 		return ret; \
 	} \
 } while (0)
@@ -1074,6 +1109,7 @@ static int Pool_init(PoolObject *self, PyObject *args, PyObject *kw)
 		return -1;
 	}
 	self->arb = kv_pool_arbiter(self->pool);
+	self->gen = fork_gen;
 	self->info = *kv_pool_info(self->pool);
 	self->ns = ns;
 	self->owner = have ? owner : 0;
@@ -1996,6 +2032,7 @@ typedef struct {
 	int wired;			/* a PrefixCache */
 	uint32_t *scratch;		/* match results before they are copied out */
 	size_t scratch_cap;
+	unsigned long gen;		/* fork_gen at creation (wired trees) */
 } TreeObject;
 
 /* Room for @n pages in t->scratch. */
@@ -2053,6 +2090,10 @@ static PyStructSequence_Desc match_desc = {
 	if (!(self)->tree) { \
 		PyErr_Format(PyExc_ValueError, "operation on a closed %s", \
 			     Py_TYPE(self)->tp_name); \
+		return ret; \
+	} \
+	if ((self)->wired && (self)->gen != fork_gen) { \
+		forked_raise("PrefixCache"); \
 		return ret; \
 	} \
 } while (0)
@@ -2632,6 +2673,7 @@ static int Prefix_init(PrefixObject *self, PyObject *args, PyObject *kw)
 	}
 	self->t.tree = kv_prefix_tree(self->pc);
 	self->t.wired = 1;
+	self->t.gen = fork_gen;
 	self->max_context = max_context;
 	self->pool = (PoolObject *)Py_NewRef(pool);
 	pool->users++;
@@ -2641,6 +2683,11 @@ static int Prefix_init(PrefixObject *self, PyObject *args, PyObject *kw)
 /* Free everything; the tree's pages are PUT (the pool must be open). */
 static void prefix_teardown(PrefixObject *self)
 {
+	if (self->pc && self->t.gen != fork_gen) {
+		/* The parent's cache: its PUTs would drop the parent's holdings. */
+		self->pc = NULL;
+		self->rt = self->scratch = NULL;
+	}
 	if (self->pc) {
 		Py_BEGIN_ALLOW_THREADS
 		kv_prefix_destroy(self->pc);
@@ -2673,7 +2720,7 @@ static PyObject *Prefix_close(PrefixObject *self, PyObject *Py_UNUSED(i))
 {
 	if (!self->pc)
 		Py_RETURN_NONE;
-	if (self->live) {
+	if (self->live && self->t.gen == fork_gen) {
 		PyErr_Format(PyExc_BufferError, "cannot close the PrefixCache: %zd request(s) "
 			     "are still running (finish or abort them)", self->live);
 		return NULL;
@@ -3174,13 +3221,14 @@ static PyTypeObject Prefix_Type = {
 static void Request_dealloc(RequestObject *self)
 {
 	/* A request dropped while running: give its pages back. */
-	if (self->active && self->pc->pc) {
+	if (self->active && self->pc->pc && self->pc->t.gen == fork_gen) {
 		OBJ_LOCK(self->pc->t.lock);
 		kv_prefix_abort(self->pc->pc, self->pc->rt, &self->req);
 		self->pc->t.epoch++;
 		OBJ_UNLOCK(self->pc->t.lock);
-		self->pc->live--;
 	}
+	if (self->active)
+		self->pc->live--;
 	PyMem_Free(self->tokens);
 	Py_DECREF(self->pc);
 	PyObject_Free(self);
@@ -3375,6 +3423,10 @@ PyMODINIT_FUNC PyInit__kvshare(void)
 	PyObject *m;
 
 	import_array();
+	if (pthread_atfork(NULL, NULL, on_fork_child)) {
+		PyErr_SetString(PyExc_RuntimeError, "pthread_atfork failed");
+		return NULL;
+	}
 	m = PyModule_Create(&kvshare_module);
 	if (!m)
 		return NULL;

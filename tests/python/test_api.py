@@ -400,3 +400,40 @@ def test_huge_and_negative_values_rejected(mkpool, call):
         assert r.active and r.n_tokens == 0
         pc.abort(r)
         assert p.stats()["n_held"] == 0
+
+
+def test_handles_refuse_use_after_fork(mkpool):
+    """A forked child sharing the parent's handle would take and drop the
+    parent's holdings: it gets an error, and its exit puts nothing back."""
+    import os
+    name = mkpool()
+    with kvshare.Pool(name) as p, kvshare.PrefixCache(p) as pc:
+        tok = np.arange(32, dtype=np.uint32)
+        r = pc.match(tok)
+        pc.reserve(r, 32)
+        pc.cache_finished_req(r, tok)
+        r2 = pc.match(tok)
+        held = p.stats()["n_held"]
+        pid = os.fork()
+        if pid == 0:
+            code = 9
+            try:
+                code = 0
+                for call in (lambda: p.alloc(1), lambda: pc.match_prefix(tok),
+                             lambda: pc.evict(100), lambda: p.stats()):
+                    try:
+                        call()
+                        code = 1
+                    except kvshare.Error as e:
+                        if e.errno != errno.EBADFD or "before fork" not in str(e):
+                            code = 2
+                del r2                      # must not abort the parent's request
+                pc.close()                  # must not PUT the parent's pages
+                p.close()
+            finally:
+                os._exit(code)
+        _, st = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(st) == 0
+        assert p.stats()["n_held"] == held
+        assert pc.match_prefix(tok).length == 32
+        pc.abort(r2)
