@@ -2611,7 +2611,8 @@ typedef struct {
 	PyObject_HEAD
 	PrefixObject *pc;		/* strong */
 	struct kv_radix_req req;
-	uint32_t *tokens;		/* max_context */
+	uint32_t *tokens;		/* prompt + output, as given */
+	size_t cap;
 	uint32_t n_given;		/* tokens given so far */
 	int active;
 } RequestObject;
@@ -2744,6 +2745,18 @@ static int req_tokens(PrefixObject *pc, RequestObject *r, PyObject *tok_o)
 		u32_release(&tok);
 		return -1;
 	}
+	if ((size_t)tok.n > r->cap) {
+		uint32_t *p = PyMem_Realloc(r->tokens, tok.n * sizeof(uint32_t));
+
+		if (!p) {
+			u32_release(&tok);
+			PyErr_NoMemory();
+			return -1;
+		}
+		r->tokens = p;
+		r->cap = tok.n;
+		r->req.tokens = p;	/* the row's tokens, as libkv reads them */
+	}
 	memcpy(r->tokens, tok.p, tok.n * sizeof(uint32_t));
 	r->n_given = (uint32_t)tok.n;
 	u32_release(&tok);
@@ -2777,11 +2790,8 @@ static PyObject *Prefix_match(PrefixObject *self, PyObject *args, PyObject *kw)
 	r->n_given = 0;
 	memset(&r->req, 0, sizeof(r->req));
 	r->req.slot = -1;
-	r->tokens = PyMem_Malloc((size_t)self->max_context * sizeof(uint32_t));
-	if (!r->tokens) {
-		Py_DECREF(r);
-		return PyErr_NoMemory();
-	}
+	r->tokens = NULL;
+	r->cap = 0;
 	if (req_tokens(self, r, tok_o)) {
 		Py_DECREF(r);
 		return NULL;
@@ -2799,7 +2809,6 @@ static PyObject *Prefix_match(PrefixObject *self, PyObject *args, PyObject *kw)
 			return NULL;
 		}
 	}
-	r->req.tokens = r->tokens;
 	OBJ_LOCK(self->t.lock);
 	Py_BEGIN_ALLOW_THREADS
 	ret = kv_req_alloc(self->rt);
