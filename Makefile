@@ -155,7 +155,7 @@ kselftest-headers: $(KSFT_HDRS)
 
 # ---------------------------------------------------------------------------
 # Fragments (see the contract at the top).
-FRAGMENTS := $(sort $(wildcard daemon/*.mk libkv/*.mk tools/*/*.mk tests/*/*.mk))
+FRAGMENTS := $(sort $(wildcard daemon/*.mk libkv/*.mk python/*.mk tools/*/*.mk tests/*/*.mk))
 include $(FRAGMENTS)
 # Packaging last: `make install` / `make uninstall` install what the
 # fragments above build (dist/install.mk).

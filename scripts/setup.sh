@@ -28,6 +28,8 @@ set -euo pipefail
 #   perl                                checkpatch.pl
 #   coreutils                           timeout(1) around the VM and the test binaries
 #   systemd udev                        tests/install: systemd-analyze verify, systemd-sysusers, udevadm test
+#   python3-dev python3-numpy           the Python binding (python/): headers, numpy arrays
+#   python3-torch python3-pytest        its demo (kvshare.demo) and its test suite (tests/python)
 PACKAGES=(
 	build-essential gcc make libc6-dev pkg-config
 	liburing-dev libxxhash-dev libssl-dev
@@ -35,6 +37,7 @@ PACKAGES=(
 	qemu-system-x86 busybox-static cpio gzip
 	linux-source-6.1 xz-utils perl coreutils
 	systemd udev
+	python3-dev python3-numpy python3-torch python3-pytest
 )
 
 die() {
