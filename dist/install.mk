@@ -40,6 +40,10 @@ dkmsdir        ?= /usr/src/kvshare-$(KVS_VERSION)
 # KVER: the kernel the module was built for (the top Makefile's KDIR).
 moduledir      ?= /lib/modules/$(KVER)/updates
 KVS_INSTALL_MODULE ?= auto
+# Debian's python3 reads /usr/lib/python3/dist-packages for packages of the
+# system and /usr/local/lib/python3.X/dist-packages for local ones.
+PY_VER_SHORT    = $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+pythondir      ?= $(if $(filter /usr,$(prefix)),/usr/lib/python3/dist-packages,$(prefix)/lib/python$(PY_VER_SHORT)/dist-packages)
 
 KVS_INSTALL_ENV = DESTDIR='$(DESTDIR)' KVS_VERSION='$(KVS_VERSION)' \
 	prefix='$(prefix)' bindir='$(bindir)' sbindir='$(sbindir)' \
@@ -50,12 +54,12 @@ KVS_INSTALL_ENV = DESTDIR='$(DESTDIR)' KVS_VERSION='$(KVS_VERSION)' \
 	KVER='$(KVER)' KO='$(KO_BUILT)' KMOD_SRCS='$(KMOD_SRCS)' \
 	KVS_INSTALL_MODULE='$(KVS_INSTALL_MODULE)' \
 	KVSHARED='$(BUILD)/kvshared' KVCTL='$(BUILD)/kvctl' LIBKV='$(LIBKV)' \
-	LIBKV_LDLIBS='$(LIBKV_LDLIBS)'
+	LIBKV_LDLIBS='$(LIBKV_LDLIBS)' pythondir='$(pythondir)' PY_EXT='$(PY_EXT)'
 
 # The user-space parts are built if needed; the module only by
 # `make module` (it needs the kernel headers), and installed if present.
 .PHONY: install uninstall
-install: $(BUILD)/kvshared $(BUILD)/kvctl $(LIBKV)
+install: $(BUILD)/kvshared $(BUILD)/kvctl $(LIBKV) python
 	@$(KVS_INSTALL_ENV) dist/install.sh install
 
 uninstall:

@@ -29,7 +29,7 @@ note() { echo "install.sh: $*"; }
 action=${1:-}
 DESTDIR=${DESTDIR:-}
 DIRS="prefix bindir sbindir libdir includedir datadir docdir sysconfdir
-      pkgconfigdir udevrulesdir systemdunitdir sysusersdir dkmsdir"
+      pkgconfigdir udevrulesdir systemdunitdir sysusersdir dkmsdir pythondir"
 for v in $DIRS; do
 	# Absolute, and plain enough to be spliced into sed and unit files.
 	[[ "${!v:-}" =~ ^/[A-Za-z0-9._/+-]*$ ]] ||
@@ -164,6 +164,21 @@ install_lib() {
 	inst 0644 "$tmpdir/kvshare.pc" "$pkgconfigdir/kvshare.pc"
 }
 
+# The Python package kvshare: the extension built for Debian's python3 and
+# the package's modules.  Skipped, and said so, when it was not built.
+install_python() {
+	local f
+
+	if [ -z "${PY_EXT:-}" ] || [ ! -f "$PY_EXT" ]; then
+		note "Python binding not built ('make python'): not installed"
+		return 0
+	fi
+	inst 0644 "$PY_EXT" "$pythondir/kvshare/${PY_EXT##*/}"
+	for f in python/kvshare/*.py; do
+		inst 0644 "$f" "$pythondir/kvshare/${f##*/}"
+	done
+}
+
 # The old manifest's entries, then the new ones, each once.
 write_manifest() {
 	local old=()
@@ -229,6 +244,7 @@ do_install() {
 	install_daemon
 	inst 0755 "$KVCTL" "$bindir/kvctl"
 	install_lib
+	install_python
 	inst 0644 README.md "$docdir/README.md"
 	write_manifest
 	[ -n "$DESTDIR" ] || activate

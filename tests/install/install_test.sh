@@ -36,7 +36,7 @@ say() { echo "# $*"; }
 # (skip, with the reason in $why).
 TESTS=(
 	t_install t_binaries t_lib_files t_system_files t_dkms_files t_module
-	t_manifest t_headers_alone t_link t_unit_paths t_unit_verify t_config_loads
+	t_manifest t_headers_alone t_link t_python t_unit_paths t_unit_verify t_config_loads
 	t_sysusers
 	t_udev_syntax t_udev_real t_dkms_conf t_dkms_tree t_dkms_build
 	t_uninstall t_uninstall_keeps_changed_conf t_reinstall t_prefix_usr
@@ -115,6 +115,22 @@ t_lib_files() {
 	want_all 0644 $PREFIX/lib/libkv.a build/libkv.a "${args[@]}" \
 		$PREFIX/include/linux/kvshare.h include/uapi/linux/kvshare.h \
 		$PREFIX/lib/pkgconfig/kvshare.pc ""
+}
+
+t_python() {
+	desc="the Python package: installed for Debian's python3, imports from there"
+	local py=/usr/bin/python3 dir ext
+
+	[ -x "$py" ] || { why="no $py"; return 2; }
+	dir=$D$PREFIX/lib/python$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')/dist-packages
+	ext=$(ls build/python/kvshare/_kvshare*.so 2>/dev/null | head -n 1)
+	[ -n "$ext" ] || { say "build/python/kvshare/_kvshare*.so not built"; return 1; }
+	want 0644 "${dir#"$D"}/kvshare/${ext##*/}" "$ext" &&
+	want 0644 "${dir#"$D"}/kvshare/__init__.py" python/kvshare/__init__.py || return 1
+	# From the installed copy, not the build tree: the path it reports.
+	(cd / && PYTHONPATH=$dir "$py" -c 'import kvshare, sys; print(kvshare.__file__)') \
+		> "$W/py.out" 2>&1 || { diag < "$W/py.out"; return 1; }
+	grep -qF "$dir/kvshare/" "$W/py.out" || { say "imported from elsewhere:"; diag < "$W/py.out"; return 1; }
 }
 
 t_system_files() {
