@@ -862,7 +862,7 @@ static PyObject *Arbiter_create_pool(ArbiterObject *self, PyObject *args, PyObje
 					KVS_MAX_POOL_PAGES);
 		fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
 		if (fd < 0 || ftruncate(fd, (off_t)(pages * size)) ||
-		    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK)) {
+		    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
 			ret = -errno;
 			if (fd >= 0)
 				close(fd);
@@ -881,6 +881,10 @@ static PyObject *Arbiter_create_pool(ArbiterObject *self, PyObject *args, PyObje
 	if (ret == -EEXIST)
 		return kv_raise(ret, "create_pool '%s': you already own a pool of that name",
 				name);
+	if (ret == -EPERM || ret == -ERANGE)
+		return kv_raise(ret, "create_pool '%s': the arbiter refused the pool's memory "
+				"(it takes a memfd sealed with F_SEAL_SHRINK and F_SEAL_SEAL, "
+				"as long as the pool)", name);
 	if (ret)
 		return KV_RAISE(ret, "create_pool '%s'", name);
 	return PyLong_FromUnsignedLong(pc.pool_id);
