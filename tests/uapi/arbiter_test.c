@@ -93,11 +93,13 @@ TEST_F(arb, info)
 	/* This test holds a pool and three files at least. */
 	ASSERT_LE(4, in.n_objects);
 	if (kvs_conn_caps(&self->env.ctl) & KVS_CAP_MODULE) {
-		ASSERT_EQ(0, in.features & ~(KVS_FEAT_URING_CMD | KVS_FEAT_MEM_FD));
+		ASSERT_EQ(0, in.features & ~(KVS_FEAT_URING_CMD | KVS_FEAT_MEM_FD |
+					     KVS_FEAT_DEVICE_MEM));
 	} else {
 		/* kvshared says so, and carries no io_uring. */
 		ASSERT_EQ(KVS_FEAT_DAEMON, in.features & KVS_FEAT_DAEMON);
-		ASSERT_EQ(0, in.features & ~(KVS_FEAT_MEM_FD | KVS_FEAT_DAEMON));
+		ASSERT_EQ(0, in.features & ~(KVS_FEAT_MEM_FD | KVS_FEAT_DAEMON |
+					     KVS_FEAT_DEVICE_MEM));
 	}
 	ASSERT_EQ(0, in.flags);
 	ASSERT_EQ(0, in.pad);
