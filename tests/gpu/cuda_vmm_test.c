@@ -65,6 +65,7 @@ FIXTURE_SETUP(vmm)
 {
 	int n = 0;
 
+	self->ctx = NULL;
 	if (load())
 		SKIP(return, "no libcuda.so.1 (the stand-in is found through "
 		     "build/tests/cuda_vmm_test, which sets LD_LIBRARY_PATH)");
@@ -85,7 +86,7 @@ FIXTURE_SETUP(vmm)
 
 FIXTURE_TEARDOWN(vmm)
 {
-	if (self->ctx) {
+	if (d.p_cuCtxSetCurrent && self->ctx) {
 		d.p_cuCtxSetCurrent(NULL);
 		d.p_cuDevicePrimaryCtxRelease(0);
 	}
@@ -107,6 +108,9 @@ TEST_F(vmm, create_needs_granularity_and_zero_flags)
 	CUmemGenericAllocationHandle h;
 	size_t g = self->gran;
 
+	if (_metadata->skip)		/* SKIP in the setup still runs the body */
+		return;
+
 	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemCreate(&h, g / 2, &self->prop, 0));
 	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemCreate(&h, g, &self->prop, 1));
 	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemCreate(&h, 2 * g, &self->prop, 0));
@@ -116,6 +120,9 @@ TEST_F(vmm, create_needs_granularity_and_zero_flags)
 TEST_F(vmm, release_twice_is_refused)
 {
 	CUmemGenericAllocationHandle h;
+
+	if (_metadata->skip)		/* SKIP in the setup still runs the body */
+		return;
 
 	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemCreate(&h, self->gran, &self->prop, 0));
 	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemRelease(h));
@@ -128,6 +135,9 @@ TEST_F(vmm, export_needs_the_requested_type)
 	CUmemGenericAllocationHandle h;
 	int fd = -1;
 
+	if (_metadata->skip)		/* SKIP in the setup still runs the body */
+		return;
+
 	p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
 	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemCreate(&h, self->gran, &p, 0));
 	EXPECT_NE(CUDA_SUCCESS, d.p_cuMemExportToShareableHandle(&fd, h,
@@ -139,6 +149,9 @@ TEST_F(vmm, import_refuses_what_is_no_handle)
 {
 	CUmemGenericAllocationHandle h;
 	int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+	if (_metadata->skip)		/* SKIP in the setup still runs the body */
+		return;
 
 	ASSERT_LE(0, fd);
 	EXPECT_NE(CUDA_SUCCESS, d.p_cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
@@ -153,6 +166,9 @@ TEST_F(vmm, ranges_are_checked)
 	CUmemGenericAllocationHandle h;
 	CUmemAccessDesc a = rw(0);
 	CUdeviceptr va;
+
+	if (_metadata->skip)		/* SKIP in the setup still runs the body */
+		return;
 
 	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemAddressReserve(&va, g + 1, 0, 0, 0));
 	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemCreate(&h, 2 * g, &self->prop, 0));
@@ -200,6 +216,9 @@ TEST_F(vmm, the_exported_fd_and_mappings_keep_the_memory)
 	CUdeviceptr va, vb;
 	char in[256], out[256];
 	int fd = -1;
+
+	if (_metadata->skip)		/* SKIP in the setup still runs the body */
+		return;
 
 	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemCreate(&h, g, &self->prop, 0));
 	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemExportToShareableHandle(&fd, h,
