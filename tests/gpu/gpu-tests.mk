@@ -54,3 +54,14 @@ HOST_TESTS  += $(GPU_RUNS)
 
 .PHONY: gpu-tests
 gpu-tests: $(GPU_RUNS)
+
+# kvserve on a GPU pool (kvshared memory=cuda), on the stand-in.
+$(BUILD)/tests/kvserve_gpu_test: tests/gpu/kvserve_gpu_test.sh $(CUDASTUB) $(BUILD)/kvshared \
+		$(BUILD)/kvserve $(BUILD)/kvctl
+	@mkdir -p $(@D)
+	cp $< $@
+	chmod +x $@
+
+ALL_TARGETS += $(BUILD)/tests/kvserve_gpu_test
+HOST_TESTS  += $(BUILD)/tests/kvserve_gpu_test
+gpu-tests: $(BUILD)/tests/kvserve_gpu_test
