@@ -349,10 +349,13 @@ static const char *create_hint(const struct kvsd *d, const struct kvsd_pool_cfg 
 {
 	switch (err) {
 	case -EINVAL:
+		if (pc->mem == KVSD_MEM_CUDA && d->mode == KVSD_MODE_MODULE)
+			return " (a kvshare.ko older than this kvshared does not "
+			       "know KVS_POOL_DEVICE_MEM; or the driver's handle is "
+			       "a kind of file the arbiter refuses: docs/gpu.md)";
 		if (pc->mem == KVSD_MEM_CUDA)
-			return " (does the module know KVS_POOL_DEVICE_MEM? "
-			       "kvshare.ko older than this kvshared refuses "
-			       "memory=cuda)";
+			return " (the driver's handle is a kind of file the "
+			       "arbiter refuses: docs/gpu.md)";
 		if (d->mode == KVSD_MODE_MODULE)
 			return " (above the module's max_pool_pages?)";
 		return "";
