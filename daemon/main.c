@@ -99,7 +99,7 @@ static int open_core(struct kvsd *d)
 	struct kvs_limits limits = {
 		.max_pools = d->cfg->max_pools,
 		.max_pool_pages = d->cfg->max_pool_pages,
-		.features = KVS_FEAT_MEM_FD | KVS_FEAT_DAEMON,
+		.features = KVS_FEAT_MEM_FD | KVS_FEAT_DAEMON | KVS_FEAT_DEVICE_MEM,
 		.max_user_pools = d->cfg->max_user_pools,
 		.max_user_pool_pages = d->cfg->max_user_pool_pages,
 		.max_user_held = d->cfg->max_user_held,

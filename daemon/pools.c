@@ -187,6 +187,12 @@ static int module_create(struct kvsd *d, const struct kvsd_pool_cfg *pc,
 	return ret;
 }
 
+/* The KVS_POOL_* flags a pool of @pc is created with. */
+static uint32_t pool_flags(const struct kvsd_pool_cfg *pc)
+{
+	return pc->flags | (pc->mem == KVSD_MEM_CUDA ? KVS_POOL_DEVICE_MEM : 0);
+}
+
 /* Why @p is not the pool @pc asks for, into @why; false if it is. */
 static bool pool_differs(const struct kvsd *d, const struct kvsd_pool_cfg *pc,
 			 const struct kvs_pool_desc *p, char *why, size_t len)
@@ -205,7 +211,7 @@ static bool pool_differs(const struct kvsd *d, const struct kvsd_pool_cfg *pc,
 	else if (p->mode != pc->mode || p->gid != pool_gid(d, pc))
 		snprintf(why, len, "its mode %04o or gid %u differ (want %04o, gid %u)",
 			 p->mode, p->gid, pc->mode, pool_gid(d, pc));
-	else if (p->flags != pc->flags ||
+	else if (p->flags != pool_flags(pc) ||
 		 p->max_pages_per_file != (pc->quota ? pc->quota : p->n_pages))
 		snprintf(why, len, "its flags 0x%x or quota %u differ", p->flags,
 			 p->max_pages_per_file);
@@ -246,6 +252,21 @@ static bool pool_mem_differs(struct kvsd *d, const struct kvsd_pool_cfg *pc,
 		return true;
 	}
 	close(fd);		/* detaches; the memory fd stays ours */
+	if (pc->mem == KVSD_MEM_CUDA) {
+		/* A driver handle: the module checked what it could at CREATE. */
+		if (!(at.pool_flags & KVS_POOL_DEVICE_MEM))
+			snprintf(why, len, "its memory is not device memory");
+		else
+			why[0] = '\0';
+		close(at.mem_fd);
+		return why[0];
+	}
+	if (at.pool_flags & KVS_POOL_DEVICE_MEM) {
+		snprintf(why, len, "its memory is device memory, not memory=%s",
+			 kvsd_mem_name(pc->mem));
+		close(at.mem_fd);
+		return true;
+	}
 	huge = !fstatfs(at.mem_fd, &sfs) && sfs.f_type == HUGETLBFS_MAGIC;
 	seals = fcntl(at.mem_fd, F_GET_SEALS);
 	if (fstat(at.mem_fd, &st) || seals < 0 || !(seals & F_SEAL_SHRINK))
@@ -328,9 +349,13 @@ static const char *create_hint(const struct kvsd *d, const struct kvsd_pool_cfg 
 {
 	switch (err) {
 	case -EINVAL:
+		if (pc->mem == KVSD_MEM_CUDA && d->mode == KVSD_MODE_MODULE)
+			return " (a kvshare.ko older than this kvshared does not "
+			       "know KVS_POOL_DEVICE_MEM; or the driver's handle is "
+			       "a kind of file the arbiter refuses: docs/gpu.md)";
 		if (pc->mem == KVSD_MEM_CUDA)
-			return " (the arbiter takes only sealed memfds as pool "
-			       "memory: memory=cuda cannot be registered)";
+			return " (the driver's handle is a kind of file the "
+			       "arbiter refuses: docs/gpu.md)";
 		if (d->mode == KVSD_MODE_MODULE)
 			return " (above the module's max_pool_pages?)";
 		return "";
@@ -406,7 +431,7 @@ static int pool_create(struct kvsd *d, const struct kvsd_pool_cfg *pc)
 	req.geom = pc->geom;
 	req.geom.page_bytes = 0;
 	req.mode = pc->mode;
-	req.flags = pc->flags;
+	req.flags = pool_flags(pc);
 	req.max_pages_per_file = pc->quota;
 
 	ret = kvsd_mem_create(pc, kvsd_page_bytes(&pc->geom), &mem, err, sizeof(err));

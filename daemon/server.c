@@ -27,7 +27,10 @@
  *   ioctl.  A descriptor that is not a regular file is EINVAL here, and
  *   the core refuses anything but a memfd sealed against shrinking (as
  *   the module does): a socket could even hold a connection to this
- *   daemon open forever.
+ *   daemon open forever.  For a KVS_POOL_DEVICE_MEM pool the descriptor
+ *   is a driver's handle, of whatever type the driver makes: the core
+ *   refuses sockets, directories, io_uring and kvshare files and
+ *   non-memfd regular files (kvs_host_mem_get()).
  * - Credentials are the peer's at connect: SO_PEERCRED (uid, gid, pid)
  *   and SO_PEERGROUPS (supplementary groups); uid 0 is admin.
  * - Descriptors must be sent with the message's first byte (one sendmsg
@@ -286,7 +289,10 @@ static int create_fd(struct conn *c, struct kvs_pool_create *req)
 	/* An O_PATH descriptor is no open file: the module's fget() says EBADF. */
 	if (fcntl(c->fds[0], F_GETFL) & O_PATH)
 		return -EBADF;
-	if (fstat(c->fds[0], &st) || !S_ISREG(st.st_mode))
+	if (fstat(c->fds[0], &st))
+		return -EINVAL;
+	/* Device memory is a driver's handle: the core judges it by exclusion. */
+	if (!S_ISREG(st.st_mode) && !(req->flags & KVS_POOL_DEVICE_MEM))
 		return -EINVAL;
 	req->mem_fd = c->fds[0];
 	return 0;

@@ -123,14 +123,23 @@ void kvs_cmd_undo(struct kvs_client *cl, unsigned int cmd, void *arg,
  * Host hooks, implemented once per host.
  */
 int kvs_host_in_group(const struct kvs_cred *cred, __u32 gid);
+/* What a pool's memory fd is (kvs_host_mem_get()'s @kind). */
+enum kvs_mem_kind {
+	KVS_MEM_HOST	= 0,	/* a memfd the attachers mmap */
+	KVS_MEM_DEVICE	= 1,	/* KVS_POOL_DEVICE_MEM: an opaque driver handle */
+};
+
 /*
- * Take a reference on the memory behind @fd for a new pool of @bytes:
- * a memfd (shmem or hugetlbfs) sealed with F_SEAL_SHRINK and F_SEAL_SEAL,
- * without a write seal, and at least @bytes long.  -EBADF not an open fd;
- * -EINVAL not a memfd; -EPERM seals other than those; -ERANGE shorter than
- * @bytes.
+ * Take a reference on the memory behind @fd for a new pool of @bytes.
+ * KVS_MEM_HOST: a memfd (shmem or hugetlbfs) sealed with F_SEAL_SHRINK and
+ * F_SEAL_SEAL, without a write seal, and at least @bytes long.
+ * KVS_MEM_DEVICE: any file but a kvshare or io_uring file, a socket, a
+ * directory or a regular file that is not a memfd; a memfd must pass the
+ * host rules (seals, length).  The file is never mapped or read.
+ * -EBADF not an open fd; -EINVAL a kind of file refused; -EPERM seals
+ * other than those; -ERANGE shorter than @bytes.
  */
-int kvs_host_mem_get(int fd, __u64 bytes, void **mem);
+int kvs_host_mem_get(int fd, __u64 bytes, enum kvs_mem_kind kind, void **mem);
 /* An extra reference on pool memory (for ATTACH's mem_out). */
 void kvs_host_mem_dup(void *mem);
 void kvs_host_mem_put(void *mem);

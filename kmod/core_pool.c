@@ -290,6 +290,9 @@ static int kvs_pool_validate(struct kvs_pool_create *req)
 		return -EINVAL;
 	if (req->mem_fd < -1)
 		return -EBADF;
+	/* Device memory is what the pool is for: there is no pool without it. */
+	if ((req->flags & KVS_POOL_DEVICE_MEM) && req->mem_fd < 0)
+		return -EINVAL;
 	return kvs_geometry_check(&req->geom);
 }
 
@@ -361,7 +364,9 @@ int kvs_pool_create(struct kvs_pool_create *req, const struct kvs_cred *cred)
 	if (req->mem_fd >= 0) {
 		/* Both bounded (pages by KVS_MAX_POOL_PAGES, bytes by 1 GiB). */
 		bytes = req->n_pages * req->geom.page_bytes;
-		ret = kvs_host_mem_get(req->mem_fd, bytes, &mem);
+		ret = kvs_host_mem_get(req->mem_fd, bytes,
+				       req->flags & KVS_POOL_DEVICE_MEM ?
+				       KVS_MEM_DEVICE : KVS_MEM_HOST, &mem);
 		if (ret)
 			goto uncharge;
 	}
@@ -436,7 +441,7 @@ int kvs_pool_attach(struct kvs_client *cl, struct kvs_pool_attach *req,
 		if (req->reserved[i])
 			return -EINVAL;
 	if ((req->flags & ~KVS_ATTACH_VALID) || req->mem_fd || req->pool_id ||
-	    req->pad ||
+	    req->pool_flags ||
 	    req->max_pages_per_file || req->n_pages ||
 	    memchr_inv(&req->geom, 0, sizeof(req->geom)))
 		return -EINVAL;
@@ -488,6 +493,7 @@ int kvs_pool_attach(struct kvs_client *cl, struct kvs_pool_attach *req,
 	req->max_pages_per_file = pool->max_per_file;
 	req->n_pages = pool->n_pages;
 	req->geom = pool->geom;
+	req->pool_flags = pool->flags;
 	if (req->flags & KVS_ATTACH_MEM_FD) {
 		kvs_host_mem_dup(pool->mem);
 		call->mem_out = pool->mem;

@@ -87,12 +87,55 @@ static int kvs_mem_check(int fd, u64 bytes)
 	return 0;
 }
 
-int kvs_host_mem_get(int fd, u64 bytes, void **mem)
+/* Whether readlink(/proc/self/fd/@fd) starts with @prefix. */
+static bool kvs_fd_link_is(int fd, const char *prefix)
+{
+	char path[32], link[64];
+	size_t len = strlen(prefix);
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, link, sizeof(link));
+	return n >= (ssize_t)len && !memcmp(link, prefix, len);
+}
+
+/*
+ * Device memory (KVS_POOL_DEVICE_MEM), as the module's kvs_device_mem_check():
+ * accepted by exclusion, since what file a driver exports is the driver's
+ * business.  Refused: sockets (a descriptor in flight through one could
+ * hold the arbiter), directories, io_uring files, a kvshare device file
+ * (a pool holding its own arbiter), and regular files other than memfds;
+ * a memfd (the test stand-in's handles) must pass the host-memory rules.
+ * An O_PATH descriptor is refused as the kernel's fget() refuses it.
+ */
+static int kvs_device_mem_check(int fd, u64 bytes)
+{
+	struct stat st, dev;
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0 || (fl & O_PATH) || fstat(fd, &st))
+		return -EBADF;
+	if (S_ISSOCK(st.st_mode) || S_ISDIR(st.st_mode))
+		return -EINVAL;
+	if (S_ISREG(st.st_mode))
+		return kvs_mem_check(fd, bytes);
+	if (kvs_fd_link_is(fd, "anon_inode:[io_uring]"))
+		return -EINVAL;
+	if (S_ISCHR(st.st_mode) && !stat("/dev/" KVS_DEVICE_NAME, &dev) &&
+	    S_ISCHR(dev.st_mode) && dev.st_rdev == st.st_rdev)
+		return -EINVAL;
+	return 0;
+}
+
+int kvs_host_mem_get(int fd, u64 bytes, enum kvs_mem_kind kind, void **mem)
 {
 	struct kvs_umem *m;
 	int dup_fd, ret;
 
-	ret = kvs_mem_check(fd, bytes);
+	if (kind == KVS_MEM_DEVICE)
+		ret = kvs_device_mem_check(fd, bytes);
+	else
+		ret = kvs_mem_check(fd, bytes);
 	if (ret)
 		return ret;
 	dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);

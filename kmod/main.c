@@ -183,23 +183,58 @@ static bool kvs_mem_seals_ok(unsigned int seals)
  * it stays.  A kvshare or io_uring file is no memfd, so a pool never holds
  * a file that holds the pool (a reference cycle nothing would free).
  */
-int kvs_host_mem_get(int fd, __u64 bytes, void **mem)
+static const struct file_operations kvs_fops;
+
+static int kvs_host_mem_check(struct file *file, __u64 bytes)
+{
+	unsigned int *seals = kvs_memfd_seals(file);
+
+	if (!seals)
+		return -EINVAL;
+	if (!kvs_mem_seals_ok(READ_ONCE(*seals)))
+		return -EPERM;
+	if ((__u64)i_size_read(file_inode(file)) < bytes)
+		return -ERANGE;
+	return 0;
+}
+
+/*
+ * Device memory (KVS_POOL_DEVICE_MEM): a driver's export handle, kept and
+ * handed out, never mapped or read.  What file NVIDIA's driver exports for
+ * a CUDA VMM POSIX-fd handle has not been checked on a machine with a GPU
+ * (it is not a memfd), so the file is accepted by exclusion of what must
+ * never be held: this module's own files and io_uring files (a pool that
+ * holds a file holding the pool is a reference cycle nothing frees; io_uring
+ * is told by its anon inode's name, as io_is_uring_fops() is not exported),
+ * sockets (a unix socket may carry in-flight files, the pool's among them),
+ * directories, and regular files that are not memfds (host memory takes
+ * the host rules).  A memfd (the test stand-in's handles) takes the host
+ * rules: sealed against shrinking, as long as the pool.
+ */
+static int kvs_device_mem_check(struct file *file, __u64 bytes)
+{
+	umode_t mode = file_inode(file)->i_mode;
+
+	if (file->f_op == &kvs_fops || S_ISSOCK(mode) || S_ISDIR(mode))
+		return -EINVAL;
+	if (!strcmp(file->f_path.dentry->d_name.name, "[io_uring]"))
+		return -EINVAL;
+	if (S_ISREG(mode))
+		return kvs_host_mem_check(file, bytes);
+	return 0;
+}
+
+int kvs_host_mem_get(int fd, __u64 bytes, enum kvs_mem_kind kind, void **mem)
 {
 	struct file *file = fget(fd);
-	unsigned int *seals;
 	int ret;
 
 	if (!file)
 		return -EBADF;
-	seals = kvs_memfd_seals(file);
-	if (!seals)
-		ret = -EINVAL;
-	else if (!kvs_mem_seals_ok(READ_ONCE(*seals)))
-		ret = -EPERM;
-	else if ((__u64)i_size_read(file_inode(file)) < bytes)
-		ret = -ERANGE;
+	if (kind == KVS_MEM_DEVICE)
+		ret = kvs_device_mem_check(file, bytes);
 	else
-		ret = 0;
+		ret = kvs_host_mem_check(file, bytes);
 	if (ret) {
 		fput(file);
 		return ret;
@@ -374,7 +409,7 @@ static int __init kvs_init(void)
 	struct kvs_limits limits = {
 		.max_pools = max_pools,
 		.max_pool_pages = max_pool_pages,
-		.features = KVS_FEAT_MEM_FD | KVS_FEAT_URING_CMD,
+		.features = KVS_FEAT_MEM_FD | KVS_FEAT_URING_CMD | KVS_FEAT_DEVICE_MEM,
 		.max_user_pools = max_user_pools,
 		.max_user_pool_pages = max_user_pool_pages,
 		.max_user_held = max_user_held,

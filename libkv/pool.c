@@ -13,12 +13,14 @@
 #include <unistd.h>
 
 #include "arbiter_internal.h"
+#include "pool_cuda.h"
 
 struct kv_pool {
 	struct kv_arbiter *arb;
 	struct kvs_pool_attach info;
 	void *base;
 	size_t size;
+	struct kv_cuda_map cuda;	/* KVS_POOL_DEVICE_MEM pools */
 };
 
 /*
@@ -34,7 +36,7 @@ static int kv_pool_check_mem(int fd, size_t size)
 
 	if (fstat(fd, &st))
 		return -errno;
-	/* CUDA memory is imported by the GPU code, not mapped here. */
+	/* Not a file to mmap (device memory comes as KVS_POOL_DEVICE_MEM). */
 	if (!S_ISREG(st.st_mode))
 		return -ENODEV;
 	seals = fcntl(fd, F_GET_SEALS);
@@ -56,6 +58,15 @@ static int kv_pool_map(struct kv_pool *pool)
 
 	if (__builtin_mul_overflow(pool->info.n_pages, pool->info.geom.page_bytes, &size))
 		return -EOVERFLOW;
+	if (pool->info.pool_flags & KVS_POOL_DEVICE_MEM) {
+		/* A driver handle: imported and mapped on the device. */
+		ret = kv_cuda_map(pool->info.mem_fd, size, &pool->cuda);
+		if (ret)
+			return ret;
+		pool->base = (void *)(uintptr_t)pool->cuda.ptr;
+		pool->size = size;
+		return 0;
+	}
 	ret = kv_pool_check_mem(pool->info.mem_fd, size);
 	if (ret)
 		return ret;
@@ -115,7 +126,9 @@ void kv_pool_close(struct kv_pool *pool)
 {
 	if (!pool)
 		return;
-	if (pool->base)
+	if (pool->info.pool_flags & KVS_POOL_DEVICE_MEM)
+		kv_cuda_unmap(&pool->cuda);
+	else if (pool->base)
 		munmap(pool->base, pool->size);
 	if (pool->info.mem_fd >= 0)
 		close(pool->info.mem_fd);
@@ -138,4 +151,9 @@ void *kv_page_addr(const struct kv_pool *pool, uint32_t page)
 	if (page >= pool->info.n_pages)
 		return NULL;
 	return (char *)pool->base + (size_t)page * pool->info.geom.page_bytes;
+}
+
+int kv_pool_is_device(const struct kv_pool *pool)
+{
+	return !!(pool->info.pool_flags & KVS_POOL_DEVICE_MEM);
 }

@@ -106,8 +106,19 @@ struct kv_pool;
  * The memory must be a memfd sealed against shrinking (F_SEAL_SHRINK) and
  * as long as the pool, as the arbiter demands at CREATE: else -EINVAL
  * (not a memfd), -EPERM (not sealed) or -ERANGE (too short), and nothing
- * is mapped.  -ENODEV: the memory is not a file (CUDA memory, imported by
- * the GPU code); -ENODATA: the pool has no memory.
+ * is mapped.  -ENODEV: the memory is not a file; -ENODATA: the pool has no
+ * memory.
+ *
+ * A device pool (ATTACH's pool_flags has KVS_POOL_DEVICE_MEM: kvshared's
+ * memory=cuda) is imported with the CUDA driver, loaded at run time
+ * (libcuda.so.1): cuMemImportFromShareableHandle, reserve, map, and
+ * read-write access on the device the memory lives on; kv_page_addr() then
+ * returns device pointers, for kernels, not for host code.  -ENODEV: no
+ * usable driver; other errors are the driver's (-EINVAL, -ENOMEM, -EIO...),
+ * with kv_cuda_last_error() naming the call.  Nothing stays mapped or held
+ * after a failure.  The mapping keeps the memory: if the daemon exits it
+ * stays valid (the arbiter's calls fail -ENOTCONN) until kv_pool_close(),
+ * which unmaps, frees the address range and releases the handle.
  */
 int kv_pool_open(const char *arbiter, const char *name, uint64_t ns,
 		 unsigned int flags, struct kv_pool **out);
@@ -117,8 +128,22 @@ int kv_pool_open_owner(const char *arbiter, uint32_t owner, const char *name,
 void kv_pool_close(struct kv_pool *pool);
 struct kv_arbiter *kv_pool_arbiter(struct kv_pool *pool);
 const struct kvs_pool_attach *kv_pool_info(const struct kv_pool *pool);
-/* Address of page @page in this process's mapping; NULL if out of range. */
+/*
+ * Address of page @page in this process's mapping; NULL if out of range.
+ * On a device pool, a device pointer (CUdeviceptr).
+ */
 void *kv_page_addr(const struct kv_pool *pool, uint32_t page);
+/* Whether the pool's memory is device memory (KVS_POOL_DEVICE_MEM). */
+int kv_pool_is_device(const struct kv_pool *pool);
+
+/*
+ * The CUDA driver libkv maps device pools with: 1 the real driver, 0 the
+ * test stand-in (tests/gpu/cudastub: host memory, no kernels can run on
+ * it), or -ENODEV none usable (kv_cuda_last_error() says why).
+ */
+int kv_cuda_driver(void);
+/* Why this thread's last device-pool call failed ("" if none did). */
+const char *kv_cuda_last_error(void);
 
 #ifdef __cplusplus
 }

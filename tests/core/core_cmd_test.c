@@ -513,7 +513,7 @@ TEST_F(cmd, attach_errors)
 	memset(&at, 0, sizeof(at));
 	strcpy(at.name, "a1");
 	at.owner = OWNER_UID;
-	at.pad = 1;
+	at.pool_flags = 1;
 	EXPECT_EQ(-EINVAL, kt_cmd(c, KVS_IOC_POOL_ATTACH, &at));
 	/* Unterminated name: rejected one way or the other. */
 	memset(&at, 0, sizeof(at));

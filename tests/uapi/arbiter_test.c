@@ -9,6 +9,8 @@
  * the arbiter (pools, objects) is back where it started.
  */
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/resource.h>
 
 #include "kvs_test.h"
@@ -93,11 +95,13 @@ TEST_F(arb, info)
 	/* This test holds a pool and three files at least. */
 	ASSERT_LE(4, in.n_objects);
 	if (kvs_conn_caps(&self->env.ctl) & KVS_CAP_MODULE) {
-		ASSERT_EQ(0, in.features & ~(KVS_FEAT_URING_CMD | KVS_FEAT_MEM_FD));
+		ASSERT_EQ(0, in.features & ~(KVS_FEAT_URING_CMD | KVS_FEAT_MEM_FD |
+					     KVS_FEAT_DEVICE_MEM));
 	} else {
 		/* kvshared says so, and carries no io_uring. */
 		ASSERT_EQ(KVS_FEAT_DAEMON, in.features & KVS_FEAT_DAEMON);
-		ASSERT_EQ(0, in.features & ~(KVS_FEAT_MEM_FD | KVS_FEAT_DAEMON));
+		ASSERT_EQ(0, in.features & ~(KVS_FEAT_MEM_FD | KVS_FEAT_DAEMON |
+					     KVS_FEAT_DEVICE_MEM));
 	}
 	ASSERT_EQ(0, in.flags);
 	ASSERT_EQ(0, in.pad);
@@ -434,6 +438,102 @@ TEST_F(arb, mem_fd_pool)
 	kvs_env_name(&self->env, pc.name, "badfd");
 	pc.mem_fd = bad;
 	ASSERT_EQ(-EBADF, kvs_pool_create(&self->env.ctl, &pc));
+	ARB_END();
+}
+
+/* CREATE of a KVS_POOL_DEVICE_MEM pool named @tag with memory @fd. */
+static int dev_create(struct kvs_env *e, const char *tag, int fd, struct kvs_pool_create *pc)
+{
+	kvs_pool_args(pc, "", 4);
+	kvs_env_name(e, pc->name, tag);
+	pc->flags = KVS_POOL_DEVICE_MEM;
+	pc->mem_fd = fd;
+	return kvs_pool_create(&e->ctl, pc);
+}
+
+/*
+ * Device memory (KVS_POOL_DEVICE_MEM): a driver's handle, taken by
+ * exclusion.  Never a socket, a directory, a regular file that is not a
+ * memfd, this arbiter's own file or an io_uring file; a memfd only under
+ * the host rules; anything else (a character device here) is kept and
+ * handed to attachers, who learn the kind from pool_flags.
+ */
+TEST_F(arb, device_mem_pool)
+{
+	struct kvs_pool_create pc;
+	struct kvs_pool_attach at;
+	struct stat s0, s1;
+	struct kvs_info in;
+	struct kvs_conn *c;
+	int fd, sv[2];
+
+	ARB_BEGIN();
+	ASSERT_EQ(0, kvs_info(&self->env.ctl, &in));
+	if (!(in.features & KVS_FEAT_DEVICE_MEM))
+		SKIP(return, "arbiter without KVS_FEAT_DEVICE_MEM");
+	EXPECT_EQ(-EINVAL, dev_create(&self->env, "none", -1, &pc));
+	ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
+	EXPECT_EQ(-EINVAL, dev_create(&self->env, "sock", sv[0], &pc));
+	close(sv[0]);
+	close(sv[1]);
+	fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	ASSERT_LE(0, fd);
+	EXPECT_EQ(-EINVAL, dev_create(&self->env, "dir", fd, &pc));
+	close(fd);
+	/* A file of a mounted tmpfs is no memfd. */
+	fd = open("/tmp", O_RDWR | O_TMPFILE | O_CLOEXEC, 0600);
+	if (fd >= 0) {
+		ASSERT_EQ(0, ftruncate(fd, 4 * KVS_T_PAGE_BYTES));
+		EXPECT_EQ(-EINVAL, dev_create(&self->env, "file", fd, &pc));
+		close(fd);
+	}
+	fd = kvs_memfd("kvs-test", 4 * KVS_T_PAGE_BYTES, 0);
+	ASSERT_LE(0, fd);
+	EXPECT_EQ(-EPERM, dev_create(&self->env, "unsealed", fd, &pc));
+	close(fd);
+	fd = kvs_memfd("kvs-test", 2 * KVS_T_PAGE_BYTES, KVS_T_SEALS);
+	ASSERT_LE(0, fd);
+	EXPECT_EQ(-ERANGE, dev_create(&self->env, "short", fd, &pc));
+	close(fd);
+	fd = kvs_pool_memfd(4);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, dev_create(&self->env, "memfd", fd, &pc));
+	kvs_env_track(_metadata, &self->env, pc.pool_id);
+	close(fd);
+	if (kvs_conn_caps(&self->env.ctl) & KVS_CAP_MODULE) {
+		struct { __u32 sq, cq, flags, sq_thread_cpu, sq_thread_idle, features,
+			 wq_fd, resv[3]; __u64 off[10]; } params;
+
+		/* A pool holding the arbiter's own file: a reference cycle. */
+		EXPECT_EQ(-EINVAL, dev_create(&self->env, "self", self->env.ctl.fd, &pc));
+		memset(&params, 0, sizeof(params));
+		fd = syscall(425 /* __NR_io_uring_setup */, 4, &params);
+		if (fd >= 0) {
+			EXPECT_EQ(-EINVAL, dev_create(&self->env, "uring", fd, &pc));
+			close(fd);
+		}
+	}
+	/* Anything else is the driver's business: a character device. */
+	fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, fstat(fd, &s0));
+	ASSERT_EQ(0, dev_create(&self->env, "chr", fd, &pc));
+	kvs_env_track(_metadata, &self->env, pc.pool_id);
+	close(fd);
+	c = kvs_env_open(_metadata, &self->env);
+	ASSERT_EQ(0, kvs_attach(c, pc.name, 0, KVS_ATTACH_MEM_FD, &at));
+	EXPECT_EQ(KVS_POOL_DEVICE_MEM, at.pool_flags & KVS_POOL_DEVICE_MEM);
+	ASSERT_LE(0, at.mem_fd);
+	ASSERT_EQ(0, fstat(at.mem_fd, &s1));
+	EXPECT_EQ(s0.st_rdev, s1.st_rdev);
+	close(at.mem_fd);
+	/* Without the flag the host rules still refuse it. */
+	fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+	kvs_pool_args(&pc, "", 4);
+	kvs_env_name(&self->env, pc.name, "chr-host");
+	pc.mem_fd = fd;
+	EXPECT_EQ(-EINVAL, kvs_pool_create(&self->env.ctl, &pc));
+	close(fd);
 	ARB_END();
 }
 

@@ -174,8 +174,8 @@ TEST_F(bad, reserved_pool_attach)
 		MUT(struct kvs_pool_attach, flags, KVS_ATTACH_VALID << 1),
 		MUT(struct kvs_pool_attach, flags, 0x80000000u),
 		/* ABI 2: the pad after owner, and the 3 reserved words left. */
-		MUT(struct kvs_pool_attach, pad, 1),
-		MUT(struct kvs_pool_attach, pad, 0x80000000u),
+		MUT(struct kvs_pool_attach, pool_flags, 1),
+		MUT(struct kvs_pool_attach, pool_flags, 0x80000000u),
 		MUT_RES(struct kvs_pool_attach, 0), MUT_RES(struct kvs_pool_attach, 1),
 		MUT_RES(struct kvs_pool_attach, 2),
 	};

@@ -70,10 +70,11 @@ static void info_text(const struct kvs_info *in)
 	printf("abi_version     %u\n", in->abi_version);
 	printf("arbiter         %s\n",
 	       in->features & KVS_FEAT_DAEMON ? "kvshared daemon" : "kvshare.ko");
-	printf("features        0x%" PRIx64 "%s%s%s\n", (uint64_t)in->features,
+	printf("features        0x%" PRIx64 "%s%s%s%s\n", (uint64_t)in->features,
 	       in->features & KVS_FEAT_URING_CMD ? " uring_cmd" : "",
 	       in->features & KVS_FEAT_MEM_FD ? " mem_fd" : "",
-	       in->features & KVS_FEAT_DAEMON ? " daemon" : "");
+	       in->features & KVS_FEAT_DAEMON ? " daemon" : "",
+	       in->features & KVS_FEAT_DEVICE_MEM ? " device_mem" : "");
 	printf("max_pool_pages  %" PRIu64 "\n", (uint64_t)in->max_pool_pages);
 	printf("max_batch       %u\n", in->max_batch);
 	printf("max_pools       %u\n", in->max_pools);
@@ -92,6 +93,7 @@ static void info_json(const struct kvs_info *in)
 	kvctl_json_bool(&j, "uring_cmd", in->features & KVS_FEAT_URING_CMD);
 	kvctl_json_bool(&j, "mem_fd", in->features & KVS_FEAT_MEM_FD);
 	kvctl_json_bool(&j, "daemon", in->features & KVS_FEAT_DAEMON);
+	kvctl_json_bool(&j, "device_mem", in->features & KVS_FEAT_DEVICE_MEM);
 	kvctl_json_u64(&j, "max_pool_pages", in->max_pool_pages);
 	kvctl_json_u64(&j, "max_batch", in->max_batch);
 	kvctl_json_u64(&j, "max_pools", in->max_pools);

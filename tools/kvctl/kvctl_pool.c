@@ -429,6 +429,10 @@ static int pool_create(struct kvctl *k, int argc, char **argv)
 
 static const char *flags_text(const struct kvs_pool_desc *d)
 {
+	/* Device memory (KVS_POOL_DEVICE_MEM) always has its handle. */
+	if (d->flags & KVS_POOL_DEVICE_MEM)
+		return d->flags & KVS_POOL_NS_PER_UID ? "ns-per-uid,device-mem" :
+		       "device-mem";
 	if (d->flags & KVS_POOL_NS_PER_UID)
 		return d->has_mem_fd ? "ns-per-uid,mem-fd" : "ns-per-uid";
 	return d->has_mem_fd ? "mem-fd" : "-";
@@ -460,6 +464,7 @@ static void desc_json(struct kvctl_json *j, const char *key,
 	kvctl_json_u64(j, "flags", d->flags);
 	kvctl_json_bool(j, "ns_per_uid", d->flags & KVS_POOL_NS_PER_UID);
 	kvctl_json_bool(j, "has_mem_fd", d->has_mem_fd);
+	kvctl_json_bool(j, "device_mem", d->flags & KVS_POOL_DEVICE_MEM);
 	kvctl_json_end_obj(j);
 }
 

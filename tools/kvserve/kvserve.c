@@ -42,6 +42,7 @@ struct opts {
 	const char *arbiter;
 	const char *pool;
 	const char *salt;
+	bool cuda;			/* --memory cuda: the pool is device memory */
 	unsigned int workers, requests, system_tokens, doc_tokens, docs;
 	unsigned int question_tokens, q_heads, gen_tokens, verify;
 	uint64_t seed, model_seed;
@@ -277,6 +278,36 @@ static void pool_open_err(const struct opts *o, unsigned int id, int ret)
 		strerror(-ret));
 }
 
+/*
+ * --memory cuda: the pool must be device memory (kvshared's memory=cuda),
+ * mapped by libkv through the CUDA driver.  On the driver stand-in of the
+ * tests (tests/gpu/cudastub) that mapping is host memory underneath, and
+ * the model's attention, libkv's C reference, reads and writes it in
+ * place: the CUDA kernels cannot run there.  On a real GPU the mapping is
+ * device memory the CPU cannot touch: the model would have to run its
+ * attention through kv_attn_*_cuda() (fp16/bf16 tensors on the device,
+ * checked against the C reference within its tolerances rather than to the
+ * bit), which is not written yet, so kvserve refuses there and says so.
+ */
+static int memory_check(const struct opts *o, const struct worker *w)
+{
+	int dev = kv_pool_is_device(w->pool);
+
+	if (dev != o->cuda) {
+		fprintf(stderr, "kvserve: worker %u: pool '%s' is %s memory: run with "
+			"--memory %s\n", w->id, o->pool, dev ? "device (CUDA)" : "host",
+			dev ? "cuda" : "host");
+		return -EINVAL;
+	}
+	if (dev && kv_cuda_driver() != 0) {
+		fprintf(stderr, "kvserve: worker %u: pool '%s' is mapped on a real GPU; "
+			"kvserve's model computes on the CPU and its CUDA attention path "
+			"is not written yet (docs/gpu.md)\n", w->id, o->pool);
+		return -EOPNOTSUPP;
+	}
+	return 0;
+}
+
 static int worker_setup(struct worker *w)
 {
 	const struct opts *o = w->o;
@@ -292,6 +323,9 @@ static int worker_setup(struct worker *w)
 		return ret;
 	}
 	info = kv_pool_info(w->pool);
+	ret = memory_check(o, w);
+	if (ret)
+		return ret;
 	w->geom = &info->geom;
 	w->max_pages = n_all / w->geom->tokens_per_page + 1;
 	ret = model_create(&info->geom, o->q_heads, o->model_seed, n_all, &w->model);
@@ -371,7 +405,8 @@ static void usage(FILE *f)
 	fputs("usage: kvserve [--arbiter PATH] [--pool NAME] [--workers N] [--requests R]\n"
 	      "               [--system-tokens S] [--doc-tokens D] [--docs K]\n"
 	      "               [--question-tokens Q] [--q-heads H] [--gen-tokens G]\n"
-	      "               [--verify V] [--model-seed M] [--salt STR] [--seed N]\n\n"
+	      "               [--verify V] [--model-seed M] [--salt STR] [--seed N]\n"
+	      "               [--memory host|cuda]\n\n"
 	      "N worker processes each serve R prompts of S shared system-prompt tokens,\n"
 	      "D tokens of one of K shared documents and Q unique tokens, and generate G\n"
 	      "tokens each, with a small random-weight transformer of H query heads over\n"
@@ -380,6 +415,8 @@ static void usage(FILE *f)
 	      "request of a worker (0: none) is recomputed from scratch and compared to\n"
 	      "the bit.  The model's weights come from M; the block keys' salt names\n"
 	      "the model (M and H) unless --salt replaces it.  --seed picks the texts.\n"
+	      "--memory cuda: the pool is GPU memory (kvshared memory=cuda); today only\n"
+	      "on the tests' CUDA driver stand-in, where attention is the C reference.\n"
 	      "Defaults: 4 workers x 24 requests, 1024 + 2048 of 4 + 96 tokens, 4 q\n"
 	      "heads, 8 generated tokens, --verify 4, seeds 1.\n", f);
 }
@@ -394,7 +431,7 @@ static int parse(int argc, char **argv, struct opts *o)
 		{ "q-heads", 1, NULL, 'H' }, { "gen-tokens", 1, NULL, 'g' },
 		{ "verify", 1, NULL, 'v' },
 		{ "salt", 1, NULL, 'S' }, { "seed", 1, NULL, 'x' },
-		{ "model-seed", 1, NULL, 'm' },
+		{ "model-seed", 1, NULL, 'm' }, { "memory", 1, NULL, 'M' },
 		{ "help", 0, NULL, 'h' }, { NULL, 0, NULL, 0 },
 	};
 	unsigned int *nums[128] = {
@@ -412,6 +449,14 @@ static int parse(int argc, char **argv, struct opts *o)
 		case 'a': o->arbiter = optarg; continue;
 		case 'p': o->pool = optarg; continue;
 		case 'S': o->salt = optarg; continue;
+		case 'M':
+			if (strcmp(optarg, "host") && strcmp(optarg, "cuda")) {
+				fprintf(stderr, "kvserve: --memory: '%s' is neither host "
+					"nor cuda\n", optarg);
+				return -1;
+			}
+			o->cuda = !strcmp(optarg, "cuda");
+			continue;
 		case 'h': usage(stdout); exit(0);
 		case 'x':
 		case 'm':
@@ -575,6 +620,11 @@ static void report(const struct opts *o, const struct tally *sum,
 	printf("  model                  %u layers, %u q heads over %u KV heads of dim %u, "
 	       "%s pages; attention: libkv C reference (%s)\n", g->n_layers, o->q_heads,
 	       g->n_kv_heads, g->head_dim, dtype_name(g->dtype), kv_attn_ref_isa());
+	if (o->cuda)
+		printf("  memory                 cuda: the pool was imported and mapped "
+		       "through the CUDA driver STAND-IN (tests only, host memory "
+		       "underneath); attention ran the C reference on that mapping, "
+		       "not the CUDA kernels\n");
 	printf("  requests served        %llu\n", (unsigned long long)sum->requests);
 	printf("  prompt tokens          %llu (%llu in full pages)\n",
 	       (unsigned long long)sum->prompt_tokens, (unsigned long long)sum->page_tokens);

@@ -133,6 +133,7 @@ struct kvs_info {
 #define KVS_FEAT_URING_CMD	(1ull << 0)	/* IORING_OP_URING_CMD accepted */
 #define KVS_FEAT_MEM_FD		(1ull << 1)	/* pools may carry a memory fd */
 #define KVS_FEAT_DAEMON		(1ull << 2)	/* served by kvshared, not the module */
+#define KVS_FEAT_DEVICE_MEM	(1ull << 3)	/* KVS_POOL_DEVICE_MEM pools accepted */
 
 /*
  * KVS_IOC_POOL_CREATE: create a pool.  The pool lives until it is
@@ -153,10 +154,31 @@ struct kvs_info {
  *         or F_SEAL_FUTURE_WRITE: every attacher gets the same writable
  *         file, so no holder may shrink it (every other mapping would
  *         fault) or add a write seal (every later mmap would fail).
+ *         With KVS_POOL_DEVICE_MEM the rules are those of device memory
+ *         below instead.
  * max_pages_per_file: quota of pages (OWNED plus references) one file may
  *         hold; 0 means n_pages.
+ *
+ * Device memory (flags KVS_POOL_DEVICE_MEM, KVS_FEAT_DEVICE_MEM): mem_fd is
+ * a device-memory export handle (a CUDA VMM allocation exported with
+ * CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) that the arbiter keeps as an
+ * opaque file and hands to attachers exactly as host memory; it never maps
+ * it, reads it or learns its size.  What kind of file the driver makes is
+ * the driver's business (with NVIDIA's it is not a memfd), so the arbiter
+ * accepts it by exclusion: never a kvshare or io_uring file (a pool holding
+ * a file that holds the pool is a reference cycle nothing frees), a socket
+ * (a file in flight through it could hold the pool), a directory, or a
+ * regular file other than a memfd (host memory goes through the host rules
+ * above).  A memfd is accepted, for drivers (and the test stand-in) whose
+ * handles are memfds, only sealed as host memory is and as long as the
+ * pool: device memory cannot shrink, a memfd could.  mem_fd is required
+ * (-1 is EINVAL).  Attachers learn the kind from ATTACH's pool_flags and
+ * import the handle with the driver (libkv: kv_pool_open()); the size an
+ * attacher may map is checked by the driver, at import and map.
  * Errors: EINVAL bad name, geometry, mode, n_pages (0 or > max_pool_pages)
- *         or quota > n_pages, or mem_fd is not a memfd (shmem or hugetlbfs);
+ *         or quota > n_pages, or mem_fd is not a memfd (shmem or hugetlbfs),
+ *         or (KVS_POOL_DEVICE_MEM) mem_fd is -1 or a file of a kind refused
+ *         above;
  *         EPERM mem_fd lacks F_SEAL_SHRINK or F_SEAL_SEAL, or carries a
  *         write seal; ERANGE mem_fd is shorter than
  *         the pool; EEXIST the caller owns a pool of that name; ENOSPC
@@ -190,7 +212,9 @@ struct kvs_pool_create {
  * whatever it asks for: tenants of one pool never hit each other's pages.
  */
 #define KVS_POOL_NS_PER_UID	(1u << 0)
-#define KVS_POOL_VALID		(KVS_POOL_NS_PER_UID)
+/* mem_fd is device memory (a CUDA VMM POSIX-fd handle): see POOL_CREATE. */
+#define KVS_POOL_DEVICE_MEM	(1u << 1)
+#define KVS_POOL_VALID		(KVS_POOL_NS_PER_UID | KVS_POOL_DEVICE_MEM)
 
 /*
  * KVS_IOC_POOL_ATTACH: bind this file to a pool, by owner and name.  A
@@ -203,6 +227,10 @@ struct kvs_pool_create {
  *        (the cache salt).  Must be 0 on a KVS_POOL_NS_PER_UID pool, whose
  *        namespace is the caller's uid.
  * flags: KVS_ATTACH_MEM_FD asks for a new O_CLOEXEC fd of the pool memory.
+ * pool_flags: out, the pool's KVS_POOL_* flags: with KVS_POOL_DEVICE_MEM
+ *        mem_fd is a device-memory handle to import with the driver, not
+ *        a file to mmap (it was the must-be-zero pad of ABI 2's first
+ *        form, so older callers pass 0 as an out field must be).
  * If the result cannot be written back, nothing is attached (and no fd is
  * installed).
  * Errors: EINVAL bad name, or ns != 0 on a KVS_POOL_NS_PER_UID pool;
@@ -221,7 +249,7 @@ struct kvs_pool_attach {
 	__u64 n_pages;			/* out */
 	struct kvs_geometry geom;	/* out */
 	__u32 owner;			/* in: uid the pool must belong to */
-	__u32 pad;			/* must be 0 */
+	__u32 pool_flags;		/* out: the pool's KVS_POOL_* */
 	__u64 reserved[3];
 };
 

@@ -1,0 +1,252 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The CUDA driver's VMM contract as kvshare relies on it: what the calls
+ * accept, what they refuse and with which code, and how long memory lives.
+ *
+ * In `make test` this runs on the driver stand-in (tests/gpu/cudastub),
+ * and is the stand-in's own test: it must check what the driver checks.
+ * tools/gpu/gpu-checks.sh runs the same binary on the real driver, where it
+ * checks the stand-in's claims instead: a case that fails there is a place
+ * where the stand-in and NVIDIA's driver differ, to be fixed in the stand-in.
+ */
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+#include <cuda.h>
+
+#include "kselftest_harness.h"
+
+#define FNS(X)							\
+	X(cuInit, cuInit)					\
+	X(cuDeviceGetCount, cuDeviceGetCount)			\
+	X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain)	\
+	X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2) \
+	X(cuCtxSetCurrent, cuCtxSetCurrent)			\
+	X(cuMemGetAllocationGranularity, cuMemGetAllocationGranularity) \
+	X(cuMemCreate, cuMemCreate)				\
+	X(cuMemRelease, cuMemRelease)				\
+	X(cuMemExportToShareableHandle, cuMemExportToShareableHandle) \
+	X(cuMemImportFromShareableHandle, cuMemImportFromShareableHandle) \
+	X(cuMemAddressReserve, cuMemAddressReserve)		\
+	X(cuMemAddressFree, cuMemAddressFree)			\
+	X(cuMemMap, cuMemMap)					\
+	X(cuMemUnmap, cuMemUnmap)				\
+	X(cuMemSetAccess, cuMemSetAccess)			\
+	X(cuMemcpyHtoD, cuMemcpyHtoD_v2)			\
+	X(cuMemcpyDtoH, cuMemcpyDtoH_v2)
+
+#define PTR(fn, sym)	__typeof__(fn) *p_##fn;
+static struct { FNS(PTR) } d;
+static int standin;
+
+static int load(void)
+{
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+
+	if (!lib)
+		return -1;
+#define SYM(fn, sym)							\
+	d.p_##fn = (__typeof__(d.p_##fn))dlsym(lib, #sym);		\
+	if (!d.p_##fn)							\
+		return -1;
+	FNS(SYM)
+	standin = !!dlsym(lib, "kvs_cudastub_counts");
+	return 0;
+}
+
+FIXTURE(vmm) {
+	CUmemAllocationProp prop;
+	size_t gran;
+	CUcontext ctx;
+};
+
+FIXTURE_SETUP(vmm)
+{
+	int n = 0;
+
+	self->ctx = NULL;
+	if (load())
+		SKIP(return, "no libcuda.so.1 (the stand-in is found through "
+		     "build/tests/cuda_vmm_test, which sets LD_LIBRARY_PATH)");
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuInit(0));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuDeviceGetCount(&n));
+	ASSERT_LE(1, n);
+	memset(&self->prop, 0, sizeof(self->prop));
+	self->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	self->prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	self->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	self->prop.location.id = 0;
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemGetAllocationGranularity(&self->gran, &self->prop,
+				CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	ASSERT_LT(0, self->gran);
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuDevicePrimaryCtxRetain(&self->ctx, 0));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuCtxSetCurrent(self->ctx));
+}
+
+FIXTURE_TEARDOWN(vmm)
+{
+	if (d.p_cuCtxSetCurrent && self->ctx) {
+		d.p_cuCtxSetCurrent(NULL);
+		d.p_cuDevicePrimaryCtxRelease(0);
+	}
+}
+
+static CUmemAccessDesc rw(int dev)
+{
+	CUmemAccessDesc a;
+
+	memset(&a, 0, sizeof(a));
+	a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	a.location.id = dev;
+	a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	return a;
+}
+
+TEST_F(vmm, create_needs_granularity_and_zero_flags)
+{
+	CUmemGenericAllocationHandle h;
+	size_t g = self->gran;
+
+	if (_metadata->skip)		/* SKIP in the setup still runs the body */
+		return;
+
+	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemCreate(&h, g / 2, &self->prop, 0));
+	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemCreate(&h, g, &self->prop, 1));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemCreate(&h, 2 * g, &self->prop, 0));
+	EXPECT_EQ(CUDA_SUCCESS, d.p_cuMemRelease(h));
+}
+
+TEST_F(vmm, release_twice_is_refused)
+{
+	CUmemGenericAllocationHandle h;
+
+	if (_metadata->skip)		/* SKIP in the setup still runs the body */
+		return;
+
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemCreate(&h, self->gran, &self->prop, 0));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemRelease(h));
+	EXPECT_NE(CUDA_SUCCESS, d.p_cuMemRelease(h));
+}
+
+TEST_F(vmm, export_needs_the_requested_type)
+{
+	CUmemAllocationProp p = self->prop;
+	CUmemGenericAllocationHandle h;
+	int fd = -1;
+
+	if (_metadata->skip)		/* SKIP in the setup still runs the body */
+		return;
+
+	p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemCreate(&h, self->gran, &p, 0));
+	EXPECT_NE(CUDA_SUCCESS, d.p_cuMemExportToShareableHandle(&fd, h,
+			CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	EXPECT_EQ(CUDA_SUCCESS, d.p_cuMemRelease(h));
+}
+
+TEST_F(vmm, import_refuses_what_is_no_handle)
+{
+	CUmemGenericAllocationHandle h;
+	int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+	if (_metadata->skip)		/* SKIP in the setup still runs the body */
+		return;
+
+	ASSERT_LE(0, fd);
+	EXPECT_NE(CUDA_SUCCESS, d.p_cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
+			CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	close(fd);
+}
+
+/* Reserve, map, access, unmap and free: each refuses a wrong range. */
+TEST_F(vmm, ranges_are_checked)
+{
+	size_t g = self->gran;
+	CUmemGenericAllocationHandle h;
+	CUmemAccessDesc a = rw(0);
+	CUdeviceptr va;
+
+	if (_metadata->skip)		/* SKIP in the setup still runs the body */
+		return;
+
+	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemAddressReserve(&va, g + 1, 0, 0, 0));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemCreate(&h, 2 * g, &self->prop, 0));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemAddressReserve(&va, 4 * g, 0, 0, 0));
+	/* Unaligned address, size or offset; past the allocation's end. */
+	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemMap(va + 4096, g, 0, h, 0));
+	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemMap(va, g + 4096, 0, h, 0));
+	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemMap(va, g, 4096, h, 0));
+	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemMap(va, 2 * g, g, h, 0));
+	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemMap(va, g, 0, h, 1));
+	/* Access and unmap of a range nothing is mapped in. */
+	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemSetAccess(va, g, &a, 1));
+	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemUnmap(va, g));
+
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemMap(va, 2 * g, 0, h, 0));
+	/* Over a mapped range. */
+	EXPECT_NE(CUDA_SUCCESS, d.p_cuMemMap(va + g, g, 0, h, 0));
+	/* Bad access flags or device. */
+	a.flags = (CUmemAccess_flags)2;
+	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemSetAccess(va, 2 * g, &a, 1));
+	a = rw(1 << 20);
+	EXPECT_NE(CUDA_SUCCESS, d.p_cuMemSetAccess(va, 2 * g, &a, 1));
+	a = rw(0);
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemSetAccess(va, 2 * g, &a, 1));
+	/* Part of a mapping; a reservation still mapped; a wrong size. */
+	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemUnmap(va, g));
+	EXPECT_NE(CUDA_SUCCESS, d.p_cuMemAddressFree(va, 4 * g));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemUnmap(va, 2 * g));
+	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemAddressFree(va, 2 * g));
+	EXPECT_EQ(CUDA_SUCCESS, d.p_cuMemAddressFree(va, 4 * g));
+	EXPECT_EQ(CUDA_SUCCESS, d.p_cuMemRelease(h));
+}
+
+/*
+ * The lifetime kvshared relies on: after export and cuMemRelease, the fd
+ * alone keeps the memory; an import of it, mapped, sees what was written
+ * through another mapping; the mapping keeps the memory after the
+ * imported handle is released and the fd closed.
+ */
+TEST_F(vmm, the_exported_fd_and_mappings_keep_the_memory)
+{
+	size_t g = self->gran;
+	CUmemGenericAllocationHandle h, h2;
+	CUmemAccessDesc a = rw(0);
+	CUdeviceptr va, vb;
+	char in[256], out[256];
+	int fd = -1;
+
+	if (_metadata->skip)		/* SKIP in the setup still runs the body */
+		return;
+
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemCreate(&h, g, &self->prop, 0));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemExportToShareableHandle(&fd, h,
+			CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemAddressReserve(&va, g, 0, 0, 0));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemMap(va, g, 0, h, 0));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemRelease(h));
+	/* Mapped but no access yet: copies fail. */
+	memset(in, 0x5a, sizeof(in));
+	EXPECT_NE(CUDA_SUCCESS, d.p_cuMemcpyHtoD(va, in, sizeof(in)));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemSetAccess(va, g, &a, 1));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemcpyHtoD(va + 100, in, sizeof(in)));
+
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemImportFromShareableHandle(&h2, (void *)(intptr_t)fd,
+			CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	close(fd);
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemAddressReserve(&vb, g, 0, 0, 0));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemMap(vb, g, 0, h2, 0));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemRelease(h2));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemSetAccess(vb, g, &a, 1));
+	/* The first mapping gone, the second still holds the memory. */
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemUnmap(va, g));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemAddressFree(va, g));
+	memset(out, 0, sizeof(out));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemcpyDtoH(out, vb + 100, sizeof(out)));
+	EXPECT_EQ(0, memcmp(in, out, sizeof(in)));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemUnmap(vb, g));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemAddressFree(vb, g));
+}
+
+TEST_HARNESS_MAIN

@@ -1,0 +1,821 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * A STAND-IN FOR THE CUDA DRIVER, FOR TESTS ONLY.
+ *
+ * This is not NVIDIA's driver and runs nothing on a GPU.  It is built as
+ * build/tests/gpu/libcuda.so.1, never installed and never linked into what
+ * users run: the tests put build/tests/gpu first in LD_LIBRARY_PATH, so
+ * that kvshared and libkv, which dlopen("libcuda.so.1") exactly as they do
+ * on a machine with a GPU, find it instead of the real driver.
+ *
+ * It implements the driver entry points the project calls (daemon/mem_cuda.c
+ * and libkv/pool_cuda.c): initialisation, devices and their attributes,
+ * primary contexts, the virtual memory management group (cuMemCreate,
+ * export and import of POSIX-fd handles, address reservation, map, access,
+ * unmap, release) and the synchronous copies the tests check contents with
+ * (cuMemcpyHtoD, cuMemcpyDtoH), over memfd and mmap:
+ *
+ *   - an allocation is a memfd named "kvshare-cudastub:<device>", sealed
+ *     against resizing (a device allocation never changes size; the
+ *     arbiter takes a memfd as device memory only sealed so); its exported
+ *     POSIX fd is a dup of that memfd, and an import accepts only such a
+ *     memfd (CUDA_ERROR_INVALID_VALUE otherwise), as the real driver
+ *     accepts only its own handles;
+ *   - a reservation is a PROT_NONE anonymous mapping; cuMemMap puts the
+ *     memfd there (MAP_SHARED | MAP_FIXED) still PROT_NONE, and
+ *     cuMemSetAccess gives it PROT_READ or PROT_READ|PROT_WRITE, so that a
+ *     caller that forgets to set access faults as it would on the device;
+ *   - "device" pointers are host addresses: host code can read them, which
+ *     the real driver never allows (the tests use this to check contents).
+ *
+ * It checks what the driver documents (cuda.h): sizes, addresses and
+ * offsets multiple of the granularity, flags zero, a mapping inside a
+ * reservation and inside the allocation, no map over a mapped range,
+ * unmap and set-access only over whole mapped ranges, address free only of
+ * a whole reservation, handle types requested at create, released or
+ * unknown handles, access flags and locations; and it returns the codes
+ * cuda.h lists for those calls (CUDA_ERROR_INVALID_VALUE for nearly all,
+ * CUDA_ERROR_NOT_INITIALIZED before cuInit, CUDA_ERROR_INVALID_DEVICE,
+ * CUDA_ERROR_NOT_SUPPORTED for a handle type not requested).  Where cuda.h
+ * names no specific code for a case (freeing a reservation that is still
+ * mapped, say) it returns CUDA_ERROR_INVALID_VALUE: the real driver may
+ * differ there, and tools/gpu/gpu-checks.sh runs the same suites on it.
+ *
+ * Test knobs (environment, read at each call):
+ *   KVS_CUDASTUB_DEVICES=N       devices present (default 1; 0: none)
+ *   KVS_CUDASTUB_FAIL=fn:N[:code][,fn:N[:code]...]
+ *                                the N-th call (from 1) of entry point fn
+ *                                in this process fails with code (default
+ *                                CUDA_ERROR_OUT_OF_MEMORY), doing nothing
+ *
+ * And two functions the real driver does not have, which tests look up
+ * with dlsym and libkv uses to know it is not on a real GPU:
+ *   kvs_cudastub_counts(&allocs, &handles, &reservations, &mappings)
+ *   kvs_cudastub_version()
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cuda.h>
+
+#define STUB_NAME	"kvshare-cudastub"
+#define STUB_GRAN	(2ul << 20)	/* as the driver reports on H100 */
+#define STUB_MAX_DEV	8
+#define STUB_EXPORT	__attribute__((visibility("default")))
+
+struct stub_alloc {
+	int fd;
+	size_t size;
+	int dev;
+	unsigned long long types;	/* requestedHandleTypes */
+	int refs;			/* live handles + mappings */
+};
+
+struct stub_handle {
+	struct stub_alloc *a;		/* NULL once released */
+};
+
+struct stub_range {
+	uintptr_t base;
+	size_t size;
+	struct stub_alloc *a;		/* mappings only */
+	int prot;			/* mappings: PROT_* cuMemSetAccess gave */
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int inited;
+static struct stub_handle *handles;	/* index = handle value - 1; never reused */
+static size_t n_handles, cap_handles;
+static struct stub_range *resv, *maps;
+static size_t n_resv, cap_resv, n_maps, cap_maps;
+static int n_allocs;
+static int ctx_refs[STUB_MAX_DEV];
+static __thread CUcontext cur_ctx;
+static unsigned long call_count[64];
+
+/* ---- knobs ---- */
+
+static int stub_devices(void)
+{
+	const char *s = getenv("KVS_CUDASTUB_DEVICES");
+	int n = s && *s ? atoi(s) : 1;
+
+	return n < 0 ? 0 : n > STUB_MAX_DEV ? STUB_MAX_DEV : n;
+}
+
+/*
+ * Whether this call of @fn (its @slot-th counter) is one KVS_CUDASTUB_FAIL
+ * names; *code gets the code to return.  Called with the lock held.
+ */
+static int stub_fail(const char *fn, unsigned int slot, CUresult *code)
+{
+	const char *spec = getenv("KVS_CUDASTUB_FAIL");
+	size_t len = strlen(fn);
+	unsigned long n = ++call_count[slot];
+
+	while (spec && *spec) {
+		if (!strncmp(spec, fn, len) && spec[len] == ':') {
+			char *end;
+			unsigned long want = strtoul(spec + len + 1, &end, 10);
+
+			if (want == n) {
+				*code = *end == ':' ? (CUresult)strtoul(end + 1, NULL, 10)
+						    : CUDA_ERROR_OUT_OF_MEMORY;
+				return 1;
+			}
+		}
+		spec = strchr(spec, ',');
+		if (spec)
+			spec++;
+	}
+	return 0;
+}
+
+enum {
+	S_INIT, S_DEVCOUNT, S_DEVGET, S_ATTR, S_CTXRETAIN, S_CTXRELEASE, S_CTXSET,
+	S_CTXGET, S_GRAN, S_CREATE, S_EXPORT, S_IMPORT, S_PROPS, S_RESERVE,
+	S_FREE, S_MAP, S_UNMAP, S_ACCESS, S_RELEASE, S_HTOD, S_DTOH,
+};
+
+/* Every entry point: lock, injected failure, initialised. */
+#define ENTER(fn, slot)						\
+	CUresult _r;						\
+	pthread_mutex_lock(&lock);				\
+	if (stub_fail(#fn, slot, &_r))				\
+		goto out;					\
+	_r = CUDA_ERROR_NOT_INITIALIZED;			\
+	if (!inited)						\
+		goto out
+#define LEAVE(code)	do { _r = (code); goto out; } while (0)
+#define EXIT							\
+out:								\
+	pthread_mutex_unlock(&lock);				\
+	return _r
+
+static int grow(void **arr, size_t *cap, size_t need, size_t elem)
+{
+	void *p;
+	size_t n;
+
+	if (need <= *cap)
+		return 0;
+	n = *cap ? *cap * 2 : 16;
+	while (n < need)
+		n *= 2;
+	p = realloc(*arr, n * elem);
+	if (!p)
+		return -1;
+	*arr = p;
+	*cap = n;
+	return 0;
+}
+
+static void alloc_put(struct stub_alloc *a)
+{
+	if (--a->refs)
+		return;
+	close(a->fd);
+	free(a);
+	n_allocs--;
+}
+
+static struct stub_alloc *handle_get(CUmemGenericAllocationHandle h)
+{
+	if (!h || h > n_handles)
+		return NULL;
+	return handles[h - 1].a;
+}
+
+static CUresult handle_new(struct stub_alloc *a, CUmemGenericAllocationHandle *h)
+{
+	if (grow((void **)&handles, &cap_handles, n_handles + 1, sizeof(*handles)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	handles[n_handles++].a = a;
+	a->refs++;
+	*h = n_handles;
+	return CUDA_SUCCESS;
+}
+
+static int dev_ok(int dev)
+{
+	return dev >= 0 && dev < stub_devices();
+}
+
+/* ---- errors, init, devices, contexts ---- */
+
+static const struct {
+	CUresult r;
+	const char *name, *str;
+} errs[] = {
+	{ CUDA_SUCCESS, "CUDA_SUCCESS", "no error" },
+	{ CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument" },
+	{ CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory" },
+	{ CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error" },
+	{ CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected" },
+	{ CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal" },
+	{ CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context" },
+	{ CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle" },
+	{ CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted" },
+	{ CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported" },
+	{ CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM", "OS call failed or operation not supported on this OS" },
+	{ CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error" },
+};
+
+STUB_EXPORT CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
+{
+	size_t i;
+
+	if (!pStr)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (i = 0; i < sizeof(errs) / sizeof(errs[0]); i++)
+		if (errs[i].r == error) {
+			*pStr = errs[i].str;
+			return CUDA_SUCCESS;
+		}
+	*pStr = NULL;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr)
+{
+	size_t i;
+
+	if (!pStr)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (i = 0; i < sizeof(errs) / sizeof(errs[0]); i++)
+		if (errs[i].r == error) {
+			*pStr = errs[i].name;
+			return CUDA_SUCCESS;
+		}
+	*pStr = NULL;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuDriverGetVersion(int *v)
+{
+	if (!v)
+		return CUDA_ERROR_INVALID_VALUE;
+	*v = CUDA_VERSION;
+	return CUDA_SUCCESS;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuInit(unsigned int flags)
+{
+	CUresult _r;
+
+	pthread_mutex_lock(&lock);
+	if (stub_fail("cuInit", S_INIT, &_r))
+		goto out;
+	_r = CUDA_ERROR_INVALID_VALUE;
+	if (flags)
+		goto out;
+	_r = CUDA_ERROR_NO_DEVICE;
+	if (!stub_devices())
+		goto out;
+	inited = 1;
+	_r = CUDA_SUCCESS;
+	EXIT;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuDeviceGetCount(int *count)
+{
+	ENTER(cuDeviceGetCount, S_DEVCOUNT);
+	if (!count)
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	*count = stub_devices();
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal)
+{
+	ENTER(cuDeviceGet, S_DEVGET);
+	if (!device)
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	if (!dev_ok(ordinal))
+		LEAVE(CUDA_ERROR_INVALID_DEVICE);
+	*device = ordinal;
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib,
+						  CUdevice dev)
+{
+	ENTER(cuDeviceGetAttribute, S_ATTR);
+	if (!pi)
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	if (!dev_ok(dev))
+		LEAVE(CUDA_ERROR_INVALID_DEVICE);
+	switch (attrib) {
+	case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+	case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
+	case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+		*pi = 1;
+		break;
+	case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+		*pi = 9;
+		break;
+	case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+		*pi = 0;
+		break;
+	case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+		*pi = 132;
+		break;
+	case CU_DEVICE_ATTRIBUTE_WARP_SIZE:
+		*pi = 32;
+		break;
+	case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+		*pi = 1024;
+		break;
+	default:
+		/* Not modelled: a caller must not act on a value we made up. */
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	}
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+/* A primary context is (CUcontext)(dev + 1): never dereferenced. */
+static int ctx_dev(CUcontext ctx)
+{
+	uintptr_t v = (uintptr_t)ctx;
+
+	return v >= 1 && v <= STUB_MAX_DEV && ctx_refs[v - 1] ? (int)v - 1 : -1;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	ENTER(cuDevicePrimaryCtxRetain, S_CTXRETAIN);
+	if (!pctx)
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	if (!dev_ok(dev))
+		LEAVE(CUDA_ERROR_INVALID_DEVICE);
+	ctx_refs[dev]++;
+	*pctx = (CUcontext)(uintptr_t)(dev + 1);
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+/* cuda.h spells it cuDevicePrimaryCtxRelease_v2: the name defined here. */
+STUB_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+	ENTER(cuDevicePrimaryCtxRelease, S_CTXRELEASE);
+	if (!dev_ok(dev))
+		LEAVE(CUDA_ERROR_INVALID_DEVICE);
+	if (!ctx_refs[dev])
+		LEAVE(CUDA_ERROR_INVALID_CONTEXT);	/* released more than retained */
+	ctx_refs[dev]--;
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
+{
+	ENTER(cuCtxSetCurrent, S_CTXSET);
+	if (ctx && ctx_dev(ctx) < 0)
+		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+	cur_ctx = ctx;
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx)
+{
+	ENTER(cuCtxGetCurrent, S_CTXGET);
+	if (!pctx)
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	*pctx = cur_ctx;
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+/* ---- virtual memory management ---- */
+
+static CUresult prop_check(const CUmemAllocationProp *prop)
+{
+	if (!prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+	    prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (prop->requestedHandleTypes & ~(unsigned long long)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_NOT_SUPPORTED;	/* Linux: POSIX fds only */
+	if (!dev_ok(prop->location.id))
+		return CUDA_ERROR_INVALID_DEVICE;
+	return CUDA_SUCCESS;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *granularity,
+	const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)
+{
+	ENTER(cuMemGetAllocationGranularity, S_GRAN);
+	if (!granularity || (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
+			     option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	_r = prop_check(prop);
+	if (_r)
+		goto out;
+	*granularity = STUB_GRAN;
+	EXIT;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+					 const CUmemAllocationProp *prop,
+					 unsigned long long flags)
+{
+	struct stub_alloc *a;
+	char name[48];
+	int fd;
+
+	ENTER(cuMemCreate, S_CREATE);
+	if (!handle || flags || !size || size % STUB_GRAN)
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	_r = prop_check(prop);
+	if (_r)
+		goto out;
+	snprintf(name, sizeof(name), STUB_NAME ":%d", prop->location.id);
+	fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+	if (ftruncate(fd, size) ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
+		close(fd);
+		LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+	}
+	a = calloc(1, sizeof(*a));
+	if (!a) {
+		close(fd);
+		LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+	}
+	a->fd = fd;
+	a->size = size;
+	a->dev = prop->location.id;
+	a->types = prop->requestedHandleTypes;
+	n_allocs++;
+	_r = handle_new(a, handle);
+	if (_r) {
+		a->refs = 1;
+		alloc_put(a);
+	}
+	EXIT;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	struct stub_alloc *a;
+
+	ENTER(cuMemRelease, S_RELEASE);
+	a = handle_get(handle);
+	if (!a)
+		LEAVE(CUDA_ERROR_INVALID_VALUE);	/* unknown, or released twice */
+	handles[handle - 1].a = NULL;
+	alloc_put(a);				/* mappings keep the memory */
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle,
+	CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType,
+	unsigned long long flags)
+{
+	struct stub_alloc *a;
+	int fd;
+
+	ENTER(cuMemExportToShareableHandle, S_EXPORT);
+	a = handle_get(handle);
+	if (!shareableHandle || flags || !a)
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	if (!(a->types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+		LEAVE(CUDA_ERROR_NOT_SUPPORTED);	/* not requested at create */
+	fd = dup(a->fd);			/* no FD_CLOEXEC, as the driver's */
+	if (fd < 0)
+		LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+	*(int *)shareableHandle = fd;
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+/* The device of a stand-in export, or -1 if @fd is not one. */
+static int stub_fd_dev(int fd)
+{
+	static const char prefix[] = "/memfd:" STUB_NAME ":";
+	char path[32], link[128];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n < (ssize_t)sizeof(prefix) || memcmp(link, prefix, sizeof(prefix) - 1))
+		return -1;
+	link[n] = '\0';
+	return atoi(link + sizeof(prefix) - 1);
+}
+
+STUB_EXPORT CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
+	void *osHandle, CUmemAllocationHandleType shHandleType)
+{
+	int fd = (int)(intptr_t)osHandle, dev, dfd;
+	struct stub_alloc *a;
+	struct stat st;
+
+	ENTER(cuMemImportFromShareableHandle, S_IMPORT);
+	if (!handle || shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	dev = stub_fd_dev(fd);
+	if (dev < 0 || fstat(fd, &st) || !dev_ok(dev) || !st.st_size ||
+	    st.st_size % STUB_GRAN)
+		LEAVE(CUDA_ERROR_INVALID_VALUE);	/* not one of ours */
+	dfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	if (dfd < 0)
+		LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+	a = calloc(1, sizeof(*a));
+	if (!a) {
+		close(dfd);
+		LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+	}
+	a->fd = dfd;
+	a->size = st.st_size;
+	a->dev = dev;
+	a->types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	n_allocs++;
+	_r = handle_new(a, handle);
+	if (_r) {
+		a->refs = 1;
+		alloc_put(a);
+	}
+	EXIT;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
+	CUmemGenericAllocationHandle handle)
+{
+	struct stub_alloc *a;
+
+	ENTER(cuMemGetAllocationPropertiesFromHandle, S_PROPS);
+	a = handle_get(handle);
+	if (!prop || !a)
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	memset(prop, 0, sizeof(*prop));
+	prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop->requestedHandleTypes = a->types;
+	prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop->location.id = a->dev;
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+static struct stub_range *range_find(struct stub_range *r, size_t n, uintptr_t p)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (p >= r[i].base && p - r[i].base < r[i].size)
+			return &r[i];
+	return NULL;
+}
+
+static int overlaps(const struct stub_range *r, size_t n, uintptr_t p, size_t size)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (p < r[i].base + r[i].size && r[i].base < p + size)
+			return 1;
+	return 0;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, size_t size,
+						 size_t alignment, CUdeviceptr addr,
+						 unsigned long long flags)
+{
+	size_t align;
+	uintptr_t base;
+	char *p;
+
+	ENTER(cuMemAddressReserve, S_RESERVE);
+	if (!ptr || !size || size % STUB_GRAN || flags ||
+	    (alignment & (alignment - 1)) || addr % STUB_GRAN)
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	/* addr is a hint the driver may ignore; so do we. */
+	align = alignment > STUB_GRAN ? alignment : STUB_GRAN;
+	if (grow((void **)&resv, &cap_resv, n_resv + 1, sizeof(*resv)))
+		LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+	p = mmap(NULL, size + align, PROT_NONE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+	base = ((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1);
+	if (base > (uintptr_t)p)
+		munmap(p, base - (uintptr_t)p);
+	munmap((void *)(base + size), (uintptr_t)p + size + align - (base + size));
+	resv[n_resv].base = base;
+	resv[n_resv].size = size;
+	resv[n_resv].a = NULL;
+	n_resv++;
+	*ptr = (CUdeviceptr)base;
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+	struct stub_range *r;
+
+	ENTER(cuMemAddressFree, S_FREE);
+	r = range_find(resv, n_resv, ptr);
+	/* Exactly a whole reservation, and nothing mapped in it any more. */
+	if (!r || r->base != ptr || r->size != size || overlaps(maps, n_maps, ptr, size))
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	munmap((void *)r->base, r->size);
+	*r = resv[--n_resv];
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+				      CUmemGenericAllocationHandle handle,
+				      unsigned long long flags)
+{
+	struct stub_alloc *a;
+	struct stub_range *r;
+	void *p;
+
+	ENTER(cuMemMap, S_MAP);
+	a = handle_get(handle);
+	r = range_find(resv, n_resv, ptr);
+	if (!a || flags || !size || ptr % STUB_GRAN || size % STUB_GRAN ||
+	    offset % STUB_GRAN)
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	/* Inside one reservation, inside the allocation, over nothing mapped. */
+	if (!r || ptr + size > r->base + r->size || offset > a->size ||
+	    size > a->size - offset || overlaps(maps, n_maps, ptr, size))
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	if (grow((void **)&maps, &cap_maps, n_maps + 1, sizeof(*maps)))
+		LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+	p = mmap((void *)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, a->fd, offset);
+	if (p == MAP_FAILED)
+		LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+	maps[n_maps].base = ptr;
+	maps[n_maps].size = size;
+	maps[n_maps].a = a;
+	maps[n_maps].prot = PROT_NONE;
+	n_maps++;
+	a->refs++;
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+/*
+ * Whether [ptr, ptr + size) is exactly a run of whole, adjacent mappings
+ * ("the entire contiguous address range that was mapped to").
+ */
+static int whole_mappings(uintptr_t ptr, size_t size)
+{
+	uintptr_t p = ptr;
+
+	if (!size)
+		return 0;
+	while (p < ptr + size) {
+		struct stub_range *m = range_find(maps, n_maps, p);
+
+		if (!m || m->base != p || m->base + m->size > ptr + size)
+			return 0;
+		p += m->size;
+	}
+	return 1;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+	uintptr_t p;
+
+	ENTER(cuMemUnmap, S_UNMAP);
+	if (!whole_mappings(ptr, size))
+		LEAVE(CUDA_ERROR_INVALID_VALUE);	/* unmapped, or part of one */
+	for (p = ptr; p < ptr + size;) {
+		struct stub_range *m = range_find(maps, n_maps, p);
+		struct stub_alloc *a = m->a;
+
+		p += m->size;
+		/* Back to reserved, inaccessible address space. */
+		mmap((void *)m->base, m->size, PROT_NONE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+		*m = maps[--n_maps];
+		alloc_put(a);
+	}
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size,
+					    const CUmemAccessDesc *desc, size_t count)
+{
+	int prot = PROT_NONE;
+	size_t i;
+
+	ENTER(cuMemSetAccess, S_ACCESS);
+	if (!desc || !count || !whole_mappings(ptr, size))
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	for (i = 0; i < count; i++) {
+		if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+			LEAVE(CUDA_ERROR_INVALID_VALUE);
+		if (!dev_ok(desc[i].location.id))
+			LEAVE(CUDA_ERROR_INVALID_DEVICE);
+		switch (desc[i].flags) {
+		case CU_MEM_ACCESS_FLAGS_PROT_NONE:
+			break;
+		case CU_MEM_ACCESS_FLAGS_PROT_READ:
+			prot |= PROT_READ;
+			break;
+		case CU_MEM_ACCESS_FLAGS_PROT_READWRITE:
+			prot |= PROT_READ | PROT_WRITE;
+			break;
+		default:
+			LEAVE(CUDA_ERROR_INVALID_VALUE);
+		}
+	}
+	if (mprotect((void *)ptr, size, prot))
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	for (i = 0; i < n_maps; i++)
+		if (maps[i].base >= ptr && maps[i].base < ptr + size)
+			maps[i].prot = prot;
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+/* Whether [p, p + n) is mapped throughout with at least @prot access. */
+static int accessible(uintptr_t p, size_t n, int prot)
+{
+	uintptr_t end = p + n;
+
+	if (!n || end < p)
+		return 0;
+	while (p < end) {
+		struct stub_range *m = range_find(maps, n_maps, p);
+
+		if (!m || (m->prot & prot) != prot)
+			return 0;
+		p = m->base + m->size;
+	}
+	return 1;
+}
+
+/* Synchronous copies, as the driver's (they need a current context). */
+STUB_EXPORT CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n)
+{
+	ENTER(cuMemcpyHtoD, S_HTOD);
+	if (!cur_ctx)
+		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+	if (!src || !accessible(dst, n, PROT_WRITE))
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	memcpy((void *)dst, src, n);
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
+{
+	ENTER(cuMemcpyDtoH, S_DTOH);
+	if (!cur_ctx)
+		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+	if (!dst || !accessible(src, n, PROT_READ))
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	memcpy(dst, (const void *)src, n);
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+/* ---- the stand-in's own ---- */
+
+/* Live objects of this process, for leak checks. */
+STUB_EXPORT void kvs_cudastub_counts(int *allocs, int *live_handles, int *reservations,
+				     int *mappings)
+{
+	size_t i;
+	int h = 0;
+
+	pthread_mutex_lock(&lock);
+	for (i = 0; i < n_handles; i++)
+		h += !!handles[i].a;
+	if (allocs)
+		*allocs = n_allocs;
+	if (live_handles)
+		*live_handles = h;
+	if (reservations)
+		*reservations = (int)n_resv;
+	if (mappings)
+		*mappings = (int)n_maps;
+	pthread_mutex_unlock(&lock);
+}
+
+STUB_EXPORT const char *kvs_cudastub_version(void)
+{
+	return "kvshare CUDA driver stand-in (tests only; memfd and mmap, no GPU)";
+}
