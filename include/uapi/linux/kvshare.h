@@ -245,17 +245,27 @@ struct kvs_pool_destroy {
  * CACHED pages (leaf first, least recently used first) when too few are
  * free.  All or nothing: a failed ALLOC evicts nothing.
  * pages: out, __u32[count] page indices.
+ * keys:  with KVS_ALLOC_CLAIM, in, struct kvs_key[count]: page k is
+ *        "in flight" under keys[k] in this file's namespace until it is
+ *        published, put, or its file closed, or the arbiter's claim timeout
+ *        passes (see "In-flight dedupe" below).  A key listed twice is
+ *        claimed by its first page only.  Without the flag, must be 0.
  * Errors: EBADFD file not attached; EDQUOT the file's quota, or the
  *         per-user limit on pages or bytes held, would be exceeded (checked
- *         first); ENOSPC not enough free or evictable
- *         pages.
+ *         first); EEXIST (KVS_ALLOC_CLAIM) a key exists already in this
+ *         namespace, published or in flight in a live claim: LOOKUP it;
+ *         ENOSPC not enough free or evictable pages.
  */
 struct kvs_alloc {
 	__u32 count;
-	__u32 flags;			/* must be 0 */
+	__u32 flags;			/* KVS_ALLOC_* */
 	__u64 pages;			/* __u32 *, out */
-	__u64 reserved[2];
+	__u64 keys;			/* const struct kvs_key *, with CLAIM */
+	__u64 reserved[1];
 };
+
+#define KVS_ALLOC_CLAIM		(1u << 0)
+#define KVS_ALLOC_VALID		(KVS_ALLOC_CLAIM)
 
 /*
  * KVS_IOC_PUBLISH: make OWNED pages SHARED under their keys.  For each
@@ -300,19 +310,49 @@ struct kvs_publish {
  * keys:  in, struct kvs_key[count], the chain in order.
  * pages: out, __u32[count]; the first n_hit are written, the rest is
  *        left as it was.
+ * flags: KVS_LOOKUP_WAIT also reports, in n_inflight, how many keys right
+ *        after the run are in flight (claimed by another file's
+ *        ALLOC with KVS_ALLOC_CLAIM and not yet published), and if there
+ *        are any arms this file's wait on the first of them (below).
  * Errors: EBADFD not attached; EDQUOT the run would exceed the file's
  *         quota or a per-user limit (nothing is taken; a shorter chain may
- *         fit).
+ *         fit); EOPNOTSUPP KVS_LOOKUP_WAIT through io_uring.
+ *
+ * In-flight dedupe.  A client that misses a run of keys and is going to
+ * compute their pages claims them: ALLOC with KVS_ALLOC_CLAIM.  Another
+ * file's LOOKUP with KVS_LOOKUP_WAIT then sees n_inflight > 0 instead of
+ * a plain miss, and rather than compute the same pages it waits for the
+ * claim of keys[n_hit] to end, then looks up keys[n_hit..] again: the
+ * page was published (a hit) or abandoned (a miss: claim and compute it).
+ * Nothing ever sleeps in the arbiter: the call returns at once, and the
+ * wait is on readiness.  The module's file polls readable (EPOLLIN) at
+ * all times except while the wait its latest LOOKUP armed is pending; it
+ * turns readable the moment that claim ends: the page published (by its
+ * owner, or the key by anyone), put, claimed under another key, or its
+ * file closed however its process ended.  Every LOOKUP disarms the
+ * previous wait; threads that share a file share its one wait.
+ * On kvshared no readiness is signalled (yet): the client repeats the
+ * LOOKUP.  A claim is reported in flight only for the arbiter's claim
+ * timeout (module parameter claim_timeout_ms, default 10 s; 0 turns the
+ * reporting off) after its ALLOC: then it is a miss again, and a new
+ * CLAIM of the key takes it over, so a stalled owner delays others by at
+ * most that long; waiters are not woken by the expiry and bound their
+ * wait with their own timeout.  Claims are OWNED pages, so they are
+ * bounded by the file's quota and its user's limits; only files of the
+ * same namespace see them.
  */
 struct kvs_lookup {
 	__u32 count;
-	__u32 flags;			/* must be 0 */
+	__u32 flags;			/* KVS_LOOKUP_* */
 	__u64 keys;			/* const struct kvs_key * */
 	__u64 pages;			/* __u32 *, out */
 	__u32 n_hit;			/* out */
-	__u32 pad;
+	__u32 n_inflight;		/* out: with KVS_LOOKUP_WAIT */
 	__u64 reserved[2];
 };
+
+#define KVS_LOOKUP_WAIT		(1u << 0)
+#define KVS_LOOKUP_VALID	(KVS_LOOKUP_WAIT)
 
 /*
  * KVS_IOC_PUT: give back holdings.  For each page: an OWNED page of this
@@ -376,7 +416,9 @@ struct kvs_pool_stats {
 	__u64 lookups;			/* keys asked */
 	__u64 hits;			/* keys found */
 	__u64 evictions;
-	__u64 reserved[4];
+	__u64 n_claimed;		/* OWNED pages in flight under a key */
+	__u64 inflight_waits;		/* LOOKUPs that armed a wait */
+	__u64 reserved[2];
 };
 
 #define KVS_STATS_CHECK		(1u << 0)
@@ -449,7 +491,8 @@ struct kvs_pages {
  * the arbiter copies it once before looking at it.  ALLOC, PUBLISH,
  * LOOKUP and PUT are carried; the arrays they point to are read and
  * written as for the ioctl, and cqe->res is the negative errno or:
- * LOOKUP n_hit, PUBLISH n_dup, ALLOC and PUT 0.  Commands complete before
+ * LOOKUP n_hit, PUBLISH n_dup, ALLOC and PUT 0 (LOOKUP's n_inflight does
+ * not fit, so KVS_LOOKUP_WAIT is EOPNOTSUPP here).  Commands complete before
  * the submission returns, so nothing stays in flight.  Holdings taken
  * this way belong to the device file, exactly as the ioctl's do.
  * Errors besides the command's own: EINVAL the ring lacks SQE128;
