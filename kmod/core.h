@@ -97,6 +97,7 @@ union kvs_cmd_buf {
  * ends; set once, before the client's first command.
  */
 void kvs_client_set_waker(struct kvs_client *cl, void (*wake)(void *arg), void *arg);
+void *kvs_client_wake_arg(struct kvs_client *cl);
 /* Whether a wait armed by the client's latest LOOKUP is still pending. */
 int kvs_client_waiting(struct kvs_client *cl);
 /* How long a claim is reported in flight, ms (0: never); default 10000. */

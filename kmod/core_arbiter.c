@@ -38,6 +38,11 @@ void kvs_client_set_waker(struct kvs_client *cl, void (*wake)(void *arg), void *
 	cl->wake_arg = arg;
 }
 
+void *kvs_client_wake_arg(struct kvs_client *cl)
+{
+	return cl->wake_arg;
+}
+
 int kvs_client_waiting(struct kvs_client *cl)
 {
 	return READ_ONCE(cl->waiting);
