@@ -36,7 +36,8 @@ struct kv_cmd_arrays {
 	{ offsetof(type, p), offsetof(type, c), sizeof(e), d }
 
 static const struct kv_cmd_arrays kv_arrays[] = {
-	{ KVS_IOC_ALLOC, { KV_ARRAY(struct kvs_alloc, pages, count, __u32, KV_OUT) } },
+	{ KVS_IOC_ALLOC, { KV_ARRAY(struct kvs_alloc, pages, count, __u32, KV_OUT),
+			   KV_ARRAY(struct kvs_alloc, keys, count, struct kvs_key, KV_IN) } },
 	{ KVS_IOC_PUBLISH, { KV_ARRAY(struct kvs_publish, entries, count,
 				      struct kvs_publish_entry, KV_IN | KV_OUT) } },
 	{ KVS_IOC_LOOKUP, { KV_ARRAY(struct kvs_lookup, keys, count, struct kvs_key, KV_IN),

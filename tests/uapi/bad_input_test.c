@@ -350,7 +350,6 @@ TEST_F(bad, reserved_alloc)
 	static const struct mut m[] = {
 		MUT(struct kvs_alloc, flags, KVS_ALLOC_VALID << 1),
 		MUT(struct kvs_alloc, flags, 0x80000000u),
-		MUT(struct kvs_alloc, keys, 1),	/* keys without KVS_ALLOC_CLAIM */
 		MUT_RES(struct kvs_alloc, 0),
 	};
 	struct kvs_alloc a;
@@ -361,6 +360,18 @@ TEST_F(bad, reserved_alloc)
 	a.count = 2;
 	a.pages = KVS_PTR(p);
 	expect_einval(_metadata, self, self->a, KVS_IOC_ALLOC, &a, m, KVS_ARRAY_SIZE(m));
+	/* keys without KVS_ALLOC_CLAIM (a readable array: libkv copies it). */
+	{
+		struct kvs_key k[2];
+		struct snap s0;
+
+		memset(k, 0, sizeof(k));
+		a.keys = KVS_PTR(k);
+		take_snap(_metadata, self, &s0);
+		ASSERT_EQ(-EINVAL, kvs_call(self->a, KVS_IOC_ALLOC, &a));
+		assert_unchanged(_metadata, self, &s0);
+		a.keys = 0;
+	}
 	ASSERT_EQ(0, kvs_call(self->a, KVS_IOC_ALLOC, &a));
 	ASSERT_EQ(2, kvs_held(self->a));
 	BAD_END();
