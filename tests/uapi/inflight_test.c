@@ -8,6 +8,8 @@
  * ends; kvshared signals nothing (yet), so there the waiter looks again.
  */
 #include <poll.h>
+#include <pthread.h>
+#include <time.h>
 
 #include "kvs_test.h"
 
@@ -80,16 +82,57 @@ static int wait_chain(struct kvs_conn *c, __u32 chain, __u32 n, __u32 *pages,
 	return ret;
 }
 
-/* Readiness of a module file within @ms; -1 when the arbiter is kvshared. */
+static long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * Whether a module file turns readable within @ms (0: is readable now),
+ * woken before the timeout: poll() looks once more when it times out, so
+ * readiness seen only then means nobody woke the waiter.  -1 when the
+ * arbiter is kvshared.
+ */
 static int readable(struct kvs_conn *c, int ms)
 {
 	struct pollfd p = { .fd = c->fd, .events = POLLIN };
+	long long t0 = now_ms();
 
 	if (!(kvs_conn_caps(c) & KVS_CAP_MODULE))
 		return -1;
 	if (poll(&p, 1, ms) < 0)
 		return -2;
+	if (ms && now_ms() - t0 >= ms)
+		return 0;
 	return !!(p.revents & POLLIN);
+}
+
+/*
+ * The claim must end while the waiter sleeps in poll(), or no wake is
+ * needed at all: a thread does it 100 ms after the waiter went to sleep.
+ */
+struct later {
+	pthread_t t;
+	struct kvs_conn *c;
+	__u32 *pages;
+	pid_t victim;
+	int ret;
+};
+
+static void *later_fn(void *arg)
+{
+	struct later *l = arg;
+
+	usleep(100 * 1000);
+	if (l->victim)
+		l->ret = kill(l->victim, SIGKILL);
+	else
+		l->ret = kvs_publish_chain(l->c, l->pages, 3, KVS_NO_PAGE, 1, 0,
+					   NULL, NULL);
+	return NULL;
 }
 
 TEST_F(inf, publish_wakes_the_waiter_with_a_hit)
@@ -112,8 +155,14 @@ TEST_F(inf, publish_wakes_the_waiter_with_a_hit)
 	r = readable(self->b, 0);
 	if (r >= 0)
 		ASSERT_EQ(0, r);
-	ASSERT_EQ(0, kvs_publish_chain(self->a, p, 3, KVS_NO_PAGE, 1, 0, NULL, NULL));
-	r = readable(self->b, 2000);
+	{
+		struct later l = { .c = self->a, .pages = p };
+
+		ASSERT_EQ(0, pthread_create(&l.t, NULL, later_fn, &l));
+		r = readable(self->b, 5000);
+		pthread_join(l.t, NULL);
+		ASSERT_EQ(0, l.ret);
+	}
 	if (r >= 0)
 		ASSERT_EQ(1, r);
 	ASSERT_EQ(0, wait_chain(self->b, 1, 3, q, &hit, &inf));
@@ -157,9 +206,15 @@ TEST_F(inf, killed_owner_wakes_the_waiter)
 	r = readable(self->b, 50);
 	if (r >= 0)
 		ASSERT_EQ(0, r);
-	ASSERT_EQ(0, kill(pid, SIGKILL));
+	{
+		struct later l = { .victim = pid };
+
+		ASSERT_EQ(0, pthread_create(&l.t, NULL, later_fn, &l));
+		r = readable(self->b, 5000);
+		pthread_join(l.t, NULL);
+		ASSERT_EQ(0, l.ret);
+	}
 	ASSERT_EQ(pid, waitpid(pid, NULL, 0));
-	r = readable(self->b, 2000);
 	if (r >= 0) {
 		ASSERT_EQ(1, r);
 	} else {
@@ -186,7 +241,7 @@ TEST_F(inf, abandoned_claim_is_a_miss)
 	ASSERT_EQ(0, wait_chain(self->b, 3, 2, q, &hit, &inf));
 	ASSERT_EQ(2, inf);
 	ASSERT_EQ(0, kvs_put(self->a, p, 1));
-	r = readable(self->b, 2000);
+	r = readable(self->b, 5000);
 	if (r >= 0)
 		ASSERT_EQ(1, r);
 	ASSERT_EQ(0, wait_chain(self->b, 3, 2, q, &hit, &inf));
