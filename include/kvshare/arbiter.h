@@ -95,6 +95,33 @@ int kv_lookup(struct kv_arbiter *arb, const struct kvs_key *keys,
 int kv_put(struct kv_arbiter *arb, const uint32_t *pages, uint32_t count);
 
 /*
+ * In-flight dedupe (<linux/kvshare.h>, "In-flight dedupe").
+ *
+ * kv_alloc_claim: kv_alloc() that also claims the pages under @keys, so
+ * that other handles' kv_lookup_wait() wait for them instead of computing
+ * them too.  Publish or put every page: a claim lives until then (or the
+ * handle closes, or the arbiter's claim timeout passes).  -EEXIST: some
+ * key exists already, published or in flight: look it up (again).
+ *
+ * kv_lookup_wait: kv_lookup() that, while the first key after the hit run
+ * is in flight in another handle, waits (without holding the arbiter) for
+ * that claim to end and looks the rest up again, up to @timeout_ms in all
+ * (0: never wait).  Returns the number of leading hits, with a reference
+ * on each, as kv_lookup(); the keys after them are to be computed (and
+ * claimed) by the caller.  If @n_inflight is not NULL it receives the
+ * keys still in flight when the wait gave up (0 when it did not).  On an
+ * error nothing is held.  On the module the wait is poll() on the device
+ * file; on kvshared, which signals nothing yet, the LOOKUP is repeated
+ * every millisecond or so.  Threads sharing a handle share its one wait:
+ * they may wake each other early, never miss a wake.
+ */
+int kv_alloc_claim(struct kv_arbiter *arb, const struct kvs_key *keys,
+		   uint32_t count, uint32_t *pages);
+int kv_lookup_wait(struct kv_arbiter *arb, const struct kvs_key *keys,
+		   uint32_t count, uint32_t *pages, int timeout_ms,
+		   uint32_t *n_inflight);
+
+/*
  * A pool as an engine uses it: an arbiter handle attached to the pool,
  * and the pool's memory mapped, so that a page index becomes an address.
  */
