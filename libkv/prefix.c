@@ -32,6 +32,7 @@ struct kv_prefix_cache {
 	size_t n_extra;
 	uint32_t tpp;
 	uint32_t n_pages;
+	int wait_ms;			/* in-flight dedupe; 0: off */
 	struct kvs_key *keys;		/* [n_pages]: key of each page held */
 
 	struct kvs_key *kbuf;		/* chain keys being built */
@@ -174,6 +175,7 @@ int kv_prefix_create(struct kv_arbiter *arb, const struct kvs_pool_attach *info,
 	pc->n_pages = info->n_pages;
 	pc->extra = cfg->extra;
 	pc->n_extra = cfg->n_extra;
+	pc->wait_ms = cfg->inflight_wait_ms > 0 ? cfg->inflight_wait_ms : 0;
 	ret = kv_hasher_init_algo(&pc->hasher, cfg->algo, cfg->salt, cfg->salt_len,
 				  pc->tpp);
 	if (ret)
@@ -230,7 +232,8 @@ static int kv_pc_lookup(struct kv_prefix_cache *pc, const struct kvs_key *keys,
 	int hits;
 
 	pc->st.lookups++;
-	hits = kv_lookup(pc->arb, keys, n, pages);
+	hits = pc->wait_ms ? kv_lookup_wait(pc->arb, keys, n, pages, pc->wait_ms, NULL)
+			   : kv_lookup(pc->arb, keys, n, pages);
 	if (hits == -EDQUOT && kv_radix_evict(pc->tree, n)) {
 		pc->st.lookups++;
 		hits = kv_lookup(pc->arb, keys, n, pages);
@@ -288,8 +291,69 @@ static uint32_t kv_pc_remote(struct kv_prefix_cache *pc, const uint32_t *tokens,
 	return done;
 }
 
+/*
+ * In-flight dedupe: claim the request's full prompt pages [from, want)
+ * that the arbiter missed, and grow its row with them.  A refused claim
+ * (someone claimed or published a key since the LOOKUP) leaves the row
+ * as it was: the caller reserves and computes as without dedupe.
+ */
+static void kv_pc_claim(struct kv_prefix_cache *pc, struct kv_req_table *rt,
+			struct kv_radix_req *req, uint32_t from, uint32_t want)
+{
+	const struct kvs_key *pk = NULL;
+	uint32_t n = want - from;
+	long got;
+	int ret;
+
+	if (n > KVS_MAX_BATCH)
+		n = KVS_MAX_BATCH;
+	if (req->n_tokens != from * pc->tpp ||
+	    kv_req_pages_needed(rt, req->slot, (from + n) * pc->tpp) != n ||
+	    kv_grow(&pc->kbuf, &pc->kcap, n, sizeof(*pc->kbuf)) ||
+	    kv_grow(&pc->pbuf, &pc->pcap, n, sizeof(*pc->pbuf)))
+		return;
+	if (from)
+		pk = &pc->keys[kv_req_page(rt, req->slot, from - 1)];
+	got = kv_hash_chain(&pc->hasher, pk, req->tokens + (size_t)from * pc->tpp,
+			    (size_t)n * pc->tpp, pc->extra, pc->n_extra, pc->kbuf);
+	if (got != n)
+		return;
+	ret = kv_alloc_claim(pc->arb, pc->kbuf, n, pc->pbuf);
+	if (ret == -ENOSPC || ret == -EDQUOT) {
+		pc->st.alloc_evictions += kv_radix_evict(pc->tree, n);
+		ret = kv_alloc_claim(pc->arb, pc->kbuf, n, pc->pbuf);
+	}
+	if (ret) {
+		pc->st.claim_conflicts += n;
+		return;
+	}
+	if (kv_req_extend(rt, req->slot, (from + n) * pc->tpp, pc->pbuf)) {
+		kv_pc_put(pc, pc->pbuf, n);
+		return;
+	}
+	req->n_tokens = (from + n) * pc->tpp;
+	pc->st.allocated += n;
+	pc->st.claimed += n;
+}
+
+static long kv_pc_match(struct kv_prefix_cache *pc, struct kv_req_table *rt,
+			struct kv_radix_req *req, uint32_t n_match);
+
 long kv_prefix_match(struct kv_prefix_cache *pc, struct kv_req_table *rt,
 		     struct kv_radix_req *req, uint32_t n_match)
+{
+	uint32_t max = kv_req_table_max_context(rt), want;
+	long ret = kv_pc_match(pc, rt, req, n_match);
+
+	want = (n_match < max ? n_match : max) / pc->tpp;
+	if (ret >= 0 && pc->wait_ms && (uint32_t)ret / pc->tpp < want &&
+	    !(ret % pc->tpp))
+		kv_pc_claim(pc, rt, req, ret / pc->tpp, want);
+	return ret;
+}
+
+static long kv_pc_match(struct kv_prefix_cache *pc, struct kv_req_table *rt,
+			struct kv_radix_req *req, uint32_t n_match)
 {
 	struct kv_radix_node *last;
 	uint32_t max = kv_req_table_max_context(rt), m, want, h, i;
