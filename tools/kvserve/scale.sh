@@ -7,7 +7,8 @@
 # its own private cache, which still reuses its own prefixes), each in a
 # fresh kvshared session so that no run finds another's pages.  Reports
 # requests/s and tokens/s, prefill tokens computed, KV pages resident per
-# worker and in total (and those of the prompts' shared prefixes), as a
+# worker and resident in total (pool pages count once however many
+# workers hold them; and those of the prompts' shared prefixes), as a
 # markdown table on stdout and in $BUILD/serve-scale.md, and plots
 # throughput and memory against workers in $BUILD/serve-scale.svg
 # (gnuplot; skipped with a note if it is missing).
@@ -61,7 +62,7 @@ load_after=$(load)
 	echo "(private caches), \`tools/kvserve/scale.sh ${*:-}\` ($(nproc) cores;"
 	echo "load average before $load_before, after $load_after)"
 	echo
-	echo "| workers | mode | requests/s | tokens/s | prefill tokens computed | dup pages | KV pages/worker | KV pages total | prefix pages total |"
+	echo "| workers | mode | requests/s | tokens/s | prefill tokens computed | pages computed twice | KV pages held per worker | KV pages resident | of which prompt prefixes |"
 	echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|"
 	while read -r n s1 s2 s3 s4 s5 s6 s7 p1 p2 p3 p4 p5 p6 p7; do
 		echo "| $n | shared | $s1 | $s2 | $s3 | $s7 | $s4 | $s5 | $s6 |"
@@ -88,7 +89,8 @@ set output "$svg"
 set multiplot layout 1,2 title "kvserve: shared prefix pages vs --no-share"
 set xlabel "workers"
 set logscale x 2
-set xtics (1, 2, 4, 8)
+set xrange [0.8:10]
+set xtics (1, 2, 4, 8, 16)
 set key top left
 set grid
 set ylabel "requests/s"
