@@ -200,8 +200,9 @@ static int pc_setup(struct worker *w)
 
 	if (pc->base)
 		return 0;
-	if (n < w->max_pages)
-		n = w->max_pages;
+	/* Room for a whole batch, whatever the pool's size: the fallback must serve. */
+	if (n < w->o->batch * w->max_pages)
+		n = w->o->batch * w->max_pages;
 	/* Untouched pages are never backed: what is resident is what is used. */
 	pc->base = malloc((size_t)n * w->geom.page_bytes);
 	pc->free = malloc((size_t)n * sizeof(*pc->free));
@@ -900,9 +901,10 @@ static void usage(FILE *f)
 	      "holds up to B requests: each is prefilled alone, and all are decoded\n"
 	      "together, one batched call per generated token.  --no-share serves the\n"
 	      "same requests without the arbiter: each worker caches its own prefixes\n"
-	      "in P private pages (default: as many as the pool has).  If the arbiter\n"
-	      "fails during the run (a deadline, the daemon gone), the worker serves the\n"
-	      "request, and after a lost connection every later one, in private pages.\n"
+	      "in P private pages (default: as many as the pool has, at least a\n"
+	      "batch's worth).  When an arbiter call fails during the run (no room,\n"
+	      "a deadline, the daemon gone), the worker serves that request in private\n"
+	      "pages, and after a lost connection every later one too.\n"
 	      "Every V'th request of a worker (0: none) is recomputed from scratch,\n"
 	      "alone, and compared to the bit.  The model's weights come from M; the\n"
 	      "block keys' salt names the model (M and H) unless --salt replaces it.\n"
