@@ -19,7 +19,7 @@
 # (/proc/loadavg) is printed before and after: with other work on the
 # cores the ratios, not the absolute rates, are what compare.
 #
-# Usage: tools/kvserve/scale.sh [kvserve options...]
+# Usage: [WORKERS="1 2 4 8"] [ROUNDS=3] tools/kvserve/scale.sh [kvserve options...]
 set -euo pipefail
 
 build=${BUILD:-build}
@@ -28,6 +28,7 @@ workers=${WORKERS:-1 2 4 8}
 md=$build/serve-scale.md
 dat=$build/serve-scale.dat
 svg=$build/serve-scale.svg
+rounds=${ROUNDS:-3}
 args=(--verify 0 "$@")
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
@@ -49,32 +50,69 @@ run() {
 }
 
 load_before=$(load)
-: >"$dat"
-for n in $workers; do
-	s=$(run --workers "$n")
-	p=$(run --workers "$n" --no-share)
-	echo "$n $s $p" >>"$dat"
+# Rounds of every configuration, shared and --no-share side by side (in
+# alternating order); the table shows medians over the rounds, and the
+# ratios are taken within a round before their median is.
+raw=$build/serve-scale.raw
+: >"$raw"
+for round in $(seq "$rounds"); do
+	for n in $workers; do
+		if [ $((round % 2)) = 1 ]; then
+			s=$(run --workers "$n"); p=$(run --workers "$n" --no-share)
+		else
+			p=$(run --workers "$n" --no-share); s=$(run --workers "$n")
+		fi
+		echo "$n $s $p" >>"$raw"
+	done
 done
+# Per worker count: the median of each column, then of the two ratios.
+awk -v rounds="$rounds" '
+	function median(key,   n, i, j, t, v) {
+		n = split(vals[key], v, " ")
+		for (i = 2; i <= n; i++)
+			for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) {
+				t = v[j]; v[j] = v[j - 1]; v[j - 1] = t
+			}
+		return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+	}
+	{
+		if (!($1 in seen)) { seen[$1] = 1; order[++k] = $1 }
+		for (c = 2; c <= 15; c++)
+			vals[$1 "," c] = vals[$1 "," c] " " $c
+		vals[$1 ",t"] = vals[$1 ",t"] " " ($9 > 0 ? $2 / $9 : 0)
+		vals[$1 ",m"] = vals[$1 ",m"] " " ($14 > 0 ? $7 / $14 : 0)
+	}
+	END {
+		for (i = 1; i <= k; i++) {
+			n = order[i]
+			line = n
+			for (c = 2; c <= 15; c++)
+				line = line " " median(n "," c)
+			print line, median(n ",t"), median(n ",m")
+		}
+	}' "$raw" >"$dat"
 load_after=$(load)
 
 {
 	echo "kvserve scaling: shared prefix pages (kvshared, host memory) vs --no-share"
-	echo "(private caches), \`tools/kvserve/scale.sh ${*:-}\` ($(nproc) cores;"
+	echo "(private caches), \`tools/kvserve/scale.sh ${*:-}\`: medians of $rounds rounds ($(nproc) cores;"
 	echo "load average before $load_before, after $load_after)"
 	echo
 	echo "| workers | mode | requests/s | tokens/s | prefill tokens computed | pages computed twice | KV pages held per worker | KV pages resident | of which prompt prefixes |"
 	echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|"
-	while read -r n s1 s2 s3 s4 s5 s6 s7 p1 p2 p3 p4 p5 p6 p7; do
-		echo "| $n | shared | $s1 | $s2 | $s3 | $s7 | $s4 | $s5 | $s6 |"
-		echo "| $n | no-share | $p1 | $p2 | $p3 | $p7 | $p4 | $p5 | $p6 |"
-	done <"$dat"
+	awk '{
+		printf "| %d | shared | %.2f | %.0f | %.0f | %.0f | %.1f | %.0f | %.0f |\n",
+		       $1, $2, $3, $4, $8, $5, $6, $7
+		printf "| %d | no-share | %.2f | %.0f | %.0f | %.0f | %.1f | %.0f | %.0f |\n",
+		       $1, $9, $10, $11, $15, $12, $13, $14
+	}' "$dat"
 	echo
 	echo "| workers | throughput shared / no-share | prefix memory shared / no-share | 1/N |"
 	echo "|---:|---:|---:|---:|"
-	awk '{ printf "| %d | %.2fx | %.3f | %.3f |\n", $1, $2 / $9, $7 / $14, 1 / $1 }' "$dat"
+	awk '{ printf "| %d | %.2fx | %.3f | %.3f |\n", $1, $16, $17, 1 / $1 }' "$dat"
 	echo
 	awk '$1 == 4 {
-		t = $2 / $9; m = $7 / $14
+		t = $16; m = $17
 		printf "Goals at 4 workers: throughput %.2fx no-share (goal >= 3x): %s; ", t,
 		       (t >= 3 ? "met" : "NOT met")
 		printf "prefix memory %.3f of no-share (goal ~1/4 = 0.250): %s\n", m,
