@@ -43,9 +43,10 @@ int kv_arbiter_open(const char *path, unsigned int flags, struct kv_arbiter **ou
 	if (!arb)
 		return -ENOMEM;
 	pthread_mutex_init(&arb->lock, NULL);
-	if (S_ISSOCK(st.st_mode))
-		ret = kv_sock_open(arb, path);
-	else
+	ret = kv_timeout_from_env(&arb->timeout_ms);
+	if (!ret && S_ISSOCK(st.st_mode))
+		ret = kv_sock_open(arb, path, flags);
+	else if (!ret)
 		ret = kv_dev_open(arb, path, flags);
 	if (ret) {
 		pthread_mutex_destroy(&arb->lock);
@@ -76,6 +77,31 @@ int kv_arbiter_uses_uring(const struct kv_arbiter *arb)
 int kv_arbiter_is_daemon(const struct kv_arbiter *arb)
 {
 	return arb->daemon;
+}
+
+int kv_arbiter_set_timeout(struct kv_arbiter *arb, unsigned int ms)
+{
+	if (ms > KV_MAX_TIMEOUT_MS)
+		return -EINVAL;
+	pthread_mutex_lock(&arb->lock);
+	arb->timeout_ms = ms;
+	pthread_mutex_unlock(&arb->lock);
+	return 0;
+}
+
+unsigned int kv_arbiter_timeout(const struct kv_arbiter *arb)
+{
+	return arb->timeout_ms;
+}
+
+int kv_arbiter_broken(struct kv_arbiter *arb)
+{
+	int ret;
+
+	pthread_mutex_lock(&arb->lock);
+	ret = arb->dead ? (arb->broken ? arb->broken : -ENOTCONN) : 0;
+	pthread_mutex_unlock(&arb->lock);
+	return ret;
 }
 
 int kv_arbiter_call(struct kv_arbiter *arb, unsigned long cmd, void *arg)

@@ -22,7 +22,7 @@ extern "C" {
 struct kv_arbiter;
 
 /* Open flags. */
-#define KV_ARBITER_NO_URING	(1u << 0)	/* page commands by ioctl only */
+#define KV_ARBITER_NO_URING	(1u << 0)	/* page commands by ioctl (or socket) only */
 
 /*
  * Open the arbiter at @path: the module's device or the daemon's socket,
@@ -33,9 +33,48 @@ struct kv_arbiter;
  *
  * If the daemon goes away, every call on the handle fails with -ENOTCONN
  * from then on: the handle's holdings are gone, and the caller must open,
- * attach and map again.
+ * attach and map again.  A call that times out breaks the handle too (see
+ * the deadlines below).
+ *
+ * On the daemon, the page commands travel through a ring shared with the
+ * daemon (<linux/kvshare.h>, "The shared ring") when it offers one, and
+ * through the socket otherwise; KV_ARBITER_NO_URING asks for the socket
+ * alone.
  */
 int kv_arbiter_open(const char *path, unsigned int flags, struct kv_arbiter **out);
+
+/*
+ * Deadlines (the daemon's socket).  Every call to the daemon, connecting
+ * included, must be over within the handle's timeout, else it fails with
+ * -ETIMEDOUT: a stopped or wedged daemon never blocks a caller for longer.
+ * The timeout is $KVSHARE_CALL_TIMEOUT_MS at open (decimal milliseconds,
+ * 0..KV_MAX_TIMEOUT_MS; anything else fails the open with -EINVAL, never
+ * ignored), else KV_DEFAULT_TIMEOUT_MS; 0 means none (wait forever).
+ *
+ * After -ETIMEDOUT the handle's state is unknown (the daemon may still
+ * answer, late), so the handle is broken, as after the daemon died: every
+ * later call fails with -ENOTCONN and kv_arbiter_broken() says why.
+ * Its holdings stay with it until kv_arbiter_close() (or kv_pool_close()),
+ * so that pages it mapped are not handed to others while still in use;
+ * closing it gives them back as soon as the daemon runs again.  A caller
+ * that can do without sharing (kvserve) stops using the pool's pages,
+ * closes the handle, and computes on its own, reopening later if it likes.
+ *
+ * On /dev/kvshare no call blocks, and the timeout is kept but unused.
+ */
+#define KV_DEFAULT_TIMEOUT_MS	2000u
+#define KV_MAX_TIMEOUT_MS	(24u * 3600 * 1000)
+
+/* Set the timeout of later calls on @arb, in ms (0: none); -EINVAL above the max. */
+int kv_arbiter_set_timeout(struct kv_arbiter *arb, unsigned int ms);
+unsigned int kv_arbiter_timeout(const struct kv_arbiter *arb);
+
+/*
+ * 0 while the handle works; else why it no longer does: -ETIMEDOUT (a call
+ * timed out), -ENOTCONN (the daemon closed the connection), -EPROTO (the
+ * daemon's answer made no sense).  Every call then fails with -ENOTCONN.
+ */
+int kv_arbiter_broken(struct kv_arbiter *arb);
 
 /* Whether this handle talks to the kvshared daemon rather than the module. */
 int kv_arbiter_is_daemon(const struct kv_arbiter *arb);

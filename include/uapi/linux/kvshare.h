@@ -519,6 +519,91 @@ struct kvs_msg {
 	__u64 seq;			/* the client's; echoed */
 };
 
+/*
+ * The shared ring (socket only).  A connection may ask the daemon for one
+ * ring: a memfd shared by the two, which carries the page commands (ALLOC,
+ * PUBLISH, LOOKUP, PUT) without a system call while the daemon polls it.
+ * The socket stays: it carries every other command, the descriptors, the
+ * credentials (the ring's commands run with the connection's), the
+ * wakeups, and the connection's life (closing it releases everything,
+ * the ring included).  The ring belongs to its connection alone.
+ *
+ * KVS_SOCK_RING_SETUP: the daemon creates a memfd of area_off + size
+ * bytes, sealed against shrinking and growing (F_SEAL_SHRINK, F_SEAL_GROW,
+ * F_SEAL_SEAL), maps it, and sends it with the reply (SCM_RIGHTS, as
+ * ATTACH's memory fd; the reply's struct then says fd 0).  The ring's
+ * bytes count against the daemon's buffer budget (max_buffer_total).
+ *   size:     in: bytes of the message area, KVS_RING_MIN..max_conn_buffer
+ *             (a multiple of 4096); out: the same.
+ *   area_off: out (0 in): where the message area starts, after the
+ *             control block (struct kvs_ring_ctl at offset 0).
+ * Errors: EINVAL flags, pad, reserved or out fields set, or size not a
+ *         multiple of 4096; ERANGE size out of bounds; EBUSY the connection
+ *         has a ring already; ENOBUFS the buffer budget is exhausted;
+ *         ENOMEM or EMFILE the daemon could not make it.
+ *
+ * One request at a time.  The client writes a request into the message
+ * area exactly as it would send it on the socket (struct kvs_msg, the
+ * command struct, the data area; pointers are offsets from the area's
+ * start), then increments sq (release).  The daemon copies the request
+ * out of the ring once (its len read once, and at most size bytes)
+ * before it looks at it, runs it as it runs a socket request, writes the
+ * reply in the area as the socket would send it, and stores sq's value
+ * in cq (release): the reply is there when cq == sq.  Once it has copied
+ * a request it stores its sq in taken: a client may spin while the daemon
+ * works on its request, and sleep (RING_ENTER) when it is not being taken.
+ * cpu says where the daemon polls: a client on that same CPU only delays
+ * the daemon by spinning, and had better sleep at once.  A client that
+ * sleeps for request sq stores sq in enter before it sends RING_ENTER, so
+ * that the daemon which serves the request by polling answers the ENTER
+ * at once too (a hint: the reply to ENTER comes either way).  A request that
+ * cannot be framed (bad magic, len below the header or above size) closes
+ * the connection, as on the socket; commands other than the four page
+ * commands fail with EOPNOTSUPP.  Requests posted while one is pending
+ * (sq - cq > 1) are the client's problem only: the daemon serves what it
+ * copied.
+ *
+ * Wakeups.  While it polls, the daemon serves requests as they appear;
+ * before it sleeps it sets KVS_RING_NEED_WAKEUP in flags, then looks at
+ * sq once more (a full barrier between).  A client that finds the flag
+ * set after posting (a full barrier between) sends KVS_SOCK_RING_ENTER on
+ * the socket, whose reply comes once every request posted before it has
+ * been served; a client may also send it whenever it would rather sleep
+ * than spin.
+ *   KVS_SOCK_RING_ENTER: flags, pad, reserved 0; cq out (0 in): the
+ *   ring's cq when it replies.  Errors: ENXIO the connection has no ring.
+ *
+ * Both socket-only commands are matched by their whole number (size bits
+ * included), and take no descriptor.
+ */
+#define KVS_RING_MIN		4096u
+#define KVS_RING_NEED_WAKEUP	(1u << 0)
+
+struct kvs_ring_ctl {
+	__u32 sq;			/* client: requests posted */
+	__u32 enter;			/* client: the sq it sleeps for in RING_ENTER */
+	__u32 pad0[14];			/* the client's cache line */
+	__u32 cq;			/* daemon: requests served */
+	__u32 flags;			/* daemon: KVS_RING_* */
+	__u32 taken;			/* daemon: the sq of the request it copied */
+	__u32 cpu;			/* daemon: the CPU it polls on, + 1 (0: unknown) */
+	__u32 pad1[12];
+};
+
+struct kvs_ring_setup {
+	__u32 size;			/* in/out: bytes of the message area */
+	__u32 flags;			/* must be 0 */
+	__s32 ring_fd;			/* out: 0, the descriptor sent with the reply */
+	__u32 area_off;			/* out: the message area's offset */
+	__u64 reserved[2];
+};
+
+struct kvs_ring_enter {
+	__u32 flags;			/* must be 0 */
+	__u32 cq;			/* out */
+	__u64 reserved[2];
+};
+
 #define KVS_IOC_MAGIC		0xB8
 
 #define KVS_IOC_INFO		_IOWR(KVS_IOC_MAGIC, 0x00, struct kvs_info)
@@ -534,5 +619,9 @@ struct kvs_msg {
 #define KVS_IOC_PUBLISH		_IOWR(KVS_IOC_MAGIC, 0x11, struct kvs_publish)
 #define KVS_IOC_LOOKUP		_IOWR(KVS_IOC_MAGIC, 0x12, struct kvs_lookup)
 #define KVS_IOC_PUT		_IOWR(KVS_IOC_MAGIC, 0x13, struct kvs_put)
+
+/* Socket only: never an ioctl of the module. */
+#define KVS_SOCK_RING_SETUP	_IOWR(KVS_IOC_MAGIC, 0x40, struct kvs_ring_setup)
+#define KVS_SOCK_RING_ENTER	_IOWR(KVS_IOC_MAGIC, 0x41, struct kvs_ring_enter)
 
 #endif /* _UAPI_LINUX_KVSHARE_H */
