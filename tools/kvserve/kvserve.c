@@ -270,30 +270,25 @@ static int req_seq(struct worker *w, struct request *q, struct model_seq *s)
 	return 0;
 }
 
-static bool gone(int err)
-{
-	return err == -ETIMEDOUT || err == -ENOTCONN || err == -EPIPE ||
-	       err == -ECONNRESET || err == -ESHUTDOWN;
-}
-
 /*
  * An arbiter call failed with @err (0: a LOOKUP failed inside the prefix
- * cache, which does not say how; ask the arbiter something cheap).  After
- * a deadline passed or the daemon went away the handle is unusable: from
- * then on this worker serves without sharing.
+ * cache, which keeps the errno to itself).  A handle that timed out or
+ * lost the daemon is broken for good (kv_arbiter_broken() says why; every
+ * later call fails with ENOTCONN): from then on this worker serves
+ * without sharing.
  */
 static void arbiter_failed(struct worker *w, int err)
 {
-	struct kvs_pool_stats st = { 0 };
+	int why = kv_arbiter_broken(kv_pool_arbiter(w->pool));
 
 	w->t.arbiter_errors++;
-	if (!err)
-		err = kv_arbiter_call(kv_pool_arbiter(w->pool), KVS_IOC_POOL_STATS, &st);
-	if (gone(err) && !w->dead) {
+	if (!why && (err == -ETIMEDOUT || err == -ENOTCONN))
+		why = err;
+	if (why && !w->dead) {
 		w->dead = true;
-		w->t.arbiter_gone = err;
+		w->t.arbiter_gone = why;
 		fprintf(stderr, "kvserve: worker %u: the arbiter failed (%s): serving "
-			"without sharing from now on\n", w->id, strerror(-err));
+			"without sharing from now on\n", w->id, strerror(-why));
 	}
 }
 
@@ -478,6 +473,7 @@ static uint64_t req_digest(const struct worker *w, const struct request *q)
 }
 
 static int serve_private(struct worker *w, struct request *q);
+static void stop_sharing(struct worker *w);
 
 /* Request @i is done: the last one takes its place (buffers swapped, not shared). */
 static void drop(struct worker *w, unsigned int i)
@@ -513,6 +509,31 @@ static void requeue_shared(struct worker *w)
 			drop(w, i--);
 		}
 	}
+	stop_sharing(w);
+}
+
+/*
+ * The handle is broken and no request uses pool pages any more: count
+ * what the shared cache did, drop it (its PUTs fail at once on the broken
+ * handle) and close the pool, which gives this process's holdings back as
+ * soon as the daemon runs again.
+ */
+static void stop_sharing(struct worker *w)
+{
+	const struct kv_prefix_stats *st;
+
+	if (!w->cache)
+		return;
+	st = kv_prefix_stats(w->cache);
+	w->t.local_hit_pages += st->local_hit_pages;
+	w->t.remote_hit_pages += st->remote_hit_pages;
+	w->t.computed_pages += st->published - st->dup_published;
+	w->t.dup_pages += st->dup_published;
+	w->t.evicted_pages += st->alloc_evictions;
+	kv_prefix_destroy(w->cache);
+	w->cache = NULL;
+	kv_pool_close(w->pool);
+	w->pool = NULL;
 }
 
 static int serve_private(struct worker *w, struct request *q)
@@ -815,9 +836,6 @@ static void worker_tally(struct worker *w)
 		w->t.computed_pages += st->published - st->dup_published;
 		w->t.dup_pages += st->dup_published;
 		w->t.evicted_pages += st->alloc_evictions;
-		/* The ones counted as they happened are in there too. */
-		if (st->errors > w->t.arbiter_errors)
-			w->t.arbiter_errors = st->errors;
 		h.pool = true;
 		kv_radix_walk(kv_prefix_tree(w->cache), count_held, &h);
 	}
