@@ -131,8 +131,7 @@ for _ in $(seq 1000); do
 	[ "${p:-0}" -ge 30 ] && break
 	sleep 0.01
 done
-kill -9 "$daemon"
-wait "$daemon" 2>/dev/null
+{ kill -9 "$daemon"; wait "$daemon"; } 2>/dev/null
 daemon=
 wait "$srv"; st_killed=$?
 echo "# --- daemon killed after $p pages published"
@@ -170,10 +169,10 @@ fi
 "$build/kvshared" --mode socket --socket "$tmp/sock2" --pool "$pool" 2>"$tmp/log2" &
 daemon=$!
 for _ in $(seq 100); do grep -q '^kvshared: ready' "$tmp/log2" && break; sleep 0.1; done
-KVSHARE_ARBITER=$tmp/sock2 timeout 120 "$build/kvserve" $small --batch 3 >"$tmp/stopped" 2>&1 &
+KVSHARE_ARBITER=$tmp/sock2 KVSHARE_CALL_TIMEOUT_MS=300 timeout 120 "$build/kvserve" $small --batch 3 >"$tmp/stopped" 2>&1 &
 srv=$!
 for _ in $(seq 1000); do
-	p=$(KVSHARE_ARBITER=$tmp/sock2 "$build/kvctl" stats kvserve 2>/dev/null |
+	p=$(KVSHARE_ARBITER=$tmp/sock2 KVSHARE_CALL_TIMEOUT_MS=300 "$build/kvctl" stats kvserve 2>/dev/null |
 	    awk '$1 == "publishes" { print $2 }')
 	[ "${p:-0}" -ge 30 ] && break
 	sleep 0.01
@@ -182,8 +181,7 @@ kill -STOP "$daemon"
 t0=$(date +%s)
 wait "$srv"; st_stopped=$?
 t1=$(date +%s)
-kill -9 "$daemon"
-wait "$daemon" 2>/dev/null
+{ kill -9 "$daemon"; wait "$daemon"; } 2>/dev/null
 daemon=
 echo "# --- daemon stopped after $p pages published; kvserve ended $((t1 - t0)) s later"
 sed 's/^/# /' "$tmp/stopped"
