@@ -28,6 +28,7 @@ set -euo pipefail
 #   perl                                checkpatch.pl
 #   coreutils                           timeout(1) around the VM and the test binaries
 #   systemd udev                        tests/install: systemd-analyze verify, systemd-sysusers, udevadm test
+#   gnuplot-nox                         tools/kvserve/scale.sh: the throughput and memory plot (make bench)
 PACKAGES=(
 	build-essential gcc make libc6-dev pkg-config
 	liburing-dev libxxhash-dev libssl-dev
@@ -35,6 +36,7 @@ PACKAGES=(
 	qemu-system-x86 busybox-static cpio gzip
 	linux-source-6.1 xz-utils perl coreutils
 	systemd udev
+	gnuplot-nox
 )
 
 die() {
