@@ -17,6 +17,7 @@
  * hashes only the new pages.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -295,10 +296,12 @@ static uint32_t kv_pc_remote(struct kv_prefix_cache *pc, const uint32_t *tokens,
  * In-flight dedupe: claim the request's full prompt pages [from, want)
  * that the arbiter missed, and grow its row with them.  A refused claim
  * (someone claimed or published a key since the LOOKUP) leaves the row
- * as it was: the caller reserves and computes as without dedupe.
+ * as it was (-EEXIST: look again); the caller then reserves and computes
+ * as without dedupe.
  */
-static void kv_pc_claim(struct kv_prefix_cache *pc, struct kv_req_table *rt,
-			struct kv_radix_req *req, uint32_t from, uint32_t want)
+static int kv_pc_claim(struct kv_prefix_cache *pc, struct kv_req_table *rt,
+		       struct kv_radix_req *req, uint32_t from, uint32_t want,
+		       bool last_try)
 {
 	const struct kvs_key *pk = NULL;
 	uint32_t n = want - from;
@@ -311,72 +314,56 @@ static void kv_pc_claim(struct kv_prefix_cache *pc, struct kv_req_table *rt,
 	    kv_req_pages_needed(rt, req->slot, (from + n) * pc->tpp) != n ||
 	    kv_grow(&pc->kbuf, &pc->kcap, n, sizeof(*pc->kbuf)) ||
 	    kv_grow(&pc->pbuf, &pc->pcap, n, sizeof(*pc->pbuf)))
-		return;
+		return -ENOMEM;
 	if (from)
 		pk = &pc->keys[kv_req_page(rt, req->slot, from - 1)];
 	got = kv_hash_chain(&pc->hasher, pk, req->tokens + (size_t)from * pc->tpp,
 			    (size_t)n * pc->tpp, pc->extra, pc->n_extra, pc->kbuf);
 	if (got != n)
-		return;
+		return -EIO;
 	ret = kv_alloc_claim(pc->arb, pc->kbuf, n, pc->pbuf);
 	if (ret == -ENOSPC || ret == -EDQUOT) {
 		pc->st.alloc_evictions += kv_radix_evict(pc->tree, n);
 		ret = kv_alloc_claim(pc->arb, pc->kbuf, n, pc->pbuf);
 	}
 	if (ret) {
-		pc->st.claim_conflicts += n;
-		return;
+		if (ret != -EEXIST || last_try)
+			pc->st.claim_conflicts += n;
+		return ret;
 	}
 	if (kv_req_extend(rt, req->slot, (from + n) * pc->tpp, pc->pbuf)) {
 		kv_pc_put(pc, pc->pbuf, n);
-		return;
+		return -ENOMEM;
 	}
 	req->n_tokens = (from + n) * pc->tpp;
 	pc->st.allocated += n;
 	pc->st.claimed += n;
+	return 0;
 }
 
-static long kv_pc_match(struct kv_prefix_cache *pc, struct kv_req_table *rt,
-			struct kv_radix_req *req, uint32_t n_match);
-
-long kv_prefix_match(struct kv_prefix_cache *pc, struct kv_req_table *rt,
-		     struct kv_radix_req *req, uint32_t n_match)
-{
-	uint32_t max = kv_req_table_max_context(rt), want;
-	long ret = kv_pc_match(pc, rt, req, n_match);
-
-	want = (n_match < max ? n_match : max) / pc->tpp;
-	if (ret >= 0 && pc->wait_ms && (uint32_t)ret / pc->tpp < want &&
-	    !(ret % pc->tpp))
-		kv_pc_claim(pc, rt, req, ret / pc->tpp, want);
-	return ret;
-}
-
-static long kv_pc_match(struct kv_prefix_cache *pc, struct kv_req_table *rt,
-			struct kv_radix_req *req, uint32_t n_match)
+/*
+ * The arbiter's part of a match: the request's row holds @m pages, all in
+ * the tree; look up full pages [m, want) and take the hits into the tree
+ * and the row.  Returns the tokens now matched.
+ */
+static long kv_pc_more(struct kv_prefix_cache *pc, struct kv_req_table *rt,
+		       struct kv_radix_req *req, uint32_t m, uint32_t want)
 {
 	struct kv_radix_node *last;
-	uint32_t max = kv_req_table_max_context(rt), m, want, h, i;
-	long ret;
+	uint32_t h, i;
 
-	ret = kv_radix_req_match(pc->tree, rt, req, n_match);
-	if (ret < 0)
-		return ret;
-	m = ret / pc->tpp;
-	want = (n_match < max ? n_match : max) / pc->tpp;
-	pc->st.local_hit_pages += m;
 	if (m == want || kv_grow(&pc->pbuf, &pc->pcap, want, sizeof(*pc->pbuf)))
-		return ret;
+		return (long)m * pc->tpp;
 	for (i = 0; i < m; i++)
 		pc->pbuf[i] = kv_req_page(rt, req->slot, i);
 	h = kv_pc_remote(pc, req->tokens, m, want, m ? pc->pbuf[m - 1] : KVS_NO_PAGE);
 	if (!h)
-		return ret;
+		return (long)m * pc->tpp;
 	/* The hits carry their references into the tree. */
 	if (kv_radix_insert(pc->tree, req->tokens, (size_t)(m + h) * pc->tpp,
 			    pc->pbuf, KV_RADIX_HELD, &last) < 0) {
 		kv_pc_put(pc, pc->pbuf + m, h);
-		return ret;
+		return (long)m * pc->tpp;
 	}
 	kv_radix_lock(pc->tree, last);
 	kv_radix_unlock(pc->tree, req->last_node);
@@ -386,6 +373,35 @@ static long kv_pc_match(struct kv_prefix_cache *pc, struct kv_req_table *rt,
 	kv_req_set_len(rt, req->slot, req->n_tokens);
 	pc->st.remote_hit_pages += h;
 	return req->n_tokens;
+}
+
+/* Claims refused for a key claimed meanwhile are retried this often. */
+#define KV_CLAIM_TRIES	4
+
+long kv_prefix_match(struct kv_prefix_cache *pc, struct kv_req_table *rt,
+		     struct kv_radix_req *req, uint32_t n_match)
+{
+	uint32_t max = kv_req_table_max_context(rt), want, tries;
+	long ret;
+
+	ret = kv_radix_req_match(pc->tree, rt, req, n_match);
+	if (ret < 0)
+		return ret;
+	want = (n_match < max ? n_match : max) / pc->tpp;
+	pc->st.local_hit_pages += ret / pc->tpp;
+	ret = kv_pc_more(pc, rt, req, ret / pc->tpp, want);
+	/*
+	 * In-flight dedupe: claim what is still missing.  A key claimed by
+	 * another process since our LOOKUP refuses the claim: look again
+	 * (waiting for that claim), then claim what is left.
+	 */
+	for (tries = 1; pc->wait_ms && !(ret % pc->tpp) && ret / pc->tpp < want; tries++) {
+		if (kv_pc_claim(pc, rt, req, ret / pc->tpp, want, tries == KV_CLAIM_TRIES) !=
+		    -EEXIST || tries == KV_CLAIM_TRIES)
+			break;
+		ret = kv_pc_more(pc, rt, req, ret / pc->tpp, want);
+	}
+	return ret;
 }
 
 /* One ALLOC batch; under pressure evict locally and let the arbiter evict. */
