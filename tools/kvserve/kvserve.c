@@ -61,6 +61,7 @@ struct opts {
 	unsigned int workers, requests, system_tokens, doc_tokens, docs;
 	unsigned int question_tokens, q_heads, gen_tokens, verify, batch;
 	unsigned int private_pages;	/* 0: as many as the pool has */
+	unsigned int inflight_wait_ms;	/* in-flight dedupe; 0: off */
 	bool no_share;
 	uint64_t seed, model_seed;
 	char default_salt[96];
@@ -70,6 +71,7 @@ struct opts {
 struct tally {
 	uint64_t requests, prompt_tokens, page_tokens;
 	uint64_t local_hit_pages, remote_hit_pages, computed_pages, dup_pages;
+	uint64_t claimed_pages, claim_conflicts;	/* --inflight-wait */
 	uint64_t evicted_pages, errors;
 	uint64_t prefill_tokens, decode_tokens, decode_calls;
 	uint64_t verified_requests, verified_bytes, mismatches;
@@ -529,6 +531,8 @@ static void stop_sharing(struct worker *w)
 	w->t.remote_hit_pages += st->remote_hit_pages;
 	w->t.computed_pages += st->published - st->dup_published;
 	w->t.dup_pages += st->dup_published;
+	w->t.claimed_pages += st->claimed;
+	w->t.claim_conflicts += st->claim_conflicts;
 	w->t.evicted_pages += st->alloc_evictions;
 	kv_prefix_destroy(w->cache);
 	w->cache = NULL;
@@ -718,7 +722,8 @@ static int worker_setup(struct worker *w)
 {
 	const struct opts *o = w->o;
 	const uint32_t B = o->batch;
-	struct kv_prefix_config cfg = { .salt = o->salt, .salt_len = strlen(o->salt) };
+	struct kv_prefix_config cfg = { .salt = o->salt, .salt_len = strlen(o->salt),
+					.inflight_wait_ms = (int)o->inflight_wait_ms };
 	const struct kvs_pool_attach *info;
 	unsigned int i;
 	uint32_t hid;
@@ -835,6 +840,8 @@ static void worker_tally(struct worker *w)
 		w->t.remote_hit_pages += st->remote_hit_pages;
 		w->t.computed_pages += st->published - st->dup_published;
 		w->t.dup_pages += st->dup_published;
+		w->t.claimed_pages += st->claimed;
+		w->t.claim_conflicts += st->claim_conflicts;
 		w->t.evicted_pages += st->alloc_evictions;
 		h.pool = true;
 		kv_radix_walk(kv_prefix_tree(w->cache), count_held, &h);
@@ -910,6 +917,7 @@ static void usage(FILE *f)
 	      "               [--system-tokens S] [--doc-tokens D] [--docs K]\n"
 	      "               [--question-tokens Q] [--q-heads H] [--gen-tokens G]\n"
 	      "               [--batch B] [--no-share] [--private-pages P]\n"
+	      "               [--inflight-wait MS]\n"
 	      "               [--verify V] [--model-seed M] [--salt STR] [--seed N]\n\n"
 	      "N worker processes each serve R prompts of S shared system-prompt tokens,\n"
 	      "D tokens of one of K shared documents and Q unique tokens, and generate G\n"
@@ -926,7 +934,9 @@ static void usage(FILE *f)
 	      "Every V'th request of a worker (0: none) is recomputed from scratch,\n"
 	      "alone, and compared to the bit.  The model's weights come from M; the\n"
 	      "block keys' salt names the model (M and H) unless --salt replaces it.\n"
-	      "--seed picks the texts.\n"
+	      "--seed picks the texts.  --inflight-wait MS: a worker that misses prompt\n"
+	      "pages another worker is computing waits up to MS for them instead of\n"
+	      "computing them too, and claims those it computes (in-flight dedupe).\n"
 	      "Defaults: 4 workers x 24 requests, 1024 + 2048 of 4 + 96 tokens, 4 q\n"
 	      "heads, 8 generated tokens, batches of 8, --verify 4, seeds 1.\n", f);
 }
@@ -942,7 +952,7 @@ static int parse(int argc, char **argv, struct opts *o)
 		{ "verify", 1, NULL, 'v' }, { "batch", 1, NULL, 'b' },
 		{ "private-pages", 1, NULL, 'P' }, { "no-share", 0, NULL, 'n' },
 		{ "salt", 1, NULL, 'S' }, { "seed", 1, NULL, 'x' },
-		{ "model-seed", 1, NULL, 'm' },
+		{ "model-seed", 1, NULL, 'm' }, { "inflight-wait", 1, NULL, 'W' },
 		{ "help", 0, NULL, 'h' }, { NULL, 0, NULL, 0 },
 	};
 	unsigned int *nums[128] = {
@@ -950,6 +960,7 @@ static int parse(int argc, char **argv, struct opts *o)
 		['d'] = &o->doc_tokens, ['k'] = &o->docs, ['q'] = &o->question_tokens,
 		['H'] = &o->q_heads, ['g'] = &o->gen_tokens, ['v'] = &o->verify,
 		['b'] = &o->batch, ['P'] = &o->private_pages,
+		['W'] = &o->inflight_wait_ms,
 	};
 	int c, idx = 0;
 
@@ -1175,6 +1186,14 @@ static void report(const struct opts *o, const struct tally *sum,
 	printf("  pages computed         %llu (+%llu computed twice in a race, "
 	       "deduplicated at PUBLISH)\n",
 	       (unsigned long long)sum->computed_pages, (unsigned long long)sum->dup_pages);
+	if (o->inflight_wait_ms && !o->no_share)
+		printf("  in-flight dedupe       waits up to %u ms; %llu pages claimed while "
+		       "computed, %llu claims refused (computed unclaimed)\n",
+		       o->inflight_wait_ms, (unsigned long long)sum->claimed_pages,
+		       (unsigned long long)sum->claim_conflicts);
+	printf("  duplicates / pages     %llu / %llu computed pages\n",
+	       (unsigned long long)sum->dup_pages,
+	       (unsigned long long)(sum->computed_pages + sum->dup_pages));
 	printf("  pages evicted locally  %llu\n", (unsigned long long)sum->evicted_pages);
 	printf("  KV pages at the end    %llu resident (%llu of them prompt prefixes "
 	       "shared by requests), %.1f held per worker\n",
