@@ -15,7 +15,7 @@
 # tests/uapi/uapi-tests.mk uses it for the uapi suites' daemon variants.
 
 DAEMON_TEST_DIR  := tests/daemon
-DAEMON_TEST_BINS := $(BUILD)/tests/daemon/daemon_test
+DAEMON_TEST_BINS := $(BUILD)/tests/daemon/daemon_test $(BUILD)/tests/daemon/ring_test
 
 $(DAEMON_TEST_BINS): $(BUILD)/tests/daemon/%: $(DAEMON_TEST_DIR)/%.c $(DAEMON_TEST_DIR)/kvd_test.h \
 		$(KSFT_HDRS) $(LIBKV) $(BUILD)/san/kvshared
