@@ -10,6 +10,10 @@
 #                                    SIGTERM, metrics, and attacks from a
 #                                    second uid (caps, stalls, log floods,
 #                                    groups, per-user limits, PAGES/CHECK)
+#   build/tests/daemon/ring_test     the shared ring (equal to the socket,
+#                                    crash release, hostile ring clients
+#                                    as a second uid) and libkv's call
+#                                    deadlines against a SIGSTOPped daemon
 #
 # tests/daemon/with-kvshared.sh runs any suite against a private daemon;
 # tests/uapi/uapi-tests.mk uses it for the uapi suites' daemon variants.
