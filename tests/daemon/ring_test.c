@@ -319,7 +319,7 @@ TEST_F(ring, ring_results_equal_socket)
 /* A large request does not fit the ring and goes by the socket: same result. */
 TEST_F(ring, requests_larger_than_the_ring_use_the_socket)
 {
-	enum { N = 40000 };	/* 40000 keys: 1.4 MB, over the 1 MiB ring */
+	enum { N = 40000 };	/* 40000 keys: 1.4 MB, over the 256 KiB ring */
 	struct kvs_key *keys = calloc(N, sizeof(*keys));
 	__u32 *pages = calloc(N, sizeof(*pages));
 	struct kv_arbiter *a;
