@@ -34,6 +34,16 @@
  *   per message does that): the daemon reads exactly one message at a
  *   time, so descriptors can never be taken for the wrong message.
  *
+ * - The shared ring (RING_SETUP, RING_ENTER): a sealed memfd per
+ *   connection, counted against max_buffer_total.  A ring request is
+ *   copied out once into srv.scratch (one buffer for the daemon, as large
+ *   as the largest request served, at most max_conn_buffer) and run by
+ *   msg_handle() as a socket request is; only the page commands
+ *   (EOPNOTSUPP else); unframeable closes the connection (c->doom, so
+ *   that nothing is freed under the caller).  After a ring request the
+ *   loop's poller (srv_poll) polls the rings for ring_poll_ns, then sets
+ *   NEED_WAKEUP and looks once more before epoll sleeps.
+ *
  * One thread, non-blocking sockets: a connection that sends half a
  * message only holds its own buffer, and one that does not read its
  * replies is not read from until it does.  Caps keep one user from
