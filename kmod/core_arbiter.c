@@ -176,13 +176,25 @@ static void kvs_claim_end(struct kvs_pool *pool, u32 i)
 	pg->flags &= ~KVS_PG_CLAIMED;
 	pg->claimed_at = 0;
 	pool->n_claimed--;
+	if (!pool->n_waiting)
+		return;
 	list_for_each_entry(w, &pool->clients, node) {
 		if (!w->waiting || w->wait_page != i)
 			continue;
 		WRITE_ONCE(w->waiting, false);
+		pool->n_waiting--;
 		if (w->wake)
 			w->wake(w->wake_arg);
 	}
+}
+
+/* Disarm @cl's wait, if armed. */
+static void kvs_wait_disarm(struct kvs_client *cl)
+{
+	if (!cl->waiting)
+		return;
+	WRITE_ONCE(cl->waiting, false);
+	cl->pool->n_waiting--;
 }
 
 /* An in-flight page that other files should still wait for. */
@@ -483,6 +495,7 @@ static u32 kvs_lookup_inflight(struct kvs_client *cl, const struct kvs_key *keys
 		if (!k) {
 			cl->wait_page = i;
 			WRITE_ONCE(cl->waiting, true);
+			pool->n_waiting++;
 			pool->inflight_waits++;
 		}
 	}
@@ -497,7 +510,7 @@ int kvs_arb_lookup(struct kvs_client *cl, const struct kvs_key *keys,
 	int ret;
 
 	/* Every LOOKUP disarms the wait the previous one armed. */
-	WRITE_ONCE(cl->waiting, false);
+	kvs_wait_disarm(cl);
 	for (k = 0; k < min(count, KVS_SLOT_AHEAD); k++)
 		kvs_lookup_slot_ahead(pool, cl->ns, keys, pages, k);
 	for (hits = 0; hits < count; hits++) {
@@ -591,6 +604,7 @@ void kvs_arb_release_all(struct kvs_client *cl)
 	kvs_holds_free(t);
 	kvs_uncharge(cl, cl->held);
 	cl->held = 0;
+	kvs_wait_disarm(cl);
 }
 
 static int kvs_check_fail(struct kvs_pool *pool, const char *what, u32 page)
@@ -659,6 +673,26 @@ static int kvs_check_holds(struct kvs_pool *pool, u32 *refs)
 	return 0;
 }
 
+/* Armed waits are counted, and each waits on a page in flight or OWNED. */
+static int kvs_check_waiting(struct kvs_pool *pool)
+{
+	struct kvs_client *cl;
+	u32 n = 0;
+
+	list_for_each_entry(cl, &pool->clients, node) {
+		if (!cl->waiting)
+			continue;
+		n++;
+		if (cl->wait_page >= pool->n_pages ||
+		    !(pool->pages[cl->wait_page].flags & KVS_PG_CLAIMED))
+			return kvs_check_fail(pool, "wait on a page not in flight",
+					      cl->wait_page);
+	}
+	if (n != pool->n_waiting)
+		return kvs_check_fail(pool, "waiting count", n);
+	return 0;
+}
+
 /*
  * Verify the invariants of design.md section 3 and of this file's
  * structures.  O(n_pages); for tests and tools, not for the fast path.
@@ -677,6 +711,9 @@ int kvs_arb_check(struct kvs_pool *pool)
 		goto out;
 
 	ret = kvs_check_holds(pool, refs);
+	if (ret)
+		goto out;
+	ret = kvs_check_waiting(pool);
 	if (ret)
 		goto out;
 	for (i = 0; i < pool->n_pages; i++) {

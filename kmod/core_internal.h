@@ -94,6 +94,7 @@ struct kvs_pool {
 	u64 allocs, alloc_fails, publishes, dup_publishes;
 	u64 lookups, hits, evictions;
 	u64 n_claimed, inflight_waits;
+	u32 n_waiting;			/* clients whose wait is armed */
 };
 
 struct kvs_client {
@@ -132,10 +133,11 @@ struct kvs_client {
  * of its values mean something.
  */
 #ifdef __KERNEL__
-#include <linux/jiffies.h>
+#include <linux/math64.h>
+#include <linux/timekeeping.h>
 static inline u32 kvs_now_ms(void)
 {
-	return jiffies_to_msecs(jiffies);
+	return (u32)div_u64(ktime_get_coarse_ns(), NSEC_PER_MSEC);
 }
 #else
 #include <time.h>
