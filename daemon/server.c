@@ -34,6 +34,16 @@
  *   per message does that): the daemon reads exactly one message at a
  *   time, so descriptors can never be taken for the wrong message.
  *
+ * - The shared ring (RING_SETUP, RING_ENTER): a sealed memfd per
+ *   connection, counted against max_buffer_total.  A ring request is
+ *   copied out once into srv.scratch (one buffer for the daemon, as large
+ *   as the largest request served, at most max_conn_buffer) and run by
+ *   msg_handle() as a socket request is; only the page commands
+ *   (EOPNOTSUPP else); unframeable closes the connection (c->doom, so
+ *   that nothing is freed under the caller).  After a ring request the
+ *   loop's poller (srv_poll) polls the rings for ring_poll_ns, then sets
+ *   NEED_WAKEUP and looks once more before epoll sleeps.
+ *
  * One thread, non-blocking sockets: a connection that sends half a
  * message only holds its own buffer, and one that does not read its
  * replies is not read from until it does.  Caps keep one user from
@@ -639,7 +649,12 @@ static int ring_serve(struct ring *r)
 	if (srv.ring_poll_ns)
 		__atomic_store_n(&r->ctl->flags, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&r->ctl->cq, sq, __ATOMIC_RELEASE);
-	srv.ring_active_ns = now_ns();	/* poll for the next one a while */
+	/*
+	 * Poll for the next one a while, unless the client runs on this
+	 * CPU: polling would only keep it from running.
+	 */
+	if (__atomic_load_n(&r->ctl->client_cpu, __ATOMIC_RELAXED) != (uint32_t)sched_getcpu() + 1)
+		srv.ring_active_ns = now_ns();
 	return 1;
 }
 
@@ -694,8 +709,8 @@ static void rings_set_cpu(uint32_t cpu)
 	struct ring *r;
 
 	for (r = srv.rings; r; r = r->next)
-		if (__atomic_load_n(&r->ctl->cpu, __ATOMIC_RELAXED) != cpu)
-			__atomic_store_n(&r->ctl->cpu, cpu, __ATOMIC_RELAXED);
+		if (__atomic_load_n(&r->ctl->daemon_cpu, __ATOMIC_RELAXED) != cpu)
+			__atomic_store_n(&r->ctl->daemon_cpu, cpu, __ATOMIC_RELAXED);
 }
 
 /*

@@ -74,6 +74,11 @@ int kv_arbiter_uses_uring(const struct kv_arbiter *arb)
 	return arb->uring;
 }
 
+int kv_arbiter_uses_ring(const struct kv_arbiter *arb)
+{
+	return arb->sring != NULL;
+}
+
 int kv_arbiter_is_daemon(const struct kv_arbiter *arb)
 {
 	return arb->daemon;

@@ -32,7 +32,6 @@ struct kv_arbiter {
 	uint8_t *sring_area;
 	uint32_t sring_size;
 	size_t sring_map_len;
-	uint32_t sring_sq;
 };
 
 /* arbiter_dev.c */

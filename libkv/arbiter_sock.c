@@ -431,7 +431,7 @@ static int kv_take_reply(void *arg, size_t usize,
 #define KV_RING_TAKE_NS		10000
 #define KV_RING_WORK_NS		1000000
 
-#define KV_RING_SIZE		(1u << 20)	/* larger requests use the socket */
+#define KV_RING_SIZE		(256u << 10)	/* larger requests use the socket */
 
 static inline void kv_cpu_relax(void)
 {
@@ -471,7 +471,6 @@ static int kv_ring_setup(struct kv_arbiter *arb)
 	arb->sring_area = (uint8_t *)p + rs.area_off;
 	arb->sring_size = rs.size;
 	arb->sring_map_len = (size_t)rs.area_off + rs.size;
-	arb->sring_sq = __atomic_load_n(&arb->sring->sq, __ATOMIC_RELAXED);
 	ret = 0;
 out:
 	if (rs.ring_fd >= 0)
@@ -491,7 +490,7 @@ static int kv_ring_spin(struct kv_arbiter *arb, uint32_t sq, uint64_t start,
 			uint64_t deadline)
 {
 	uint64_t limit = start + KV_RING_TAKE_NS;
-	uint32_t cpu = __atomic_load_n(&arb->sring->cpu, __ATOMIC_RELAXED);
+	uint32_t cpu = __atomic_load_n(&arb->sring->daemon_cpu, __ATOMIC_RELAXED);
 	bool taken = false;
 	unsigned int i = 0;
 
@@ -524,7 +523,8 @@ static int kv_ring_enter(struct kv_arbiter *arb)
 	char *reply = NULL;
 	int fd = -1, ret;
 
-	__atomic_store_n(&arb->sring->enter, arb->sring_sq, __ATOMIC_RELAXED);
+	__atomic_store_n(&arb->sring->enter, __atomic_load_n(&arb->sring->sq, __ATOMIC_RELAXED),
+			 __ATOMIC_RELAXED);
 	ret = kv_exchange(arb, (char *)&req, sizeof(req), -1, &hdr, &reply, &fd);
 	if (!ret && (hdr.result || hdr.len != sizeof(req)))
 		ret = -EPROTO;
@@ -557,7 +557,12 @@ static int kv_ring_call(struct kv_arbiter *arb, unsigned int cmd, void *arg)
 		.magic = KVS_MSG_MAGIC, .cmd = cmd, .len = len, .seq = seq = ++arb->seq,
 	};
 	kv_fill((char *)m, arg, usize, spans);
-	sq = ++arb->sring_sq;
+	/*
+	 * The ring's own sq, not a count of ours: after fork() parent and
+	 * child share the connection (one at a time, as on the socket).
+	 */
+	sq = __atomic_load_n(&arb->sring->sq, __ATOMIC_RELAXED) + 1;
+	__atomic_store_n(&arb->sring->client_cpu, (uint32_t)sched_getcpu() + 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&arb->sring->sq, sq, __ATOMIC_SEQ_CST);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&arb->sring->flags, __ATOMIC_SEQ_CST) & KVS_RING_NEED_WAKEUP) {

@@ -82,6 +82,8 @@ void kv_arbiter_close(struct kv_arbiter *arb);
 
 /* Whether page commands travel through io_uring on this handle. */
 int kv_arbiter_uses_uring(const struct kv_arbiter *arb);
+/* Whether page commands travel through the daemon's shared ring. */
+int kv_arbiter_uses_ring(const struct kv_arbiter *arb);
 
 /* Any command of <linux/kvshare.h>, by its control path (ioctl). */
 int kv_arbiter_call(struct kv_arbiter *arb, unsigned long cmd, void *arg);
