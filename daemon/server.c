@@ -649,7 +649,12 @@ static int ring_serve(struct ring *r)
 	if (srv.ring_poll_ns)
 		__atomic_store_n(&r->ctl->flags, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&r->ctl->cq, sq, __ATOMIC_RELEASE);
-	srv.ring_active_ns = now_ns();	/* poll for the next one a while */
+	/*
+	 * Poll for the next one a while, unless the client runs on this
+	 * CPU: polling would only keep it from running.
+	 */
+	if (__atomic_load_n(&r->ctl->client_cpu, __ATOMIC_RELAXED) != (uint32_t)sched_getcpu() + 1)
+		srv.ring_active_ns = now_ns();
 	return 1;
 }
 
@@ -704,8 +709,8 @@ static void rings_set_cpu(uint32_t cpu)
 	struct ring *r;
 
 	for (r = srv.rings; r; r = r->next)
-		if (__atomic_load_n(&r->ctl->cpu, __ATOMIC_RELAXED) != cpu)
-			__atomic_store_n(&r->ctl->cpu, cpu, __ATOMIC_RELAXED);
+		if (__atomic_load_n(&r->ctl->daemon_cpu, __ATOMIC_RELAXED) != cpu)
+			__atomic_store_n(&r->ctl->daemon_cpu, cpu, __ATOMIC_RELAXED);
 }
 
 /*

@@ -491,7 +491,7 @@ static int kv_ring_spin(struct kv_arbiter *arb, uint32_t sq, uint64_t start,
 			uint64_t deadline)
 {
 	uint64_t limit = start + KV_RING_TAKE_NS;
-	uint32_t cpu = __atomic_load_n(&arb->sring->cpu, __ATOMIC_RELAXED);
+	uint32_t cpu = __atomic_load_n(&arb->sring->daemon_cpu, __ATOMIC_RELAXED);
 	bool taken = false;
 	unsigned int i = 0;
 
@@ -563,6 +563,7 @@ static int kv_ring_call(struct kv_arbiter *arb, unsigned int cmd, void *arg)
 	 * child share the connection (one at a time, as on the socket).
 	 */
 	sq = __atomic_load_n(&arb->sring->sq, __ATOMIC_RELAXED) + 1;
+	__atomic_store_n(&arb->sring->client_cpu, (uint32_t)sched_getcpu() + 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&arb->sring->sq, sq, __ATOMIC_SEQ_CST);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&arb->sring->flags, __ATOMIC_SEQ_CST) & KVS_RING_NEED_WAKEUP) {

@@ -595,8 +595,11 @@ struct kvs_msg {
  * in cq (release): the reply is there when cq == sq.  Once it has copied
  * a request it stores its sq in taken: a client may spin while the daemon
  * works on its request, and sleep (RING_ENTER) when it is not being taken.
- * cpu says where the daemon polls: a client on that same CPU only delays
- * the daemon by spinning, and had better sleep at once.  A client that
+ * daemon_cpu says where the daemon polls: a client on that same CPU only
+ * delays the daemon by spinning, and had better sleep at once;
+ * client_cpu says where the client posted from, and the daemon does not
+ * keep polling for a client on its own CPU, which it would only keep from
+ * running (both hints: nothing depends on them).  A client that
  * sleeps for request sq stores sq in enter before it sends RING_ENTER, so
  * that the daemon which serves the request by polling answers the ENTER
  * at once too (a hint: the reply to ENTER comes either way).  A request that
@@ -625,11 +628,12 @@ struct kvs_msg {
 struct kvs_ring_ctl {
 	__u32 sq;			/* client: requests posted */
 	__u32 enter;			/* client: the sq it sleeps for in RING_ENTER */
-	__u32 pad0[14];			/* the client's cache line */
+	__u32 client_cpu;		/* client: the CPU it posted from, + 1 (0: unknown) */
+	__u32 pad0[13];			/* the client's cache line */
 	__u32 cq;			/* daemon: requests served */
 	__u32 flags;			/* daemon: KVS_RING_* */
 	__u32 taken;			/* daemon: the sq of the request it copied */
-	__u32 cpu;			/* daemon: the CPU it polls on, + 1 (0: unknown) */
+	__u32 daemon_cpu;		/* daemon: the CPU it polls on, + 1 (0: unknown) */
 	__u32 pad1[12];
 };
 
