@@ -12,6 +12,12 @@
 #include "loop.h"
 
 static int epfd = -1;
+static bool (*poller)(void);
+
+void kvsd_loop_set_poller(bool (*fn)(void))
+{
+	poller = fn;
+}
 
 uint64_t kvsd_now_ms(void)
 {
@@ -61,7 +67,8 @@ int kvsd_loop_run(bool (*stop)(void *arg), void (*tick)(void *arg), void *arg,
 	int i, n;
 
 	while (!stop(arg)) {
-		n = epoll_wait(epfd, evs, 64, tick_ms);
+		/* A poller with work in sight only looks at epoll, never sleeps. */
+		n = epoll_wait(epfd, evs, 64, poller && poller() ? 0 : (int)tick_ms);
 		if (n < 0 && errno != EINTR) {
 			int ret = -errno;
 

@@ -34,6 +34,13 @@ void kvsd_watch_del(struct kvsd_watch *w);
 int kvsd_loop_run(bool (*stop)(void *arg), void (*tick)(void *arg), void *arg,
 		  unsigned int tick_ms);
 
+/*
+ * @fn runs before every epoll_wait; true means it has work in sight (it
+ * polls shared memory), and epoll is then only looked at, not slept in.
+ * NULL removes it.
+ */
+void kvsd_loop_set_poller(bool (*fn)(void));
+
 /* CLOCK_MONOTONIC in milliseconds. */
 uint64_t kvsd_now_ms(void);
 

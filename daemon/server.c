@@ -37,6 +37,16 @@
  *   per message does that): the daemon reads exactly one message at a
  *   time, so descriptors can never be taken for the wrong message.
  *
+ * - The shared ring (RING_SETUP, RING_ENTER): a sealed memfd per
+ *   connection, counted against max_buffer_total.  A ring request is
+ *   copied out once into srv.scratch (one buffer for the daemon, as large
+ *   as the largest request served, at most max_conn_buffer) and run by
+ *   msg_handle() as a socket request is; only the page commands
+ *   (EOPNOTSUPP else); unframeable closes the connection (c->doom, so
+ *   that nothing is freed under the caller).  After a ring request the
+ *   loop's poller (srv_poll) polls the rings for ring_poll_ns, then sets
+ *   NEED_WAKEUP and looks once more before epoll sleeps.
+ *
  * One thread, non-blocking sockets: a connection that sends half a
  * message only holds its own buffer, and one that does not read its
  * replies is not read from until it does.  Caps keep one user from
@@ -59,12 +69,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -79,6 +92,9 @@
 #define BUF_KEEP	(64u << 10)	/* larger buffers are freed after use */
 #define READ_BUDGET	16		/* messages per wakeup, for fairness */
 #define MAX_GROUPS	65536		/* NGROUPS_MAX */
+#define RING_AREA_OFF	4096u		/* the control block's page, then the area */
+#define RING_SLICE_NS	20000		/* polling rings, epoll is looked at this often */
+#define RING_POLL_US	500		/* default: poll this long after a ring request */
 
 struct conn {
 	struct kvsd_watch w;
@@ -93,15 +109,35 @@ struct conn {
 	uint32_t in_len;		/* request bytes read */
 	uint32_t out_len, out_sent;	/* reply bytes to send, sent */
 	void *out_mem;			/* ATTACH: memory whose fd goes along */
+	int out_fd;			/* RING_SETUP: the ring's fd goes along */
+	struct ring *ring;		/* the shared ring, if asked for */
 	int fds[MAX_FDS];
 	unsigned int n_fds;
 	bool fds_trunc;			/* descriptors were lost (too many) */
+	const char *doom;		/* to be closed, for this reason (ring garbage) */
+	char doom_buf[96];
 	/*
 	 * When the message being read began, or the reply being sent was
 	 * blocked by a full socket (0: neither): the stall deadline runs
 	 * from there, however slowly bytes trickle in or out.
 	 */
 	uint64_t busy_since;
+};
+
+/*
+ * A connection's shared ring (<linux/kvshare.h>, "The shared ring"): the
+ * memfd mapped here, and the last sq served.  Everything in the mapping
+ * is the client's to scribble on at any time: sq is read once per look,
+ * a request is copied out once before anything checks it.
+ */
+struct ring {
+	struct kvs_ring_ctl *ctl;	/* the mapping, control block first */
+	uint8_t *area;			/* the message area */
+	uint32_t size;			/* bytes of the area */
+	size_t map_len;
+	uint32_t served;		/* the sq last served (our cq) */
+	struct conn *c;
+	struct ring *prev, *next;	/* srv.rings */
 };
 
 static struct {
@@ -115,6 +151,13 @@ static struct {
 	bool accept_paused;
 	bool accept_warned;		/* logged once per episode */
 	uint64_t buffered;		/* buffer bytes beyond BUF_MIN, all connections */
+	struct ring *rings;		/* connections with a ring */
+	unsigned int n_rings;
+	bool rings_asleep;		/* NEED_WAKEUP is set in every ring */
+	uint64_t ring_active_ns;	/* when a ring request was last served */
+	uint8_t *scratch;		/* a ring request, copied out of the ring */
+	uint32_t scratch_cap;
+	uint64_t ring_poll_ns;		/* $KVSHARED_RING_POLL_US */
 } srv = { .listen = { .fd = -1 } };
 
 /* ---- connections ------------------------------------------------------- */
@@ -162,6 +205,25 @@ static void conn_free_buf(struct conn *c)
 	c->cap = 0;
 }
 
+static void ring_free(struct conn *c)
+{
+	struct ring *r = c->ring;
+
+	if (!r)
+		return;
+	munmap(r->ctl, r->map_len);
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		srv.rings = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	srv.n_rings--;
+	srv.buffered -= r->size;
+	free(r);
+	c->ring = NULL;
+}
+
 /* However a connection ends, its client and everything it holds go. */
 static void conn_close(struct conn *c, const char *why)
 {
@@ -171,6 +233,9 @@ static void conn_close(struct conn *c, const char *why)
 	conn_drop_fds(c);
 	if (c->out_mem)
 		kvs_host_mem_put(c->out_mem);
+	if (c->out_fd >= 0)
+		close(c->out_fd);
+	ring_free(c);
 	kvs_client_free(c->cl);
 	if (c->prev)
 		c->prev->next = c->next;
@@ -302,7 +367,7 @@ static int conn_run(struct conn *c, const struct kvs_msg *h, uint32_t usize,
 		    struct req *rq)
 {
 	uint32_t ksize = kvs_cmd_size(h->cmd);
-	uint8_t *ustruct = c->buf + HDR;
+	uint8_t *ustruct = rq->msg + HDR;
 	union kvs_cmd_buf arg;
 	struct kvs_call call = {
 		.cred = &c->cred,
@@ -342,50 +407,350 @@ static int conn_run(struct conn *c, const struct kvs_msg *h, uint32_t usize,
 	return ret;
 }
 
-static int msg_check(const struct conn *c, const struct kvs_msg *h, uint32_t usize)
+/* The commands the ring carries: the page commands, as io_uring does. */
+static bool ring_cmd_ok(unsigned int cmd)
+{
+	return is_cmd(cmd, KVS_IOC_ALLOC) || is_cmd(cmd, KVS_IOC_PUBLISH) ||
+	       is_cmd(cmd, KVS_IOC_LOOKUP) || is_cmd(cmd, KVS_IOC_PUT);
+}
+
+/* @ring: the request came through the ring, which carries no descriptors. */
+static int msg_check(const struct conn *c, const struct kvs_msg *h, uint32_t usize,
+		     bool ring)
 {
 	if (!kvs_cmd_size(h->cmd))
 		return -ENOTTY;
+	if (ring && !ring_cmd_ok(h->cmd))
+		return -EOPNOTSUPP;
 	if (h->result || h->out_off || h->out_len || h->len < HDR + usize)
 		return -EINVAL;
-	if (c->fds_trunc || (c->n_fds && !is_cmd(h->cmd, KVS_IOC_POOL_CREATE)))
+	if (!ring && (c->fds_trunc ||
+		      (c->n_fds && !is_cmd(h->cmd, KVS_IOC_POOL_CREATE))))
 		return -EINVAL;
 	return 0;
 }
 
-/* Run the request in buf and turn buf into its reply. */
-static void conn_handle(struct conn *c)
+static int ring_setup(struct conn *c, struct kvs_ring_setup *rs);
+static void conn_read(struct conn *c);
+static int ring_enter(struct conn *c, struct kvs_ring_enter *re);
+
+static bool is_sock_cmd(unsigned int cmd)
 {
-	struct kvs_msg *h = (struct kvs_msg *)c->buf;
+	return cmd == KVS_SOCK_RING_SETUP || cmd == KVS_SOCK_RING_ENTER;
+}
+
+/*
+ * The socket-only commands (<linux/kvshare.h>, "The shared ring"), matched
+ * by their whole number.
+ */
+static int sock_cmd(struct conn *c, const struct kvs_msg *h, uint8_t *ustruct)
+{
+	int ret;
+
+	if (h->result || h->out_off || h->out_len || h->len != HDR + _IOC_SIZE(h->cmd))
+		return -EINVAL;
+	if (c->fds_trunc || c->n_fds)
+		return -EINVAL;
+	if (h->cmd == KVS_SOCK_RING_SETUP) {
+		struct kvs_ring_setup rs;
+
+		memcpy(&rs, ustruct, sizeof(rs));
+		ret = ring_setup(c, &rs);
+		if (!ret)
+			memcpy(ustruct, &rs, sizeof(rs));
+	} else {
+		struct kvs_ring_enter re;
+
+		memcpy(&re, ustruct, sizeof(re));
+		ret = ring_enter(c, &re);
+		if (!ret)
+			memcpy(ustruct, &re, sizeof(re));
+	}
+	return ret;
+}
+
+/*
+ * Run the request in @buf (the connection's buffer, or a ring request
+ * copied out of the ring) and turn @buf into its reply; its length.
+ */
+static uint32_t msg_handle(struct conn *c, uint8_t *buf, bool ring)
+{
+	struct kvs_msg *h = (struct kvs_msg *)buf;
 	uint32_t usize = _IOC_SIZE(h->cmd);
 	struct req rq = {
-		.msg = c->buf, .len = h->len, .data = (uint64_t)HDR + usize,
+		.msg = buf, .len = h->len, .data = (uint64_t)HDR + usize,
 		.lo = UINT64_MAX, .hi = 0,
 	};
 	uint32_t len = h->len >= HDR + usize ? HDR + usize : HDR;
 	int ret;
 
-	ret = msg_check(c, h, usize);
-	if (!ret)
-		ret = conn_run(c, h, usize, &rq);
-	conn_drop_fds(c);
-	kvsd_debug("client %llu: cmd 0x%08x (nr 0x%02x) len %u -> %d",
-		   (unsigned long long)c->id, h->cmd, _IOC_NR(h->cmd), h->len, ret);
+	if (!ring && is_sock_cmd(h->cmd)) {
+		ret = sock_cmd(c, h, buf + HDR);
+	} else {
+		ret = msg_check(c, h, usize, ring);
+		if (!ret)
+			ret = conn_run(c, h, usize, &rq);
+	}
+	kvsd_debug("client %llu: %scmd 0x%08x (nr 0x%02x) len %u -> %d",
+		   (unsigned long long)c->id, ring ? "ring " : "", h->cmd,
+		   _IOC_NR(h->cmd), h->len, ret);
 
 	h->out_off = 0;
 	h->out_len = 0;
 	if (!ret && rq.hi > rq.lo) {
 		/* The data written follows the struct; out_off says where it goes. */
-		memmove(c->buf + len, c->buf + rq.lo, rq.hi - rq.lo);
+		memmove(buf + len, buf + rq.lo, rq.hi - rq.lo);
 		h->out_off = rq.lo;
 		h->out_len = rq.hi - rq.lo;
 		len += h->out_len;
 	}
 	h->result = ret;
 	h->len = len;
-	c->out_len = len;
+	return len;
+}
+
+/* Run the request in c->buf and turn c->buf into its reply. */
+static void conn_handle(struct conn *c)
+{
+	c->out_len = msg_handle(c, c->buf, false);
+	conn_drop_fds(c);
 	c->out_sent = 0;
 	c->in_len = 0;
+}
+
+/* ---- the shared ring ------------------------------------------------------ */
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + ts.tv_nsec;
+}
+
+static int ring_setup(struct conn *c, struct kvs_ring_setup *rs)
+{
+	const struct kvsd_config *cfg = srv.d->cfg;
+	size_t map_len;
+	struct ring *r;
+	void *p;
+	int fd, ret;
+
+	if (rs->flags || rs->ring_fd || rs->area_off || rs->reserved[0] ||
+	    rs->reserved[1] || rs->size % 4096)
+		return -EINVAL;
+	if (rs->size < KVS_RING_MIN || rs->size > cfg->max_conn_buffer ||
+	    rs->size > KVS_MSG_MAX)
+		return -ERANGE;
+	if (c->ring)
+		return -EBUSY;
+	if (srv.buffered + rs->size > cfg->max_buffer_total)
+		return -ENOBUFS;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	map_len = (size_t)RING_AREA_OFF + rs->size;
+	fd = memfd_create("kvshared-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0) {
+		ret = -errno;
+		free(r);
+		return ret == -ENFILE ? -EMFILE : ret;
+	}
+	/*
+	 * Sealed before the client sees it: it cannot shrink the file under
+	 * our mapping (SIGBUS here) nor seal it against our writes.
+	 */
+	if (ftruncate(fd, map_len) ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
+		ret = -errno;
+		goto fail;
+	}
+	p = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		ret = -errno;
+		goto fail;
+	}
+	r->ctl = p;
+	r->area = (uint8_t *)p + RING_AREA_OFF;
+	r->size = rs->size;
+	r->map_len = map_len;
+	r->c = c;
+	r->next = srv.rings;
+	if (srv.rings)
+		srv.rings->prev = r;
+	srv.rings = r;
+	srv.n_rings++;
+	srv.buffered += r->size;
+	c->ring = r;
+	c->out_fd = fd;			/* sent with the reply, then closed */
+	rs->ring_fd = 0;
+	rs->area_off = RING_AREA_OFF;
+	kvsd_debug("client %llu: ring of %u bytes", (unsigned long long)c->id, r->size);
+	return 0;
+fail:
+	close(fd);
+	free(r);
+	return ret;
+}
+
+static bool scratch_reserve(uint32_t len)
+{
+	uint8_t *p;
+
+	if (srv.scratch_cap >= len)
+		return true;
+	p = realloc(srv.scratch, len);
+	if (!p)
+		return false;
+	srv.scratch = p;
+	srv.scratch_cap = len;
+	return true;
+}
+
+/*
+ * Serve the ring's pending request, if any: 1 served, 0 none, -1 the
+ * request cannot be framed (c->doom says why; the caller closes).
+ */
+static int ring_serve(struct ring *r)
+{
+	struct conn *c = r->c;
+	uint32_t sq = __atomic_load_n(&r->ctl->sq, __ATOMIC_ACQUIRE);
+	struct kvs_msg h, *m;
+	uint32_t out;
+
+	if (sq == r->served)
+		return 0;
+	/* Copied once, then only the copy is looked at. */
+	memcpy(&h, r->area, HDR);
+	if (h.magic != KVS_MSG_MAGIC || h.len < HDR || h.len > r->size) {
+		snprintf(c->doom_buf, sizeof(c->doom_buf), h.magic != KVS_MSG_MAGIC ?
+			 "ring: bad magic 0x%08x" : "ring: bad message length %u",
+			 h.magic != KVS_MSG_MAGIC ? h.magic : h.len);
+		c->doom = c->doom_buf;
+		return -1;
+	}
+	if (!scratch_reserve(h.len)) {
+		c->doom = "out of memory";
+		return -1;
+	}
+	memcpy(srv.scratch, r->area, h.len);
+	__atomic_store_n(&r->ctl->taken, sq, __ATOMIC_RELEASE);
+	m = (struct kvs_msg *)srv.scratch;
+	*m = h;			/* what was checked, whatever the ring says now */
+	out = msg_handle(c, srv.scratch, true);
+	memcpy(r->area, srv.scratch, out);	/* a reply is never longer */
+	r->served = sq;
+	/*
+	 * Awake now, and polling for a while before the next sleep (which
+	 * sets the flag again and looks once more): the client's next
+	 * request, which comes at once in a burst, needs no doorbell.
+	 */
+	if (srv.ring_poll_ns)
+		__atomic_store_n(&r->ctl->flags, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&r->ctl->cq, sq, __ATOMIC_RELEASE);
+	/*
+	 * Poll for the next one a while, unless the client runs on this
+	 * CPU: polling would only keep it from running.
+	 */
+	if (__atomic_load_n(&r->ctl->client_cpu, __ATOMIC_RELAXED) != (uint32_t)sched_getcpu() + 1)
+		srv.ring_active_ns = now_ns();
+	return 1;
+}
+
+static int ring_enter(struct conn *c, struct kvs_ring_enter *re)
+{
+	if (re->flags || re->cq || re->reserved[0] || re->reserved[1])
+		return -EINVAL;
+	if (!c->ring)
+		return -ENXIO;
+	/* Unframeable: c->doom closes the connection once this returns. */
+	if (ring_serve(c->ring) < 0)
+		return -EPROTO;
+	re->cq = c->ring->served;
+	return 0;
+}
+
+/* Serve every ring once; how many requests were served. */
+static unsigned int rings_serve_all(void)
+{
+	struct ring *r, *next;
+	unsigned int n = 0;
+
+	for (r = srv.rings; r; r = next) {
+		next = r->next;
+		switch (ring_serve(r)) {
+		case 1:
+			n++;
+			/* Its client sleeps in RING_ENTER: answer that now. */
+			if (__atomic_load_n(&r->ctl->enter, __ATOMIC_RELAXED) == r->served &&
+			    !r->c->out_len)
+				conn_read(r->c);
+			break;
+		case -1:
+			conn_close(r->c, r->c->doom);
+			break;
+		}
+	}
+	return n;
+}
+
+static void rings_set_flags(uint32_t flags)
+{
+	struct ring *r;
+
+	for (r = srv.rings; r; r = r->next)
+		__atomic_store_n(&r->ctl->flags, flags, __ATOMIC_SEQ_CST);
+}
+
+/* Where we poll, for clients to see (0: not polling). */
+static void rings_set_cpu(uint32_t cpu)
+{
+	struct ring *r;
+
+	for (r = srv.rings; r; r = r->next)
+		if (__atomic_load_n(&r->ctl->daemon_cpu, __ATOMIC_RELAXED) != cpu)
+			__atomic_store_n(&r->ctl->daemon_cpu, cpu, __ATOMIC_RELAXED);
+}
+
+/*
+ * The loop's poller: serve the rings, keep polling them for ring_poll_ns
+ * after the last request, and before sleeping ask for doorbells
+ * (KVS_RING_NEED_WAKEUP), then look once more.  true: do not block in
+ * epoll (only look at it, then come back).
+ */
+static bool srv_poll(void)
+{
+	uint64_t start, now;
+
+	if (!srv.n_rings)
+		return false;
+	if (srv.rings_asleep) {
+		rings_set_flags(0);
+		srv.rings_asleep = false;
+	}
+	start = now_ns();
+	rings_set_cpu(sched_getcpu() + 1);
+	for (;;) {
+		rings_serve_all();
+		now = now_ns();
+		if (now - srv.ring_active_ns >= srv.ring_poll_ns)
+			break;
+		if (now - start >= RING_SLICE_NS)
+			return true;
+		cpu_relax();
+	}
+	rings_set_cpu(0);
+	rings_set_flags(KVS_RING_NEED_WAKEUP);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	srv.rings_asleep = true;
+	return rings_serve_all() > 0;
 }
 
 /* ---- sending ------------------------------------------------------------- */
@@ -406,9 +771,9 @@ static int conn_flush(struct conn *c)
 		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
 		ssize_t n;
 
-		if (c->out_mem) {
+		if (c->out_mem || c->out_fd >= 0) {
 			struct cmsghdr *cm;
-			int fd = kvs_host_mem_fd(c->out_mem);
+			int fd = c->out_mem ? kvs_host_mem_fd(c->out_mem) : c->out_fd;
 
 			memset(&ctl, 0, sizeof(ctl));
 			mh.msg_control = ctl.buf;
@@ -431,6 +796,10 @@ static int conn_flush(struct conn *c)
 		if (c->out_mem) {
 			kvs_host_mem_put(c->out_mem);
 			c->out_mem = NULL;
+		}
+		if (c->out_fd >= 0) {
+			close(c->out_fd);
+			c->out_fd = -1;
 		}
 		c->out_sent += n;
 	}
@@ -588,6 +957,10 @@ static void conn_read(struct conn *c)
 		if (c->in_len < HDR || c->in_len < h->len)
 			continue;
 		conn_handle(c);
+		if (c->doom) {
+			conn_close(c, c->doom);
+			return;
+		}
 		budget--;
 		switch (conn_flush(c)) {
 		case 0:
@@ -729,6 +1102,7 @@ static void conn_new(int fd)
 	}
 	c->w.fd = fd;
 	c->w.fn = conn_event;
+	c->out_fd = -1;
 	c->id = ++srv.next_id;
 	c->pid = uc.pid;
 	c->cred.uid = uc.uid;
@@ -920,11 +1294,35 @@ void kvsd_unix_unlink(const char *path, ino_t ino)
 		unlink(path);
 }
 
+/*
+ * How long to poll the rings after a ring request: $KVSHARED_RING_POLL_US
+ * (0: never poll, every ring request needs a doorbell), else RING_POLL_US.
+ */
+static uint64_t ring_poll_us(void)
+{
+	const char *env = getenv("KVSHARED_RING_POLL_US");
+	unsigned long v;
+	char *end;
+
+	if (!env || !*env)
+		return RING_POLL_US;
+	errno = 0;
+	v = strtoul(env, &end, 10);
+	if (errno || *end || v > 1000000) {
+		kvsd_log("KVSHARED_RING_POLL_US=%s: not 0..1000000; using %d",
+			 env, RING_POLL_US);
+		return RING_POLL_US;
+	}
+	return v;
+}
+
 int kvsd_server_start(struct kvsd *d, const char *path)
 {
 	int fd;
 
 	srv.d = d;
+	srv.ring_poll_ns = ring_poll_us() * 1000;
+	kvsd_loop_set_poller(srv_poll);
 	srv.path = strdup(path);
 	if (!srv.path)
 		return -ENOMEM;
@@ -952,8 +1350,12 @@ int kvsd_server_start(struct kvsd *d, const char *path)
 
 void kvsd_server_stop(void)
 {
+	kvsd_loop_set_poller(NULL);
 	while (srv.conns)
 		conn_close(srv.conns, "daemon shutting down");
+	free(srv.scratch);
+	srv.scratch = NULL;
+	srv.scratch_cap = 0;
 	if (srv.listen.fd >= 0) {
 		if (!srv.accept_paused)
 			kvsd_watch_del(&srv.listen);

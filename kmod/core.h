@@ -91,6 +91,19 @@ union kvs_cmd_buf {
 	struct kvs_user_limits user;
 };
 
+/*
+ * In-flight dedupe (KVS_LOOKUP_WAIT).  @wake(@arg) is called, with a pool
+ * lock held (so it must not sleep), when the claim the client waits on
+ * ends; set once, before the client's first command.
+ */
+void kvs_client_set_waker(struct kvs_client *cl, void (*wake)(void *arg), void *arg);
+void *kvs_client_wake_arg(struct kvs_client *cl);
+/* Whether a wait armed by the client's latest LOOKUP is still pending. */
+int kvs_client_waiting(struct kvs_client *cl);
+/* How long a claim is reported in flight, ms (0: never); default 10000. */
+#define KVS_CLAIM_TIMEOUT_MS	10000
+void kvs_core_set_claim_timeout(__u32 ms);
+
 /* For a host's metrics: the pool a client attached (0: none) and its holdings. */
 __u32 kvs_client_pool_id(struct kvs_client *cl);
 __u64 kvs_client_held(struct kvs_client *cl);

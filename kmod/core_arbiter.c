@@ -12,9 +12,41 @@
  * OWNED page or one reference) is recorded in the client's table, which is
  * what lets kvs_arb_release_all() undo a client that went away.
  *
+ * In-flight dedupe: ALLOC with KVS_ALLOC_CLAIM puts its OWNED pages in
+ * the key index under the keys their owner is computing (KVS_PG_CLAIMED),
+ * so that other files' LOOKUP with KVS_LOOKUP_WAIT report them in flight
+ * and wait (on the host's readiness, never here) for the claim to end.
+ * A claim ends exactly once, in kvs_claim_end(), whichever way: PUBLISH,
+ * PUT, release of its file, another key published on the page, or the key
+ * published or taken over by another file.  Claims are OWNED pages, so the
+ * file's quota and its user's limits bound them.
+ *
  * All functions here run with pool->lock held.
  */
 #include "core_internal.h"
+
+static u32 kvs_claim_timeout_ms = KVS_CLAIM_TIMEOUT_MS;
+
+void kvs_core_set_claim_timeout(__u32 ms)
+{
+	WRITE_ONCE(kvs_claim_timeout_ms, ms);
+}
+
+void kvs_client_set_waker(struct kvs_client *cl, void (*wake)(void *arg), void *arg)
+{
+	cl->wake = wake;
+	cl->wake_arg = arg;
+}
+
+void *kvs_client_wake_arg(struct kvs_client *cl)
+{
+	return cl->wake_arg;
+}
+
+int kvs_client_waiting(struct kvs_client *cl)
+{
+	return READ_ONCE(cl->waiting);
+}
 
 void kvs_arb_init_pages(struct kvs_pool *pool)
 {
@@ -131,11 +163,57 @@ static void kvs_ref(struct kvs_client *cl, u32 i)
 	kvs_holds_add(&cl->holds, i, 1);
 }
 
+/*
+ * The claim on OWNED page @i ends: out of the index, and every file that
+ * waits on it is woken to look its key up again.
+ */
+static void kvs_claim_end(struct kvs_pool *pool, u32 i)
+{
+	struct kvs_page *pg = &pool->pages[i];
+	struct kvs_client *w;
+
+	kvs_index_remove(pool, i);
+	pg->flags &= ~KVS_PG_CLAIMED;
+	pg->claimed_at = 0;
+	pool->n_claimed--;
+	if (!pool->n_waiting)
+		return;
+	list_for_each_entry(w, &pool->clients, node) {
+		if (!w->waiting || w->wait_page != i)
+			continue;
+		WRITE_ONCE(w->waiting, false);
+		pool->n_waiting--;
+		if (w->wake)
+			w->wake(w->wake_arg);
+	}
+}
+
+/* Disarm @cl's wait, if armed. */
+static void kvs_wait_disarm(struct kvs_client *cl)
+{
+	if (!cl->waiting)
+		return;
+	WRITE_ONCE(cl->waiting, false);
+	cl->pool->n_waiting--;
+}
+
+/* An in-flight page that other files should still wait for. */
+static bool kvs_claim_live(const struct kvs_page *pg)
+{
+	u32 timeout = READ_ONCE(kvs_claim_timeout_ms);
+
+	return pg->state == KVS_PAGE_OWNED && (pg->flags & KVS_PG_CLAIMED) &&
+	       timeout && (u32)(kvs_now_ms() - pg->claimed_at) < timeout;
+}
+
 /* Give a page that was OWNED back to the free list. */
 static void kvs_free_owned(struct kvs_pool *pool, u32 i)
 {
 	struct kvs_page *pg = &pool->pages[i];
 
+	if (pg->flags & KVS_PG_CLAIMED)
+		kvs_claim_end(pool, i);
+	pg->owner = 0;
 	pg->ns = 0;
 	kvs_set_state(pool, pg, KVS_PAGE_FREE);
 	kvs_ilist_push_head(pool->pages, &pool->free, i);
@@ -165,15 +243,63 @@ static void kvs_uncharge(struct kvs_client *cl, u64 n)
 	kvs_user_uncharge_held(cl->user, n, cl->pool->geom.page_bytes);
 }
 
-int kvs_arb_alloc(struct kvs_client *cl, u32 count, u32 *pages)
+/*
+ * May @cl claim @key?  Not if it is published, or in flight in a live
+ * claim (its own included); a claim that timed out may be taken over.
+ */
+static int kvs_claim_check(struct kvs_client *cl, const struct kvs_key *key)
 {
 	struct kvs_pool *pool = cl->pool;
-	u32 k, evicted;
+	u32 i = kvs_index_find(pool, cl->ns, key);
+
+	if (i == KVS_NO_PAGE)
+		return 0;
+	if (pool->pages[i].state != KVS_PAGE_OWNED ||
+	    pool->pages[i].owner == cl->id || kvs_claim_live(&pool->pages[i]))
+		return -EEXIST;
+	return 0;
+}
+
+static void kvs_claim(struct kvs_client *cl, u32 i, const struct kvs_key *key,
+		      u32 now)
+{
+	struct kvs_pool *pool = cl->pool;
+	struct kvs_page *pg = &pool->pages[i];
+	u32 old = kvs_index_find(pool, cl->ns, key);
+
+	if (old != KVS_NO_PAGE) {
+		/* Listed twice in this batch: the first page keeps it. */
+		if (pool->pages[old].owner == cl->id)
+			return;
+		/* Timed out (kvs_claim_check()): taken over. */
+		kvs_claim_end(pool, old);
+	}
+	pg->key = *key;
+	pg->ns = cl->ns;
+	pg->flags |= KVS_PG_CLAIMED;
+	pg->claimed_at = now;
+	kvs_index_insert(pool, i);
+	pool->n_claimed++;
+}
+
+/* @claim: NULL, or the keys to claim the pages under (KVS_ALLOC_CLAIM). */
+int kvs_arb_alloc(struct kvs_client *cl, u32 count, u32 *pages,
+		  const struct kvs_key *claim)
+{
+	struct kvs_pool *pool = cl->pool;
+	u32 k, evicted, now = kvs_now_ms();
 	int ret;
 
 	ret = kvs_charge(cl, count);
 	if (ret)
 		return ret;
+	for (k = 0; claim && k < count; k++) {
+		ret = kvs_claim_check(cl, &claim[k]);
+		if (ret) {
+			kvs_uncharge(cl, count);
+			return ret;
+		}
+	}
 	/*
 	 * Evicting a leaf may make its parent evictable, so whether enough
 	 * pages can be freed is only known by trying; a failed try is undone.
@@ -200,6 +326,8 @@ int kvs_arb_alloc(struct kvs_client *cl, u32 count, u32 *pages)
 		pg->owner = cl->id;
 		kvs_holds_add(&cl->holds, i, 1);
 		pages[k] = i;
+		if (claim)
+			kvs_claim(cl, i, &claim[k], now);
 	}
 	cl->held += count;
 	pool->n_held += count;
@@ -294,6 +422,20 @@ int kvs_arb_publish(struct kvs_client *cl, struct kvs_publish_entry *ents,
 		kvs_holds_sub(&cl->holds, e->page, 1);
 
 		canon = kvs_index_find(pool, cl->ns, &e->key);
+		if (canon == e->page) {
+			/* Our own claim on this key: published in place. */
+			kvs_claim_end(pool, canon);
+			canon = KVS_NO_PAGE;
+		} else {
+			if (pg->flags & KVS_PG_CLAIMED)
+				kvs_claim_end(pool, e->page);
+			/* In flight elsewhere: the first to publish wins. */
+			if (canon != KVS_NO_PAGE &&
+			    pool->pages[canon].state == KVS_PAGE_OWNED) {
+				kvs_claim_end(pool, canon);
+				canon = KVS_NO_PAGE;
+			}
+		}
 		if (canon != KVS_NO_PAGE) {
 			/* Someone was first: use theirs, give ours back. */
 			kvs_free_owned(pool, e->page);
@@ -334,13 +476,41 @@ static void kvs_lookup_slot_ahead(struct kvs_pool *pool, u64 ns,
 	prefetch(&pool->index[hashes[k] & pool->index_mask]);
 }
 
+/*
+ * KVS_LOOKUP_WAIT after a run that stopped at keys[0]: count the keys in
+ * flight in other files' live claims from there, and wait on the first.
+ */
+static u32 kvs_lookup_inflight(struct kvs_client *cl, const struct kvs_key *keys,
+			       u32 count)
+{
+	struct kvs_pool *pool = cl->pool;
+	u32 k;
+
+	for (k = 0; k < count; k++) {
+		u32 i = kvs_index_find(pool, cl->ns, &keys[k]);
+
+		if (i == KVS_NO_PAGE || !kvs_claim_live(&pool->pages[i]) ||
+		    pool->pages[i].owner == cl->id)
+			break;
+		if (!k) {
+			cl->wait_page = i;
+			WRITE_ONCE(cl->waiting, true);
+			pool->n_waiting++;
+			pool->inflight_waits++;
+		}
+	}
+	return k;
+}
+
 int kvs_arb_lookup(struct kvs_client *cl, const struct kvs_key *keys,
-		   u32 count, u32 *pages, u32 *n_hit)
+		   u32 count, u32 *pages, u32 *n_hit, u32 *n_inflight)
 {
 	struct kvs_pool *pool = cl->pool;
 	u32 k, hits;
 	int ret;
 
+	/* Every LOOKUP disarms the wait the previous one armed. */
+	kvs_wait_disarm(cl);
 	for (k = 0; k < min(count, KVS_SLOT_AHEAD); k++)
 		kvs_lookup_slot_ahead(pool, cl->ns, keys, pages, k);
 	for (hits = 0; hits < count; hits++) {
@@ -357,7 +527,8 @@ int kvs_arb_lookup(struct kvs_client *cl, const struct kvs_key *keys,
 				prefetch(&pool->pages[i]);
 		}
 		i = kvs_index_find_hashed(pool, pages[hits], cl->ns, &keys[hits]);
-		if (i == KVS_NO_PAGE)
+		/* A claimed page is in flight, not published: a miss. */
+		if (i == KVS_NO_PAGE || pool->pages[i].state == KVS_PAGE_OWNED)
 			break;
 		pages[hits] = i;
 	}
@@ -371,6 +542,8 @@ int kvs_arb_lookup(struct kvs_client *cl, const struct kvs_key *keys,
 	cl->held += hits;
 	pool->n_held += hits;
 	*n_hit = hits;
+	if (n_inflight)
+		*n_inflight = kvs_lookup_inflight(cl, keys + hits, count - hits);
 	return 0;
 }
 
@@ -431,6 +604,7 @@ void kvs_arb_release_all(struct kvs_client *cl)
 	kvs_holds_free(t);
 	kvs_uncharge(cl, cl->held);
 	cl->held = 0;
+	kvs_wait_disarm(cl);
 }
 
 static int kvs_check_fail(struct kvs_pool *pool, const char *what, u32 page)
@@ -499,6 +673,26 @@ static int kvs_check_holds(struct kvs_pool *pool, u32 *refs)
 	return 0;
 }
 
+/* Armed waits are counted, and each waits on a page in flight or OWNED. */
+static int kvs_check_waiting(struct kvs_pool *pool)
+{
+	struct kvs_client *cl;
+	u32 n = 0;
+
+	list_for_each_entry(cl, &pool->clients, node) {
+		if (!cl->waiting)
+			continue;
+		n++;
+		if (cl->wait_page >= pool->n_pages ||
+		    !(pool->pages[cl->wait_page].flags & KVS_PG_CLAIMED))
+			return kvs_check_fail(pool, "wait on a page not in flight",
+					      cl->wait_page);
+	}
+	if (n != pool->n_waiting)
+		return kvs_check_fail(pool, "waiting count", n);
+	return 0;
+}
+
 /*
  * Verify the invariants of design.md section 3 and of this file's
  * structures.  O(n_pages); for tests and tools, not for the fast path.
@@ -506,7 +700,7 @@ static int kvs_check_holds(struct kvs_pool *pool, u32 *refs)
 int kvs_arb_check(struct kvs_pool *pool)
 {
 	u32 *refs, *children;
-	u64 count[4] = { 0 }, refsum = 0, keyed = 0, evictable = 0;
+	u64 count[4] = { 0 }, refsum = 0, keyed = 0, evictable = 0, claimed = 0;
 	u32 i;
 	int ret;
 
@@ -519,6 +713,9 @@ int kvs_arb_check(struct kvs_pool *pool)
 	ret = kvs_check_holds(pool, refs);
 	if (ret)
 		goto out;
+	ret = kvs_check_waiting(pool);
+	if (ret)
+		goto out;
 	for (i = 0; i < pool->n_pages; i++) {
 		const struct kvs_page *pg = &pool->pages[i];
 		bool keyed_state = pg->state == KVS_PAGE_SHARED ||
@@ -528,11 +725,28 @@ int kvs_arb_check(struct kvs_pool *pool)
 		if (pg->state > KVS_PAGE_CACHED)
 			goto fail;
 		count[pg->state]++;
+		if (pg->flags & ~KVS_PG_CLAIMED)
+			goto fail;
+		if (pg->state == KVS_PAGE_OWNED) {
+			/* owner and claimed_at share refcount's and n_children's room. */
+			if (!pg->owner || refs[i])
+				goto fail;
+			if (pg->flags & KVS_PG_CLAIMED) {
+				claimed++;
+				if (kvs_index_find(pool, pg->ns, &pg->key) != i)
+					goto fail;
+			} else if (pg->claimed_at) {
+				goto fail;
+			}
+			if (pg->parent != KVS_NO_PAGE)
+				goto fail;
+			continue;
+		}
+		if (pg->flags)
+			goto fail;
 		if (pg->refcount != refs[i])
 			goto fail;
 		if ((pg->state == KVS_PAGE_SHARED) != (pg->refcount > 0))
-			goto fail;
-		if (pg->state == KVS_PAGE_OWNED && !pg->owner)
 			goto fail;
 		if (pg->state == KVS_PAGE_FREE && (pg->ns || pg->n_children))
 			goto fail;
@@ -555,6 +769,8 @@ int kvs_arb_check(struct kvs_pool *pool)
 			cond_resched();
 	}
 	for (i = 0; i < pool->n_pages; i++) {
+		if (pool->pages[i].state == KVS_PAGE_OWNED)
+			continue;
 		if (children[i] != pool->pages[i].n_children) {
 			ret = kvs_check_fail(pool, "child count", i);
 			goto out;
@@ -566,9 +782,10 @@ int kvs_arb_check(struct kvs_pool *pool)
 			goto out;
 		}
 	}
+	keyed += claimed;
 	for (i = 0; i <= pool->index_mask; i++)
 		keyed -= pool->index[i].page != KVS_NO_PAGE;
-	if (keyed || refsum != pool->n_refs || evictable != pool->lru.len ||
+	if (keyed || claimed != pool->n_claimed || refsum != pool->n_refs || evictable != pool->lru.len ||
 	    pool->n_held != pool->n_refs + pool->n_state[KVS_PAGE_OWNED]) {
 		ret = kvs_check_fail(pool, "totals", 0);
 		goto out;

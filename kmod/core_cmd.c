@@ -106,6 +106,8 @@ static void kvs_fill_stats(struct kvs_pool *pool, struct kvs_pool_stats *st)
 	st->lookups = pool->lookups;
 	st->hits = pool->hits;
 	st->evictions = pool->evictions;
+	st->n_claimed = pool->n_claimed;
+	st->inflight_waits = pool->inflight_waits;
 }
 
 static int kvs_cmd_stats(struct kvs_client *cl, void *arg, struct kvs_call *call)
@@ -139,9 +141,12 @@ static void kvs_describe_page(const struct kvs_page *pg, u32 i,
 	memset(d, 0, sizeof(*d));
 	d->index = i;
 	d->state = pg->state;
-	d->refcount = pg->refcount;
+	/* An OWNED page keeps its owner and claim time in these two. */
+	if (pg->state != KVS_PAGE_OWNED) {
+		d->refcount = pg->refcount;
+		d->n_children = pg->n_children;
+	}
 	d->parent = pg->parent;
-	d->n_children = pg->n_children;
 	if (reveal &&
 	    (pg->state == KVS_PAGE_SHARED || pg->state == KVS_PAGE_CACHED)) {
 		d->ns = pg->ns;
@@ -266,11 +271,14 @@ static int kvs_cmd_alloc(struct kvs_client *cl, void *arg, struct kvs_call *call
 {
 	struct kvs_alloc *req = arg;
 	u64 len = (u64)req->count * sizeof(u32);
+	bool claim = req->flags & KVS_ALLOC_CLAIM;
+	struct kvs_key *keys = NULL;
 	struct kvs_pool *pool;
 	u32 *pages;
 	int ret;
 
-	pool = kvs_batch_start(cl, !req->flags &&
+	pool = kvs_batch_start(cl, !(req->flags & ~KVS_ALLOC_VALID) &&
+			       (claim || !req->keys) &&
 			       kvs_zero(req->reserved, sizeof(req->reserved)),
 			       req->count, &ret);
 	if (!pool)
@@ -278,13 +286,23 @@ static int kvs_cmd_alloc(struct kvs_client *cl, void *arg, struct kvs_call *call
 	pages = kvmalloc_array(req->count, sizeof(*pages), GFP_KERNEL);
 	if (!pages)
 		return -ENOMEM;
+	if (claim) {
+		ret = -ENOMEM;
+		keys = kvmalloc_array(req->count, sizeof(*keys), GFP_KERNEL);
+		if (!keys)
+			goto out;
+		ret = call->copy_in(call, keys, req->keys,
+				    (u64)req->count * sizeof(*keys));
+		if (ret)
+			goto out;
+	}
 	ret = kvs_probe_out(call, req->pages, pages, len);
 	if (ret)
 		goto out;
 	ret = kvs_lock_pool(pool, call);
 	if (ret)
 		goto out;
-	ret = kvs_arb_alloc(cl, req->count, pages);
+	ret = kvs_arb_alloc(cl, req->count, pages, keys);
 	mutex_unlock(&pool->lock);
 	if (ret)
 		goto out;
@@ -292,6 +310,7 @@ static int kvs_cmd_alloc(struct kvs_client *cl, void *arg, struct kvs_call *call
 	if (ret)
 		kvs_undo_holdings(cl, pool, pages, req->count);
 out:
+	kvfree(keys);
 	kvfree(pages);
 	return ret;
 }
@@ -346,10 +365,11 @@ static int kvs_cmd_lookup(struct kvs_client *cl, void *arg, struct kvs_call *cal
 	struct kvs_lookup *req = arg;
 	struct kvs_pool *pool;
 	struct kvs_key *keys;
-	u32 *pages, n_hit = 0;
+	u32 *pages, n_hit = 0, n_inflight = 0;
 	int ret;
 
-	pool = kvs_batch_start(cl, !req->flags && !req->n_hit && !req->pad &&
+	pool = kvs_batch_start(cl, !(req->flags & ~KVS_LOOKUP_VALID) &&
+			       !req->n_hit && !req->n_inflight &&
 			       kvs_zero(req->reserved, sizeof(req->reserved)),
 			       req->count, &ret);
 	if (!pool)
@@ -368,7 +388,8 @@ static int kvs_cmd_lookup(struct kvs_client *cl, void *arg, struct kvs_call *cal
 	ret = kvs_lock_pool(pool, call);
 	if (ret)
 		goto out;
-	ret = kvs_arb_lookup(cl, keys, req->count, pages, &n_hit);
+	ret = kvs_arb_lookup(cl, keys, req->count, pages, &n_hit,
+			     req->flags & KVS_LOOKUP_WAIT ? &n_inflight : NULL);
 	mutex_unlock(&pool->lock);
 	if (ret || !n_hit)
 		goto out;
@@ -376,9 +397,11 @@ static int kvs_cmd_lookup(struct kvs_client *cl, void *arg, struct kvs_call *cal
 	if (ret) {
 		kvs_undo_holdings(cl, pool, pages, n_hit);
 		n_hit = 0;
+		n_inflight = 0;
 	}
 out:
 	req->n_hit = n_hit;
+	req->n_inflight = n_inflight;
 	kvfree(keys);
 	kvfree(pages);
 	return ret;

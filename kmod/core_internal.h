@@ -25,17 +25,27 @@ struct kvs_ilist {
 
 /* One cache line: a LOOKUP touches one page struct per key. */
 struct kvs_page {
-	struct kvs_key key;		/* valid while SHARED or CACHED */
+	struct kvs_key key;		/* valid while SHARED, CACHED or claimed */
+	u64 ns;				/* the same: key namespace */
+	u16 state;			/* enum kvs_page_state */
+	u16 flags;			/* KVS_PG_* */
 	union {
-		u64 ns;			/* SHARED, CACHED: key namespace */
+		u32 refcount;		/* SHARED, CACHED: references held by files */
 		u32 owner;		/* OWNED: client id */
 	};
-	u32 state;			/* enum kvs_page_state */
-	u32 refcount;			/* references held by files */
 	u32 parent;			/* KVS_NO_PAGE for a chain root */
-	u32 n_children;			/* published pages naming us parent */
+	union {
+		u32 n_children;		/* published pages naming us parent */
+		u32 claimed_at;		/* OWNED, claimed: kvs_now_ms() at ALLOC */
+	};
 	u32 prev, next;			/* free list or LRU links */
 };
+
+/*
+ * An OWNED page in flight: its key and namespace are set and it is in the
+ * key index, so that other files' LOOKUPs see it (KVS_LOOKUP_WAIT).
+ */
+#define KVS_PG_CLAIMED		(1u << 0)
 
 /* A slot of a pool's key index: the page and its key's hash. */
 struct kvs_slot {
@@ -83,6 +93,8 @@ struct kvs_pool {
 	u64 n_files;
 	u64 allocs, alloc_fails, publishes, dup_publishes;
 	u64 lookups, hits, evictions;
+	u64 n_claimed, inflight_waits;
+	u32 n_waiting;			/* clients whose wait is armed */
 };
 
 struct kvs_client {
@@ -100,10 +112,43 @@ struct kvs_client {
 	struct kvs_user *user;		/* charged for holdings; NULL: admin */
 	u64 held;			/* OWNED pages plus references */
 	struct kvs_hold_table holds;
+
+	/*
+	 * In-flight dedupe, under pool->lock: the claimed page this file's
+	 * latest LOOKUP waits on, while @waiting; whoever ends that claim
+	 * clears @waiting and calls @wake (the host's readiness signal).
+	 * @waiting is read without the lock by the host's poll.
+	 */
+	bool waiting;
+	u32 wait_page;
+	void (*wake)(void *arg);
+	void *wake_arg;
 };
 
 /* Most holdings any pool may record: keeps every u32 refcount far from wrap. */
 #define KVS_POOL_MAX_HELD	(1ull << 31)
+
+/*
+ * A millisecond clock for claim timeouts; it wraps, so only differences
+ * of its values mean something.
+ */
+#ifdef __KERNEL__
+#include <linux/math64.h>
+#include <linux/timekeeping.h>
+static inline u32 kvs_now_ms(void)
+{
+	return (u32)div_u64(ktime_get_coarse_ns(), NSEC_PER_MSEC);
+}
+#else
+#include <time.h>
+static inline u32 kvs_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (u32)((u64)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+}
+#endif
 
 /* core_table.c */
 void kvs_ilist_init(struct kvs_ilist *l);
@@ -126,11 +171,12 @@ bool kvs_holds_sub(struct kvs_hold_table *t, u32 page, u32 n);
 void kvs_holds_free(struct kvs_hold_table *t);
 
 /* core_arbiter.c: all called with pool->lock held. */
-int kvs_arb_alloc(struct kvs_client *cl, u32 count, u32 *pages);
+int kvs_arb_alloc(struct kvs_client *cl, u32 count, u32 *pages,
+		  const struct kvs_key *claim);
 int kvs_arb_publish(struct kvs_client *cl, struct kvs_publish_entry *ents,
 		    u32 count, u32 *n_dup);
 int kvs_arb_lookup(struct kvs_client *cl, const struct kvs_key *keys,
-		   u32 count, u32 *pages, u32 *n_hit);
+		   u32 count, u32 *pages, u32 *n_hit, u32 *n_inflight);
 int kvs_arb_put(struct kvs_client *cl, const u32 *pages, u32 count);
 void kvs_arb_release_all(struct kvs_client *cl);
 int kvs_arb_check(struct kvs_pool *pool);

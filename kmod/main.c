@@ -20,6 +20,7 @@
 #include <linux/magic.h>
 #include <linux/miscdevice.h>
 #include <linux/module.h>
+#include <linux/poll.h>
 #include <linux/random.h>
 #include <linux/shmem_fs.h>
 #include <linux/uaccess.h>
@@ -60,6 +61,16 @@ static unsigned long long max_user_held_bytes;
 module_param(max_user_held_bytes, ullong, 0444);
 MODULE_PARM_DESC(max_user_held_bytes,
 		 "The same as max_user_held in bytes of pool memory (0: no limit; default 0)");
+
+/*
+ * In-flight dedupe: how long a claimed key (KVS_ALLOC_CLAIM) is reported
+ * in flight to other files' LOOKUPs, so that a stalled owner delays the
+ * others at most this long.  0 turns the reporting off.
+ */
+static unsigned int claim_timeout_ms = KVS_CLAIM_TIMEOUT_MS;
+module_param(claim_timeout_ms, uint, 0444);
+MODULE_PARM_DESC(claim_timeout_ms,
+		 "How long a claimed key is reported in flight, ms (0: never; default 10000)");
 
 /*
  * The device node's mode, in octal.  The default 0660, with the udev rule
@@ -288,20 +299,56 @@ void kvs_file_cred(const struct file *file, struct kvs_cred *cred)
 	cred->host_cred = fc;
 }
 
+/*
+ * In-flight dedupe's readiness: the core calls this, under a pool lock,
+ * when the claim the file's latest LOOKUP waits on ends.
+ */
+static void kvs_wake(void *arg)
+{
+	wake_up_interruptible_poll(arg, EPOLLIN | EPOLLRDNORM);
+}
+
 static int kvs_open(struct inode *inode, struct file *file)
 {
-	struct kvs_client *cl = kvs_client_new();
+	wait_queue_head_t *wq = kmalloc(sizeof(*wq), GFP_KERNEL_ACCOUNT);
+	struct kvs_client *cl;
 
-	if (!cl)
+	if (!wq)
 		return -ENOMEM;
+	cl = kvs_client_new();
+	if (!cl) {
+		kfree(wq);
+		return -ENOMEM;
+	}
+	init_waitqueue_head(wq);
+	kvs_client_set_waker(cl, kvs_wake, wq);
 	file->private_data = cl;
 	return 0;
 }
 
 static int kvs_release(struct inode *inode, struct file *file)
 {
-	kvs_client_free(file->private_data);
+	struct kvs_client *cl = file->private_data;
+	wait_queue_head_t *wq = kvs_client_wake_arg(cl);
+
+	kvs_client_free(cl);
+	/* No poller is left: the file is going, so no one is polling it. */
+	kfree(wq);
 	return 0;
+}
+
+/*
+ * Readable except while the wait armed by the file's latest LOOKUP with
+ * KVS_LOOKUP_WAIT is pending: then the waiter looks its keys up again.
+ * The waker clears the flag before it wakes the queue, and poll_wait()
+ * queues us before we read it, so no wake is lost.
+ */
+static __poll_t kvs_poll(struct file *file, poll_table *pt)
+{
+	struct kvs_client *cl = file->private_data;
+
+	poll_wait(file, kvs_client_wake_arg(cl), pt);
+	return kvs_client_waiting(cl) ? 0 : EPOLLIN | EPOLLRDNORM;
 }
 
 /*
@@ -392,6 +439,7 @@ static const struct file_operations kvs_fops = {
 	.open		= kvs_open,
 	.release	= kvs_release,
 	.unlocked_ioctl	= kvs_ioctl,
+	.poll		= kvs_poll,
 	.compat_ioctl	= compat_ptr_ioctl,
 	.uring_cmd	= kvs_uring_cmd,
 	.llseek		= noop_llseek,
@@ -417,6 +465,7 @@ static int __init kvs_init(void)
 	};
 	int ret;
 
+	kvs_core_set_claim_timeout(claim_timeout_ms);
 	ret = kvs_core_init(&limits);
 	if (ret) {
 		pr_err("bad limits: max_pools=%u max_pool_pages=%u max_user_pools=%u max_user_pool_pages=%llu max_user_held=%llu max_user_held_bytes=%llu\n",

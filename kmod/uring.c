@@ -99,6 +99,10 @@ int kvs_uring_cmd(struct io_uring_cmd *ioucmd, unsigned int issue_flags)
 	memcpy(&buf, kvs_uring_payload(ioucmd), usize);
 	if (usize > ksize && memchr_inv((char *)&buf + ksize, 0, usize - ksize))
 		return -E2BIG;
+	/* Its second result, n_inflight, has no room in the CQE. */
+	if (_IOC_NR(op) == _IOC_NR(KVS_IOC_LOOKUP) &&
+	    (buf.lookup.flags & KVS_LOOKUP_WAIT))
+		return -EOPNOTSUPP;
 
 	kvs_file_cred(ioucmd->file, &cred);
 	ret = kvs_cmd(ioucmd->file->private_data, op, &buf, &call);

@@ -4,10 +4,12 @@
  * kvshared socket) and give both one API.
  */
 #include <errno.h>
+#include <poll.h>
 #include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "arbiter_internal.h"
@@ -43,9 +45,10 @@ int kv_arbiter_open(const char *path, unsigned int flags, struct kv_arbiter **ou
 	if (!arb)
 		return -ENOMEM;
 	pthread_mutex_init(&arb->lock, NULL);
-	if (S_ISSOCK(st.st_mode))
-		ret = kv_sock_open(arb, path);
-	else
+	ret = kv_timeout_from_env(&arb->timeout_ms);
+	if (!ret && S_ISSOCK(st.st_mode))
+		ret = kv_sock_open(arb, path, flags);
+	else if (!ret)
 		ret = kv_dev_open(arb, path, flags);
 	if (ret) {
 		pthread_mutex_destroy(&arb->lock);
@@ -73,9 +76,39 @@ int kv_arbiter_uses_uring(const struct kv_arbiter *arb)
 	return arb->uring;
 }
 
+int kv_arbiter_uses_ring(const struct kv_arbiter *arb)
+{
+	return arb->sring != NULL;
+}
+
 int kv_arbiter_is_daemon(const struct kv_arbiter *arb)
 {
 	return arb->daemon;
+}
+
+int kv_arbiter_set_timeout(struct kv_arbiter *arb, unsigned int ms)
+{
+	if (ms > KV_MAX_TIMEOUT_MS)
+		return -EINVAL;
+	pthread_mutex_lock(&arb->lock);
+	arb->timeout_ms = ms;
+	pthread_mutex_unlock(&arb->lock);
+	return 0;
+}
+
+unsigned int kv_arbiter_timeout(const struct kv_arbiter *arb)
+{
+	return arb->timeout_ms;
+}
+
+int kv_arbiter_broken(struct kv_arbiter *arb)
+{
+	int ret;
+
+	pthread_mutex_lock(&arb->lock);
+	ret = arb->dead ? (arb->broken ? arb->broken : -ENOTCONN) : 0;
+	pthread_mutex_unlock(&arb->lock);
+	return ret;
 }
 
 int kv_arbiter_call(struct kv_arbiter *arb, unsigned long cmd, void *arg)
@@ -214,4 +247,81 @@ int kv_put(struct kv_arbiter *arb, const uint32_t *pages, uint32_t count)
 	struct kvs_put req = { .count = count, .pages = (uintptr_t)pages };
 
 	return kv_page_cmd(arb, KVS_IOC_PUT, &req, sizeof(req), NULL);
+}
+
+int kv_alloc_claim(struct kv_arbiter *arb, const struct kvs_key *keys,
+		   uint32_t count, uint32_t *pages)
+{
+	struct kvs_alloc req = {
+		.count = count,
+		.flags = KVS_ALLOC_CLAIM,
+		.pages = (uintptr_t)pages,
+		.keys = (uintptr_t)keys,
+	};
+
+	return kv_page_cmd(arb, KVS_IOC_ALLOC, &req, sizeof(req), NULL);
+}
+
+static int64_t kv_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * Wait up to @ms for the claim the handle's latest LOOKUP armed: on the
+ * module the device file turns readable when it ends; kvshared signals
+ * nothing, so there a short sleep stands in and the caller looks again.
+ */
+static void kv_wait_ready(struct kv_arbiter *arb, int ms)
+{
+	struct pollfd p = { .fd = arb->fd, .events = POLLIN };
+
+	if (arb->daemon) {
+		struct timespec ts = { 0, 1000000 };
+
+		if (ms < 1)
+			return;
+		nanosleep(&ts, NULL);
+		return;
+	}
+	poll(&p, 1, ms);
+}
+
+int kv_lookup_wait(struct kv_arbiter *arb, const struct kvs_key *keys,
+		   uint32_t count, uint32_t *pages, int timeout_ms,
+		   uint32_t *n_inflight)
+{
+	int64_t deadline = kv_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+	uint32_t done = 0;
+	int ret = 0;
+
+	for (;;) {
+		/* By ioctl (or socket): n_inflight has no room in a CQE. */
+		struct kvs_lookup req = {
+			.count = count - done,
+			.flags = KVS_LOOKUP_WAIT,
+			.keys = (uintptr_t)(keys + done),
+			.pages = (uintptr_t)(pages + done),
+		};
+		int64_t left;
+
+		ret = kv_arbiter_call(arb, KVS_IOC_LOOKUP, &req);
+		if (ret)
+			break;
+		done += req.n_hit;
+		if (n_inflight)
+			*n_inflight = req.n_inflight;
+		if (!req.n_inflight || done == count)
+			return (int)done;
+		left = deadline - kv_now_ms();
+		if (left <= 0)
+			return (int)done;
+		kv_wait_ready(arb, (int)left);
+	}
+	if (done)
+		kv_put(arb, pages, done);
+	return ret;
 }

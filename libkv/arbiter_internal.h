@@ -18,11 +18,20 @@ struct kv_arbiter {
 	int fd;
 	bool daemon;
 	bool uring;
-	bool dead;			/* the daemon went away */
+	bool dead;			/* out of step with the daemon for good */
+	int broken;			/* why (-errno), for kv_arbiter_broken() */
 	uint32_t peer_uid;		/* the daemon's uid (SO_PEERCRED) */
 	pthread_mutex_t lock;		/* one ring submission or socket exchange */
 	struct io_uring ring;
 	uint64_t seq;
+	/* Deadlines (socket): 0 means none; what SO_*TIMEO are set to now. */
+	unsigned int timeout_ms;
+	unsigned int rcvtimeo_ms, sndtimeo_ms;
+	/* The daemon's shared ring (socket), NULL without one. */
+	struct kvs_ring_ctl *sring;
+	uint8_t *sring_area;
+	uint32_t sring_size;
+	size_t sring_map_len;
 };
 
 /* arbiter_dev.c */
@@ -34,7 +43,9 @@ int kv_dev_page_cmd(struct kv_arbiter *arb, unsigned int cmd, void *arg,
 		    size_t size);
 
 /* arbiter_sock.c */
-int kv_sock_open(struct kv_arbiter *arb, const char *path);
+/* $KVSHARE_CALL_TIMEOUT_MS, else KV_DEFAULT_TIMEOUT_MS: 0 or -EINVAL. */
+int kv_timeout_from_env(unsigned int *ms);
+int kv_sock_open(struct kv_arbiter *arb, const char *path, unsigned int flags);
 void kv_sock_close(struct kv_arbiter *arb);
 int kv_sock_call(struct kv_arbiter *arb, unsigned long cmd, void *arg);
 

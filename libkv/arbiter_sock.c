@@ -12,7 +12,12 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <time.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -36,7 +41,8 @@ struct kv_cmd_arrays {
 	{ offsetof(type, p), offsetof(type, c), sizeof(e), d }
 
 static const struct kv_cmd_arrays kv_arrays[] = {
-	{ KVS_IOC_ALLOC, { KV_ARRAY(struct kvs_alloc, pages, count, __u32, KV_OUT) } },
+	{ KVS_IOC_ALLOC, { KV_ARRAY(struct kvs_alloc, pages, count, __u32, KV_OUT),
+			   KV_ARRAY(struct kvs_alloc, keys, count, struct kvs_key, KV_IN) } },
 	{ KVS_IOC_PUBLISH, { KV_ARRAY(struct kvs_publish, entries, count,
 				      struct kvs_publish_entry, KV_IN | KV_OUT) } },
 	{ KVS_IOC_LOOKUP, { KV_ARRAY(struct kvs_lookup, keys, count, struct kvs_key, KV_IN),
@@ -68,11 +74,84 @@ struct kv_span {
 	size_t len;
 };
 
-int kv_sock_open(struct kv_arbiter *arb, const char *path)
+/* ---- deadlines ----------------------------------------------------------- */
+
+static uint64_t kv_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + ts.tv_nsec;
+}
+
+/* When a call starting now must be over: 0 for never. */
+static uint64_t kv_deadline(const struct kv_arbiter *arb)
+{
+	return arb->timeout_ms ? kv_now_ns() + arb->timeout_ms * 1000000ull : 0;
+}
+
+static int kv_set_timeo(int sock, int opt, unsigned int ms)
+{
+	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+
+	return setsockopt(sock, SOL_SOCKET, opt, &tv, sizeof(tv)) ? -errno : 0;
+}
+
+/*
+ * Before a blocking send or receive: make SO_SNDTIMEO or SO_RCVTIMEO end
+ * it by @deadline.  The option is set only when it is off by more than an
+ * eighth, so that a call on a healthy daemon costs no extra system call.
+ * 0, or -ETIMEDOUT once the deadline has passed.
+ */
+static int kv_arm(struct kv_arbiter *arb, int opt, uint64_t deadline)
+{
+	unsigned int *cur = opt == SO_RCVTIMEO ? &arb->rcvtimeo_ms : &arb->sndtimeo_ms;
+	uint64_t now, rem;
+
+	if (!deadline) {
+		if (*cur && !kv_set_timeo(arb->fd, opt, 0))
+			*cur = 0;
+		return 0;
+	}
+	now = kv_now_ns();
+	if (now >= deadline)
+		return -ETIMEDOUT;
+	rem = (deadline - now + 999999) / 1000000;	/* ms, at least 1 */
+	if (!*cur || *cur > rem || *cur + (rem / 8 + 1) < rem) {
+		if (kv_set_timeo(arb->fd, opt, rem))
+			return -ENOTCONN;
+		*cur = rem;
+	}
+	return 0;
+}
+
+int kv_timeout_from_env(unsigned int *ms)
+{
+	const char *env = getenv("KVSHARE_CALL_TIMEOUT_MS");
+	unsigned long v;
+	char *end;
+
+	*ms = KV_DEFAULT_TIMEOUT_MS;
+	if (!env || !*env)
+		return 0;
+	errno = 0;
+	v = strtoul(env, &end, 10);
+	if (errno || *end || env[0] == '-' || v > KV_MAX_TIMEOUT_MS)
+		return -EINVAL;
+	*ms = v;
+	return 0;
+}
+
+/* ---- the socket ------------------------------------------------------------ */
+
+static int kv_ring_setup(struct kv_arbiter *arb);
+
+int kv_sock_open(struct kv_arbiter *arb, const char *path, unsigned int flags)
 {
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
 	struct ucred peer;
 	socklen_t len = sizeof(peer);
+	int ret;
 
 	if (strlen(path) >= sizeof(addr.sun_path))
 		return -ENAMETOOLONG;
@@ -81,33 +160,51 @@ int kv_sock_open(struct kv_arbiter *arb, const char *path)
 	if (arb->fd < 0)
 		return -errno;
 	/*
+	 * A unix connect blocks only while the listener's backlog is full,
+	 * and then for SO_SNDTIMEO at most, failing with EAGAIN.
+	 */
+	ret = kv_arm(arb, SO_SNDTIMEO, kv_deadline(arb));
+	if (ret)
+		goto fail;
+	/*
 	 * Who listens is who creates the pools this handle attaches by
 	 * default (kv_arbiter_default_owner()): the kernel says, not the
 	 * daemon.
 	 */
 	if (connect(arb->fd, (struct sockaddr *)&addr, sizeof(addr)) ||
 	    getsockopt(arb->fd, SOL_SOCKET, SO_PEERCRED, &peer, &len)) {
-		int err = -errno;
-
-		close(arb->fd);
-		return err;
+		ret = errno == EAGAIN ? -ETIMEDOUT : -errno;
+		goto fail;
 	}
 	arb->peer_uid = peer.uid;
 	arb->daemon = true;
+	if (!(flags & KV_ARBITER_NO_URING)) {
+		ret = kv_ring_setup(arb);
+		/* A daemon without rings is served by the socket alone. */
+		if (ret && arb->dead)
+			goto fail;
+	}
 	return 0;
+fail:
+	close(arb->fd);
+	return ret;
 }
 
 void kv_sock_close(struct kv_arbiter *arb)
 {
+	if (arb->sring)
+		munmap(arb->sring, arb->sring_map_len);
 	close(arb->fd);
 }
 
-static int kv_send_all(int sock, const char *buf, size_t len, int fd)
+static int kv_send_all(struct kv_arbiter *arb, const char *buf, size_t len, int fd,
+		       uint64_t deadline)
 {
 	char cbuf[CMSG_SPACE(sizeof(int))] = { 0 };
 	struct iovec iov = { (void *)buf, len };
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
 	ssize_t n;
+	int ret;
 
 	if (fd >= 0) {
 		struct cmsghdr *c;
@@ -121,11 +218,14 @@ static int kv_send_all(int sock, const char *buf, size_t len, int fd)
 		memcpy(CMSG_DATA(c), &fd, sizeof(int));
 	}
 	while (iov.iov_len) {
-		n = sendmsg(sock, &msg, MSG_NOSIGNAL);
-		if (n < 0 && errno == EINTR)
-			continue;
+		ret = kv_arm(arb, SO_SNDTIMEO, deadline);
+		if (ret)
+			return ret;
+		n = sendmsg(arb->fd, &msg, MSG_NOSIGNAL);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+			continue;	/* kv_arm says whether time is left */
 		if (n <= 0)
-			return -1;
+			return -ENOTCONN;
 		iov.iov_base = (char *)iov.iov_base + n;
 		iov.iov_len -= n;
 		msg.msg_control = NULL;		/* the fd went with the first bytes */
@@ -135,22 +235,27 @@ static int kv_send_all(int sock, const char *buf, size_t len, int fd)
 }
 
 /* Read exactly @len bytes; a descriptor riding on them lands in *fd. */
-static int kv_recv_all(int sock, char *buf, size_t len, int *fd)
+static int kv_recv_all(struct kv_arbiter *arb, char *buf, size_t len, int *fd,
+		       uint64_t deadline)
 {
 	char cbuf[CMSG_SPACE(sizeof(int))];
 	struct iovec iov = { buf, len };
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
 	struct cmsghdr *c;
 	ssize_t n;
+	int ret;
 
 	while (iov.iov_len) {
+		ret = kv_arm(arb, SO_RCVTIMEO, deadline);
+		if (ret)
+			return ret;
 		msg.msg_control = cbuf;
 		msg.msg_controllen = sizeof(cbuf);
-		n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-		if (n < 0 && errno == EINTR)
+		n = recvmsg(arb->fd, &msg, MSG_CMSG_CLOEXEC);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
 			continue;
 		if (n <= 0)
-			return -1;
+			return -ENOTCONN;
 		for (c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
 			int got;
 
@@ -181,14 +286,13 @@ static void kv_put_u64(void *s, size_t off, uint64_t v)
 	memcpy((char *)s + off, &v, sizeof(v));
 }
 
-/* Lay the request out; returns its length, or 0 if it cannot be sent. */
-static size_t kv_build(unsigned int cmd, const void *arg, size_t usize,
-		       struct kv_span *spans, char **out)
+/* Where the request's arrays go; its length, or 0 if it cannot be sent. */
+static size_t kv_layout(unsigned int cmd, const void *arg, size_t usize,
+			struct kv_span *spans)
 {
 	const struct kv_cmd_arrays *ca = kv_cmd_arrays(cmd);
 	size_t len = sizeof(struct kvs_msg) + usize;
 	int i;
-	char *buf;
 
 	for (i = 0; ca && i < 2 && ca->a[i].elem; i++) {
 		const struct kv_array *a = &ca->a[i];
@@ -215,11 +319,15 @@ static size_t kv_build(unsigned int cmd, const void *arg, size_t usize,
 		spans[i].len = (size_t)count * a->elem;
 		len += spans[i].len;
 	}
-	if (len > KVS_MSG_MAX)
-		return 0;
-	buf = calloc(1, len);
-	if (!buf)
-		return 0;
+	return len > KVS_MSG_MAX ? 0 : len;
+}
+
+/* The request after its header: the struct, then the arrays. */
+static void kv_fill(char *buf, const void *arg, size_t usize,
+		    const struct kv_span *spans)
+{
+	int i;
+
 	memcpy(buf + sizeof(struct kvs_msg), arg, usize);
 	/*
 	 * Output arrays travel too: the arbiter may write back what it read
@@ -232,8 +340,6 @@ static size_t kv_build(unsigned int cmd, const void *arg, size_t usize,
 		memcpy(buf + spans[i].off, (void *)(uintptr_t)spans[i].user, spans[i].len);
 		kv_put_u64(buf + sizeof(struct kvs_msg), spans[i].a->ptr, spans[i].off);
 	}
-	*out = buf;
-	return len;
 }
 
 /* The bytes the command wrote go back into the caller's arrays. */
@@ -257,28 +363,226 @@ static void kv_scatter(const struct kv_span *spans, const char *data,
 	}
 }
 
+/* The handle is out of step with the daemon for good (see arbiter.h). */
+static void kv_break(struct kv_arbiter *arb, int err)
+{
+	arb->dead = true;
+	if (!arb->broken)
+		arb->broken = err;
+}
+
 /* Send one request and wait for its reply, under arb->lock. */
 static int kv_exchange(struct kv_arbiter *arb, char *req, size_t len, int send_fd,
 		       struct kvs_msg *hdr, char **reply, int *recv_fd)
 {
 	struct kvs_msg *m = (struct kvs_msg *)req;
+	uint64_t deadline = kv_deadline(arb);
+	int ret;
 
 	m->magic = KVS_MSG_MAGIC;
 	m->len = len;
 	m->seq = ++arb->seq;
-	if (kv_send_all(arb->fd, req, len, send_fd) ||
-	    kv_recv_all(arb->fd, (char *)hdr, sizeof(*hdr), recv_fd))
-		return -ENOTCONN;
+	ret = kv_send_all(arb, req, len, send_fd, deadline);
+	if (!ret)
+		ret = kv_recv_all(arb, (char *)hdr, sizeof(*hdr), recv_fd, deadline);
+	if (ret)
+		return ret;
 	if (hdr->magic != KVS_MSG_MAGIC || hdr->seq != m->seq ||
 	    hdr->cmd != m->cmd || hdr->len < sizeof(*hdr) || hdr->len > KVS_MSG_MAX)
 		return -EPROTO;
 	*reply = malloc(hdr->len - sizeof(*hdr) + 1);
 	if (!*reply)
 		return -ENOMEM;
-	if (kv_recv_all(arb->fd, *reply, hdr->len - sizeof(*hdr), recv_fd))
-		return -ENOTCONN;
+	return kv_recv_all(arb, *reply, hdr->len - sizeof(*hdr), recv_fd, deadline);
+}
+
+/*
+ * A reply (header @hdr, then @reply) to the request of @len bytes laid
+ * out by @spans: the struct and arrays go back to the caller.  The
+ * command's result, or -EPROTO for a reply that does not fit its request.
+ */
+static int kv_take_reply(void *arg, size_t usize,
+			 const struct kv_span *spans, const struct kvs_msg *hdr,
+			 char *reply, size_t len, int send_fd)
+{
+	int i;
+
+	if (hdr->len < sizeof(*hdr) + usize + hdr->out_len ||
+	    (hdr->out_len && (hdr->out_off < sizeof(*hdr) + usize ||
+			      hdr->out_off + (uint64_t)hdr->out_len > len)))
+		return -EPROTO;
+	/* The struct comes back whole, but pointers stay the caller's. */
+	for (i = 0; i < 2; i++)
+		if (spans[i].a && spans[i].a->ptr + 8u <= usize)
+			kv_put_u64(reply, spans[i].a->ptr, kv_get_u64(arg, spans[i].a->ptr));
+	if (send_fd >= 0)	/* the wire said 0; the caller's fd is its own */
+		((struct kvs_pool_create *)reply)->mem_fd = send_fd;
+	memcpy(arg, reply, usize);
+	kv_scatter(spans, reply + usize, hdr->out_off, hdr->out_len);
+	return hdr->result;
+}
+
+/* ---- the shared ring ----------------------------------------------------- */
+
+/*
+ * How long a caller spins for the daemon's answer on the ring before it
+ * sleeps in RING_ENTER instead: the daemon polls its rings for a while
+ * after each request, so calls in a burst never enter the kernel.
+ */
+#define KV_RING_TAKE_NS		10000
+#define KV_RING_WORK_NS		1000000
+
+#define KV_RING_SIZE		(256u << 10)	/* larger requests use the socket */
+
+static inline void kv_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+static bool kv_ring_cmd(unsigned int cmd)
+{
+	return cmd == KVS_IOC_ALLOC || cmd == KVS_IOC_PUBLISH ||
+	       cmd == KVS_IOC_LOOKUP || cmd == KVS_IOC_PUT;
+}
+
+static int kv_ring_setup(struct kv_arbiter *arb)
+{
+	struct kvs_ring_setup rs = { .size = KV_RING_SIZE };
+	struct stat st;
+	void *p;
+	int ret;
+
+	ret = kv_sock_call(arb, KVS_SOCK_RING_SETUP, &rs);
+	if (ret)
+		return ret;
+	ret = -EPROTO;
+	if (rs.ring_fd < 0 || fstat(rs.ring_fd, &st) || rs.size < KVS_RING_MIN ||
+	    rs.area_off < sizeof(struct kvs_ring_ctl) || rs.area_off % 64 ||
+	    (uint64_t)st.st_size < (uint64_t)rs.area_off + rs.size)
+		goto out;
+	p = mmap(NULL, (size_t)rs.area_off + rs.size, PROT_READ | PROT_WRITE,
+		 MAP_SHARED, rs.ring_fd, 0);
+	if (p == MAP_FAILED) {
+		ret = -errno;
+		goto out;
+	}
+	arb->sring = p;
+	arb->sring_area = (uint8_t *)p + rs.area_off;
+	arb->sring_size = rs.size;
+	arb->sring_map_len = (size_t)rs.area_off + rs.size;
+	ret = 0;
+out:
+	if (rs.ring_fd >= 0)
+		close(rs.ring_fd);
+	return ret;
+}
+
+static int kv_ring_enter(struct kv_arbiter *arb);
+
+/*
+ * Wait for the daemon to serve request @sq by spinning: while it is not
+ * taken for KV_RING_TAKE_NS, then while the daemon works on it for
+ * KV_RING_WORK_NS; past either (the daemon is not on a CPU, or the
+ * command is long) sleep in RING_ENTER instead.
+ */
+static int kv_ring_spin(struct kv_arbiter *arb, uint32_t sq, uint64_t start,
+			uint64_t deadline)
+{
+	uint64_t limit = start + KV_RING_TAKE_NS;
+	uint32_t cpu = __atomic_load_n(&arb->sring->daemon_cpu, __ATOMIC_RELAXED);
+	bool taken = false;
+	unsigned int i = 0;
+
+	/* Spinning on the daemon's own CPU would only keep it from running. */
+	if (cpu && cpu == (uint32_t)sched_getcpu() + 1)
+		return kv_ring_enter(arb);
+
+	while (__atomic_load_n(&arb->sring->cq, __ATOMIC_ACQUIRE) != sq) {
+		kv_cpu_relax();
+		if (++i % 32)
+			continue;
+		if (!taken && __atomic_load_n(&arb->sring->taken, __ATOMIC_ACQUIRE) == sq) {
+			taken = true;
+			limit = kv_now_ns() + KV_RING_WORK_NS;
+		}
+		if (kv_now_ns() >= limit || (deadline && kv_now_ns() >= deadline))
+			return kv_ring_enter(arb);
+	}
 	return 0;
 }
+
+/* RING_ENTER on the socket: back when the daemon has served the ring. */
+static int kv_ring_enter(struct kv_arbiter *arb)
+{
+	struct {
+		struct kvs_msg h;
+		struct kvs_ring_enter re;
+	} req = { .h = { .cmd = KVS_SOCK_RING_ENTER } };
+	struct kvs_msg hdr;
+	char *reply = NULL;
+	int fd = -1, ret;
+
+	__atomic_store_n(&arb->sring->enter, __atomic_load_n(&arb->sring->sq, __ATOMIC_RELAXED),
+			 __ATOMIC_RELAXED);
+	ret = kv_exchange(arb, (char *)&req, sizeof(req), -1, &hdr, &reply, &fd);
+	if (!ret && (hdr.result || hdr.len != sizeof(req)))
+		ret = -EPROTO;
+	if (fd >= 0)
+		close(fd);
+	free(reply);
+	return ret;
+}
+
+/*
+ * A page command through the ring, under arb->lock: its result, or 1 when
+ * the request does not fit in the ring (the socket carries it then).
+ */
+static int kv_ring_call(struct kv_arbiter *arb, unsigned int cmd, void *arg)
+{
+	struct kv_span spans[2] = { { 0 } };
+	size_t usize = _IOC_SIZE(cmd), len = kv_layout(cmd, arg, usize, spans);
+	struct kvs_msg *m = (struct kvs_msg *)arb->sring_area, hdr;
+	uint64_t start, deadline, seq;
+	uint32_t sq;
+	int ret;
+
+	if (!len)
+		return -E2BIG;
+	if (len > arb->sring_size)
+		return 1;
+	start = kv_now_ns();
+	deadline = arb->timeout_ms ? start + arb->timeout_ms * 1000000ull : 0;
+	*m = (struct kvs_msg) {
+		.magic = KVS_MSG_MAGIC, .cmd = cmd, .len = len, .seq = seq = ++arb->seq,
+	};
+	kv_fill((char *)m, arg, usize, spans);
+	/*
+	 * The ring's own sq, not a count of ours: after fork() parent and
+	 * child share the connection (one at a time, as on the socket).
+	 */
+	sq = __atomic_load_n(&arb->sring->sq, __ATOMIC_RELAXED) + 1;
+	__atomic_store_n(&arb->sring->client_cpu, (uint32_t)sched_getcpu() + 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&arb->sring->sq, sq, __ATOMIC_SEQ_CST);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&arb->sring->flags, __ATOMIC_SEQ_CST) & KVS_RING_NEED_WAKEUP) {
+		ret = kv_ring_enter(arb);
+	} else {
+		ret = kv_ring_spin(arb, sq, start, deadline);
+	}
+	if (ret)
+		return ret;
+	if (__atomic_load_n(&arb->sring->cq, __ATOMIC_ACQUIRE) != sq)
+		return -EPROTO;
+	memcpy(&hdr, m, sizeof(hdr));
+	if (hdr.magic != KVS_MSG_MAGIC || hdr.seq != seq || hdr.cmd != cmd ||
+	    hdr.len < sizeof(hdr) || hdr.len > len)
+		return -EPROTO;
+	return kv_take_reply(arg, usize, spans, &hdr, (char *)(m + 1), len, -1);
+}
+
+/* ---- one call ------------------------------------------------------------ */
 
 int kv_sock_call(struct kv_arbiter *arb, unsigned long cmd, void *arg)
 {
@@ -288,13 +592,26 @@ int kv_sock_call(struct kv_arbiter *arb, unsigned long cmd, void *arg)
 	struct kvs_msg hdr;
 	char *req = NULL, *reply = NULL;
 	void *wire;
-	int i;
 
 	if (arb->dead)
 		return -ENOTCONN;
-	len = kv_build(cmd, arg, usize, spans, &req);
+	if (arb->sring && kv_ring_cmd(cmd)) {
+		pthread_mutex_lock(&arb->lock);
+		ret = arb->dead ? -ENOTCONN : kv_ring_call(arb, cmd, arg);
+		/* Only the command's own errors leave the handle usable. */
+		if (ret == -ETIMEDOUT || ret == -ENOTCONN || ret == -EPROTO)
+			kv_break(arb, ret);
+		pthread_mutex_unlock(&arb->lock);
+		if (ret <= 0)
+			return ret;
+	}
+	len = kv_layout(cmd, arg, usize, spans);
 	if (!len)
 		return -E2BIG;
+	req = calloc(1, len);
+	if (!req)
+		return -ENOMEM;
+	kv_fill(req, arg, usize, spans);
 	((struct kvs_msg *)req)->cmd = cmd;
 	wire = req + sizeof(struct kvs_msg);
 	if (_IOC_NR(cmd) == _IOC_NR(KVS_IOC_POOL_CREATE) &&
@@ -313,27 +630,15 @@ int kv_sock_call(struct kv_arbiter *arb, unsigned long cmd, void *arg)
 	}
 
 	pthread_mutex_lock(&arb->lock);
-	ret = kv_exchange(arb, req, len, send_fd, &hdr, &reply, &recv_fd);
+	ret = arb->dead ? -ENOTCONN :
+	      kv_exchange(arb, req, len, send_fd, &hdr, &reply, &recv_fd);
 	if (ret)
-		arb->dead = true;	/* out of step with the daemon for good */
+		kv_break(arb, ret);
 	pthread_mutex_unlock(&arb->lock);
 	if (ret)
 		goto out;
 
-	ret = -EPROTO;
-	if (hdr.len < sizeof(hdr) + usize + hdr.out_len ||
-	    (hdr.out_len && (hdr.out_off < sizeof(hdr) + usize ||
-			     hdr.out_off + (uint64_t)hdr.out_len > len)))
-		goto out;
-	/* The struct comes back whole, but pointers stay the caller's. */
-	for (i = 0; i < 2; i++)
-		if (spans[i].a && spans[i].a->ptr + 8u <= usize)
-			kv_put_u64(reply, spans[i].a->ptr, kv_get_u64(arg, spans[i].a->ptr));
-	if (send_fd >= 0)	/* the wire said 0; the caller's fd is its own */
-		((struct kvs_pool_create *)reply)->mem_fd = send_fd;
-	memcpy(arg, reply, usize);
-	kv_scatter(spans, reply + usize, hdr.out_off, hdr.out_len);
-	ret = hdr.result;
+	ret = kv_take_reply(arg, usize, spans, &hdr, reply, len, send_fd);
 	if (_IOC_NR(cmd) == _IOC_NR(KVS_IOC_POOL_ATTACH) && !ret &&
 	    usize >= offsetof(struct kvs_pool_attach, mem_fd) + 4) {
 		struct kvs_pool_attach *at = arg;
@@ -343,6 +648,10 @@ int kv_sock_call(struct kv_arbiter *arb, unsigned long cmd, void *arg)
 		/* The daemon attached, but its fd could not be received here. */
 		if ((at->flags & KVS_ATTACH_MEM_FD) && at->mem_fd < 0)
 			ret = -EMFILE;
+	}
+	if (cmd == KVS_SOCK_RING_SETUP && !ret) {
+		((struct kvs_ring_setup *)arg)->ring_fd = recv_fd;
+		recv_fd = -1;
 	}
 out:
 	if (recv_fd >= 0)

@@ -17,6 +17,7 @@
  * hashes only the new pages.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,7 @@ struct kv_prefix_cache {
 	size_t n_extra;
 	uint32_t tpp;
 	uint32_t n_pages;
+	int wait_ms;			/* in-flight dedupe; 0: off */
 	struct kvs_key *keys;		/* [n_pages]: key of each page held */
 
 	struct kvs_key *kbuf;		/* chain keys being built */
@@ -174,6 +176,7 @@ int kv_prefix_create(struct kv_arbiter *arb, const struct kvs_pool_attach *info,
 	pc->n_pages = info->n_pages;
 	pc->extra = cfg->extra;
 	pc->n_extra = cfg->n_extra;
+	pc->wait_ms = cfg->inflight_wait_ms > 0 ? cfg->inflight_wait_ms : 0;
 	ret = kv_hasher_init_algo(&pc->hasher, cfg->algo, cfg->salt, cfg->salt_len,
 				  pc->tpp);
 	if (ret)
@@ -230,7 +233,8 @@ static int kv_pc_lookup(struct kv_prefix_cache *pc, const struct kvs_key *keys,
 	int hits;
 
 	pc->st.lookups++;
-	hits = kv_lookup(pc->arb, keys, n, pages);
+	hits = pc->wait_ms ? kv_lookup_wait(pc->arb, keys, n, pages, pc->wait_ms, NULL)
+			   : kv_lookup(pc->arb, keys, n, pages);
 	if (hits == -EDQUOT && kv_radix_evict(pc->tree, n)) {
 		pc->st.lookups++;
 		hits = kv_lookup(pc->arb, keys, n, pages);
@@ -288,31 +292,78 @@ static uint32_t kv_pc_remote(struct kv_prefix_cache *pc, const uint32_t *tokens,
 	return done;
 }
 
-long kv_prefix_match(struct kv_prefix_cache *pc, struct kv_req_table *rt,
-		     struct kv_radix_req *req, uint32_t n_match)
+/*
+ * In-flight dedupe: claim the request's full prompt pages [from, want)
+ * that the arbiter missed, and grow its row with them.  A refused claim
+ * (someone claimed or published a key since the LOOKUP) leaves the row
+ * as it was (-EEXIST: look again); the caller then reserves and computes
+ * as without dedupe.
+ */
+static int kv_pc_claim(struct kv_prefix_cache *pc, struct kv_req_table *rt,
+		       struct kv_radix_req *req, uint32_t from, uint32_t want,
+		       bool last_try)
+{
+	const struct kvs_key *pk = NULL;
+	uint32_t n = want - from;
+	long got;
+	int ret;
+
+	if (n > KVS_MAX_BATCH)
+		n = KVS_MAX_BATCH;
+	if (req->n_tokens != from * pc->tpp ||
+	    kv_req_pages_needed(rt, req->slot, (from + n) * pc->tpp) != n ||
+	    kv_grow(&pc->kbuf, &pc->kcap, n, sizeof(*pc->kbuf)) ||
+	    kv_grow(&pc->pbuf, &pc->pcap, n, sizeof(*pc->pbuf)))
+		return -ENOMEM;
+	if (from)
+		pk = &pc->keys[kv_req_page(rt, req->slot, from - 1)];
+	got = kv_hash_chain(&pc->hasher, pk, req->tokens + (size_t)from * pc->tpp,
+			    (size_t)n * pc->tpp, pc->extra, pc->n_extra, pc->kbuf);
+	if (got != n)
+		return -EIO;
+	ret = kv_alloc_claim(pc->arb, pc->kbuf, n, pc->pbuf);
+	if (ret == -ENOSPC || ret == -EDQUOT) {
+		pc->st.alloc_evictions += kv_radix_evict(pc->tree, n);
+		ret = kv_alloc_claim(pc->arb, pc->kbuf, n, pc->pbuf);
+	}
+	if (ret) {
+		if (ret != -EEXIST || last_try)
+			pc->st.claim_conflicts += n;
+		return ret;
+	}
+	if (kv_req_extend(rt, req->slot, (from + n) * pc->tpp, pc->pbuf)) {
+		kv_pc_put(pc, pc->pbuf, n);
+		return -ENOMEM;
+	}
+	req->n_tokens = (from + n) * pc->tpp;
+	pc->st.allocated += n;
+	pc->st.claimed += n;
+	return 0;
+}
+
+/*
+ * The arbiter's part of a match: the request's row holds @m pages, all in
+ * the tree; look up full pages [m, want) and take the hits into the tree
+ * and the row.  Returns the tokens now matched.
+ */
+static long kv_pc_more(struct kv_prefix_cache *pc, struct kv_req_table *rt,
+		       struct kv_radix_req *req, uint32_t m, uint32_t want)
 {
 	struct kv_radix_node *last;
-	uint32_t max = kv_req_table_max_context(rt), m, want, h, i;
-	long ret;
+	uint32_t h, i;
 
-	ret = kv_radix_req_match(pc->tree, rt, req, n_match);
-	if (ret < 0)
-		return ret;
-	m = ret / pc->tpp;
-	want = (n_match < max ? n_match : max) / pc->tpp;
-	pc->st.local_hit_pages += m;
 	if (m == want || kv_grow(&pc->pbuf, &pc->pcap, want, sizeof(*pc->pbuf)))
-		return ret;
+		return (long)m * pc->tpp;
 	for (i = 0; i < m; i++)
 		pc->pbuf[i] = kv_req_page(rt, req->slot, i);
 	h = kv_pc_remote(pc, req->tokens, m, want, m ? pc->pbuf[m - 1] : KVS_NO_PAGE);
 	if (!h)
-		return ret;
+		return (long)m * pc->tpp;
 	/* The hits carry their references into the tree. */
 	if (kv_radix_insert(pc->tree, req->tokens, (size_t)(m + h) * pc->tpp,
 			    pc->pbuf, KV_RADIX_HELD, &last) < 0) {
 		kv_pc_put(pc, pc->pbuf + m, h);
-		return ret;
+		return (long)m * pc->tpp;
 	}
 	kv_radix_lock(pc->tree, last);
 	kv_radix_unlock(pc->tree, req->last_node);
@@ -322,6 +373,35 @@ long kv_prefix_match(struct kv_prefix_cache *pc, struct kv_req_table *rt,
 	kv_req_set_len(rt, req->slot, req->n_tokens);
 	pc->st.remote_hit_pages += h;
 	return req->n_tokens;
+}
+
+/* Claims refused for a key claimed meanwhile are retried this often. */
+#define KV_CLAIM_TRIES	4
+
+long kv_prefix_match(struct kv_prefix_cache *pc, struct kv_req_table *rt,
+		     struct kv_radix_req *req, uint32_t n_match)
+{
+	uint32_t max = kv_req_table_max_context(rt), want, tries;
+	long ret;
+
+	ret = kv_radix_req_match(pc->tree, rt, req, n_match);
+	if (ret < 0)
+		return ret;
+	want = (n_match < max ? n_match : max) / pc->tpp;
+	pc->st.local_hit_pages += ret / pc->tpp;
+	ret = kv_pc_more(pc, rt, req, ret / pc->tpp, want);
+	/*
+	 * In-flight dedupe: claim what is still missing.  A key claimed by
+	 * another process since our LOOKUP refuses the claim: look again
+	 * (waiting for that claim), then claim what is left.
+	 */
+	for (tries = 1; pc->wait_ms && !(ret % pc->tpp) && ret / pc->tpp < want; tries++) {
+		if (kv_pc_claim(pc, rt, req, ret / pc->tpp, want, tries == KV_CLAIM_TRIES) !=
+		    -EEXIST || tries == KV_CLAIM_TRIES)
+			break;
+		ret = kv_pc_more(pc, rt, req, ret / pc->tpp, want);
+	}
+	return ret;
 }
 
 /* One ALLOC batch; under pressure evict locally and let the arbiter evict. */

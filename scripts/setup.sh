@@ -30,6 +30,7 @@ set -euo pipefail
 #   systemd udev                        tests/install: systemd-analyze verify, systemd-sysusers, udevadm test
 #   python3-dev python3-numpy           the Python binding (python/): headers, numpy arrays
 #   python3-torch python3-pytest        its demo (kvshare.demo) and its test suite (tests/python)
+#   gnuplot-nox                         tools/kvserve/scale.sh: the throughput and memory plot (make bench)
 PACKAGES=(
 	build-essential gcc make libc6-dev pkg-config
 	liburing-dev libxxhash-dev libssl-dev
@@ -38,6 +39,7 @@ PACKAGES=(
 	linux-source-6.1 xz-utils perl coreutils
 	systemd udev
 	python3-dev python3-numpy python3-torch python3-pytest
+	gnuplot-nox
 )
 
 die() {

@@ -22,7 +22,7 @@ extern "C" {
 struct kv_arbiter;
 
 /* Open flags. */
-#define KV_ARBITER_NO_URING	(1u << 0)	/* page commands by ioctl only */
+#define KV_ARBITER_NO_URING	(1u << 0)	/* page commands by ioctl (or socket) only */
 
 /*
  * Open the arbiter at @path: the module's device or the daemon's socket,
@@ -33,9 +33,48 @@ struct kv_arbiter;
  *
  * If the daemon goes away, every call on the handle fails with -ENOTCONN
  * from then on: the handle's holdings are gone, and the caller must open,
- * attach and map again.
+ * attach and map again.  A call that times out breaks the handle too (see
+ * the deadlines below).
+ *
+ * On the daemon, the page commands travel through a ring shared with the
+ * daemon (<linux/kvshare.h>, "The shared ring") when it offers one, and
+ * through the socket otherwise; KV_ARBITER_NO_URING asks for the socket
+ * alone.
  */
 int kv_arbiter_open(const char *path, unsigned int flags, struct kv_arbiter **out);
+
+/*
+ * Deadlines (the daemon's socket).  Every call to the daemon, connecting
+ * included, must be over within the handle's timeout, else it fails with
+ * -ETIMEDOUT: a stopped or wedged daemon never blocks a caller for longer.
+ * The timeout is $KVSHARE_CALL_TIMEOUT_MS at open (decimal milliseconds,
+ * 0..KV_MAX_TIMEOUT_MS; anything else fails the open with -EINVAL, never
+ * ignored), else KV_DEFAULT_TIMEOUT_MS; 0 means none (wait forever).
+ *
+ * After -ETIMEDOUT the handle's state is unknown (the daemon may still
+ * answer, late), so the handle is broken, as after the daemon died: every
+ * later call fails with -ENOTCONN and kv_arbiter_broken() says why.
+ * Its holdings stay with it until kv_arbiter_close() (or kv_pool_close()),
+ * so that pages it mapped are not handed to others while still in use;
+ * closing it gives them back as soon as the daemon runs again.  A caller
+ * that can do without sharing (kvserve) stops using the pool's pages,
+ * closes the handle, and computes on its own, reopening later if it likes.
+ *
+ * On /dev/kvshare no call blocks, and the timeout is kept but unused.
+ */
+#define KV_DEFAULT_TIMEOUT_MS	2000u
+#define KV_MAX_TIMEOUT_MS	(24u * 3600 * 1000)
+
+/* Set the timeout of later calls on @arb, in ms (0: none); -EINVAL above the max. */
+int kv_arbiter_set_timeout(struct kv_arbiter *arb, unsigned int ms);
+unsigned int kv_arbiter_timeout(const struct kv_arbiter *arb);
+
+/*
+ * 0 while the handle works; else why it no longer does: -ETIMEDOUT (a call
+ * timed out), -ENOTCONN (the daemon closed the connection), -EPROTO (the
+ * daemon's answer made no sense).  Every call then fails with -ENOTCONN.
+ */
+int kv_arbiter_broken(struct kv_arbiter *arb);
 
 /* Whether this handle talks to the kvshared daemon rather than the module. */
 int kv_arbiter_is_daemon(const struct kv_arbiter *arb);
@@ -43,6 +82,8 @@ void kv_arbiter_close(struct kv_arbiter *arb);
 
 /* Whether page commands travel through io_uring on this handle. */
 int kv_arbiter_uses_uring(const struct kv_arbiter *arb);
+/* Whether page commands travel through the daemon's shared ring. */
+int kv_arbiter_uses_ring(const struct kv_arbiter *arb);
 
 /* Any command of <linux/kvshare.h>, by its control path (ioctl). */
 int kv_arbiter_call(struct kv_arbiter *arb, unsigned long cmd, void *arg);
@@ -93,6 +134,33 @@ int kv_publish(struct kv_arbiter *arb, struct kvs_publish_entry *entries,
 int kv_lookup(struct kv_arbiter *arb, const struct kvs_key *keys,
 	      uint32_t count, uint32_t *pages);
 int kv_put(struct kv_arbiter *arb, const uint32_t *pages, uint32_t count);
+
+/*
+ * In-flight dedupe (<linux/kvshare.h>, "In-flight dedupe").
+ *
+ * kv_alloc_claim: kv_alloc() that also claims the pages under @keys, so
+ * that other handles' kv_lookup_wait() wait for them instead of computing
+ * them too.  Publish or put every page: a claim lives until then (or the
+ * handle closes, or the arbiter's claim timeout passes).  -EEXIST: some
+ * key exists already, published or in flight: look it up (again).
+ *
+ * kv_lookup_wait: kv_lookup() that, while the first key after the hit run
+ * is in flight in another handle, waits (without holding the arbiter) for
+ * that claim to end and looks the rest up again, up to @timeout_ms in all
+ * (0: never wait).  Returns the number of leading hits, with a reference
+ * on each, as kv_lookup(); the keys after them are to be computed (and
+ * claimed) by the caller.  If @n_inflight is not NULL it receives the
+ * keys still in flight when the wait gave up (0 when it did not).  On an
+ * error nothing is held.  On the module the wait is poll() on the device
+ * file; on kvshared, which signals nothing yet, the LOOKUP is repeated
+ * every millisecond or so.  Threads sharing a handle share its one wait:
+ * they may wake each other early, never miss a wake.
+ */
+int kv_alloc_claim(struct kv_arbiter *arb, const struct kvs_key *keys,
+		   uint32_t count, uint32_t *pages);
+int kv_lookup_wait(struct kv_arbiter *arb, const struct kvs_key *keys,
+		   uint32_t count, uint32_t *pages, int timeout_ms,
+		   uint32_t *n_inflight);
 
 /*
  * A pool as an engine uses it: an arbiter handle attached to the pool,

@@ -245,6 +245,17 @@ struct kv_prefix_config {
 	unsigned int algo;		/* enum kv_hash_algo: SHA-256 unless trusted */
 	const struct kv_extra *extra;	/* on every page (LoRA id, ...); kept by */
 	size_t n_extra;			/* pointer: must outlive the cache */
+	/*
+	 * In-flight dedupe (kv_lookup_wait()), 0: off.  On, kv_prefix_match()
+	 * waits up to this long for prompt pages another process is
+	 * computing, and claims the full prompt pages it still misses (they
+	 * join the request's row, as kv_prefix_reserve() would add them), so
+	 * that the others wait for it in turn.  Their claims end when the
+	 * pages are published (kv_prefix_cache_{un,}finished: call the
+	 * unfinished one right after prefill, or waiters wait out the
+	 * decode) or put (kv_prefix_abort).
+	 */
+	int inflight_wait_ms;
 };
 
 struct kv_prefix_stats {
@@ -258,6 +269,8 @@ struct kv_prefix_stats {
 	uint64_t alloc_evictions;	/* pages evicted locally to make room */
 	uint64_t put_pages;		/* pages PUT (eviction, dups, tails) */
 	uint64_t errors;		/* arbiter calls that failed unasked */
+	uint64_t claimed;		/* prompt pages claimed (inflight_wait_ms) */
+	uint64_t claim_conflicts;	/* claims refused: computed unclaimed */
 };
 
 /*

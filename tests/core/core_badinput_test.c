@@ -91,10 +91,10 @@ FIXTURE_TEARDOWN(bi)
 } while (0)
 
 static int alloc_raw(struct kt_client *c, __u32 count, __u32 flags, __u64 pages,
-		     __u64 r0, __u64 r1)
+		     __u64 keys, __u64 r0)
 {
 	struct kvs_alloc a = { .count = count, .flags = flags, .pages = pages,
-			       .reserved = { r0, r1 } };
+			       .keys = keys, .reserved = { r0 } };
 
 	return kt_cmd(c, KVS_IOC_ALLOC, &a);
 }
@@ -112,7 +112,7 @@ static int lookup_raw(struct kt_client *c, __u32 count, __u32 flags, __u64 keys,
 		      __u64 pages, __u32 pad, __u64 r0, __u64 r1)
 {
 	struct kvs_lookup l = { .count = count, .flags = flags, .keys = keys,
-				.pages = pages, .pad = pad, .reserved = { r0, r1 } };
+				.pages = pages, .n_inflight = pad, .reserved = { r0, r1 } };
 
 	return kt_cmd(c, KVS_IOC_LOOKUP, &l);
 }
@@ -147,7 +147,7 @@ TEST_F(bi, alloc_bad_input)
 	BAD(-EINVAL, alloc_raw(self->a, 0, 0, KT_PTR(p), 0, 0));
 	BAD(-E2BIG, alloc_raw(self->a, KVS_MAX_BATCH + 1, 0, KT_PTR(p), 0, 0));
 	BAD(-E2BIG, alloc_raw(self->a, 0xffffffff, 0, KT_PTR(p), 0, 0));
-	BAD(-EINVAL, alloc_raw(self->a, 1, 1, KT_PTR(p), 0, 0));
+	BAD(-EINVAL, alloc_raw(self->a, 1, 2, KT_PTR(p), 0, 0));
 	BAD(-EINVAL, alloc_raw(self->a, 1, 1u << 31, KT_PTR(p), 0, 0));
 	BAD(-EINVAL, alloc_raw(self->a, 1, 0, KT_PTR(p), 1, 0));
 	BAD(-EINVAL, alloc_raw(self->a, 1, 0, KT_PTR(p), 0, 1ull << 63));
@@ -261,7 +261,7 @@ TEST_F(bi, lookup_bad_input)
 	BAD(-EINVAL, lookup_raw(self->a, 0, 0, KT_PTR(k), KT_PTR(p), 0, 0, 0));
 	BAD(-E2BIG, lookup_raw(self->a, KVS_MAX_BATCH + 1, 0, KT_PTR(k), KT_PTR(p), 0, 0, 0));
 	BAD(-E2BIG, lookup_raw(self->a, 0xffffffff, 0, KT_PTR(k), KT_PTR(p), 0, 0, 0));
-	BAD(-EINVAL, lookup_raw(self->a, 3, 1, KT_PTR(k), KT_PTR(p), 0, 0, 0));
+	BAD(-EINVAL, lookup_raw(self->a, 3, 2, KT_PTR(k), KT_PTR(p), 0, 0, 0));
 	BAD(-EINVAL, lookup_raw(self->a, 3, 1u << 31, KT_PTR(k), KT_PTR(p), 0, 0, 0));
 	BAD(-EINVAL, lookup_raw(self->a, 3, 0, KT_PTR(k), KT_PTR(p), 1, 0, 0));
 	BAD(-EINVAL, lookup_raw(self->a, 3, 0, KT_PTR(k), KT_PTR(p), 0, 1, 0));
@@ -381,7 +381,7 @@ TEST_F(bi, other_commands_bad_input)
 
 	BAD(-EINVAL, kt_stats(self->a, 0, 2, &st));
 	BAD(-EINVAL, kt_stats(self->a, 0, KVS_STATS_CHECK | 4, &st));
-	for (i = 0; i < 4; i++) {
+	for (i = 0; i < (int)(sizeof(st.reserved) / sizeof(st.reserved[0])); i++) {
 		memset(&st, 0, sizeof(st));
 		st.reserved[i] = 1;
 		BAD(-EINVAL, kt_cmd(self->a, KVS_IOC_POOL_STATS, &st));

@@ -948,7 +948,7 @@ TEST_F(cmd, stats_errors)
 	EXPECT_EQ(-ENOENT, kt_stats(self->own, id + 77, 0, &st));
 	EXPECT_EQ(-EINVAL, kt_stats(self->own, id, 2, &st));
 	EXPECT_EQ(-EINVAL, kt_stats(self->own, id, 1u << 31, &st));
-	for (i = 0; i < 4; i++) {
+	for (i = 0; i < (int)(sizeof(st.reserved) / sizeof(st.reserved[0])); i++) {
 		memset(&st, 0, sizeof(st));
 		st.pool_id = id;
 		st.reserved[i] = 1;

@@ -10,12 +10,16 @@
 #                                    SIGTERM, metrics, and attacks from a
 #                                    second uid (caps, stalls, log floods,
 #                                    groups, per-user limits, PAGES/CHECK)
+#   build/tests/daemon/ring_test     the shared ring (equal to the socket,
+#                                    crash release, hostile ring clients
+#                                    as a second uid) and libkv's call
+#                                    deadlines against a SIGSTOPped daemon
 #
 # tests/daemon/with-kvshared.sh runs any suite against a private daemon;
 # tests/uapi/uapi-tests.mk uses it for the uapi suites' daemon variants.
 
 DAEMON_TEST_DIR  := tests/daemon
-DAEMON_TEST_BINS := $(BUILD)/tests/daemon/daemon_test
+DAEMON_TEST_BINS := $(BUILD)/tests/daemon/daemon_test $(BUILD)/tests/daemon/ring_test
 
 $(DAEMON_TEST_BINS): $(BUILD)/tests/daemon/%: $(DAEMON_TEST_DIR)/%.c $(DAEMON_TEST_DIR)/kvd_test.h \
 		$(KSFT_HDRS) $(LIBKV) $(BUILD)/san/kvshared

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <kvshare/arbiter.h>
@@ -196,6 +198,100 @@ TEST_F(client, share_a_chain)
 	ASSERT_EQ(0, st.n_refs);
 	ASSERT_EQ(0, st.n_held);
 	ASSERT_EQ(N_PAGES - CHAIN, st.n_free);
+}
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+struct publisher {
+	struct kv_arbiter *arb;
+	struct kvs_publish_entry ents[CHAIN];
+	int ret;
+};
+
+/* Publish what was claimed, 100 ms from now: the waiter sleeps by then. */
+static void *publish_later(void *arg)
+{
+	struct publisher *p = arg;
+
+	usleep(100 * 1000);
+	p->ret = kv_publish(p->arb, p->ents, CHAIN);
+	return NULL;
+}
+
+/*
+ * In-flight dedupe: b waits for the chain a claimed instead of computing
+ * it, gets it when a publishes, gives up after its timeout while a key is
+ * still in flight, and sees a miss at once when a's handle closes.
+ */
+TEST_F(client, lookup_wait_for_a_claimed_chain)
+{
+	struct kvs_key keys[CHAIN + 2];
+	struct kv_arbiter *a, *b;
+	struct kvs_pool_stats st;
+	struct publisher pub;
+	__u32 pages[CHAIN + 2], got[CHAIN + 2], inflight = 99;
+	unsigned int i;
+	long long t0;
+	pthread_t t;
+
+	if (self->skip)
+		SKIP(return, "no arbiter");
+	ASSERT_EQ(0, kv_arbiter_open(NULL, variant->flags, &a));
+	ASSERT_EQ(0, kv_arbiter_open(NULL, variant->flags, &b));
+	ASSERT_EQ(0, kv_arbiter_attach(a, self->name, 7, NULL));
+	ASSERT_EQ(0, kv_arbiter_attach(b, self->name, 7, NULL));
+	for (i = 0; i < CHAIN + 2; i++)
+		chain_key(&keys[i], i);
+
+	ASSERT_EQ(0, kv_alloc_claim(a, keys, CHAIN, pages));
+	ASSERT_EQ(-EEXIST, kv_alloc_claim(b, keys, 1, got));
+	memset(&pub, 0, sizeof(pub));
+	pub.arb = a;
+	for (i = 0; i < CHAIN; i++) {
+		pub.ents[i].page = pages[i];
+		pub.ents[i].parent = i ? KVS_PARENT_PREV : KVS_NO_PAGE;
+		pub.ents[i].key = keys[i];
+	}
+	ASSERT_EQ(0, pthread_create(&t, NULL, publish_later, &pub));
+	t0 = now_ms();
+	ASSERT_EQ(CHAIN, kv_lookup_wait(b, keys, CHAIN, got, 10000, &inflight));
+	ASSERT_GT(5000, now_ms() - t0);
+	pthread_join(t, NULL);
+	ASSERT_EQ(0, pub.ret);
+	ASSERT_EQ(0, inflight);
+	for (i = 0; i < CHAIN; i++)
+		ASSERT_EQ(pages[i], got[i]);
+
+	/* Two more keys in flight: b gives up after 100 ms, holding the run. */
+	ASSERT_EQ(0, kv_alloc_claim(a, keys + CHAIN, 2, pages + CHAIN));
+	ASSERT_EQ(0, kv_put(b, got, CHAIN));
+	t0 = now_ms();
+	ASSERT_EQ(CHAIN, kv_lookup_wait(b, keys, CHAIN + 2, got, 100, &inflight));
+	ASSERT_LE(100, now_ms() - t0);
+	ASSERT_EQ(2, inflight);
+	ASSERT_EQ(0, kv_put(b, got, CHAIN));
+	/* a goes away: its claims end, b misses at once and may claim. */
+	kv_arbiter_close(a);
+	ASSERT_EQ(CHAIN, kv_lookup_wait(b, keys, CHAIN + 2, got, 10000, &inflight));
+	ASSERT_EQ(0, inflight);
+	ASSERT_EQ(0, kv_alloc_claim(b, keys + CHAIN, 2, got + CHAIN));
+	pool_stats(_metadata, self->ctl, self->pool_id, &st);
+	ASSERT_EQ(2, st.n_claimed);
+	kv_arbiter_close(b);
+	/* kvshared sees a connection closed asynchronously: give it 2 s. */
+	for (t0 = now_ms(); now_ms() - t0 < 2000; usleep(1000)) {
+		pool_stats(_metadata, self->ctl, self->pool_id, &st);
+		if (!st.n_held)
+			break;
+	}
+	ASSERT_EQ(0, st.n_claimed);
+	ASSERT_EQ(0, st.n_held);
 }
 
 /*

@@ -113,11 +113,15 @@ struct report {
 	struct kv_prefix_stats st;
 };
 
+/* kv_prefix_config.inflight_wait_ms of the clients a test starts next. */
+static int inflight_wait_ms;
+
 static int client_open(struct client *c, const char *sock, const char *salt,
 		       uint64_t ns, unsigned int algo)
 {
 	struct kv_prefix_config cfg = {
 		.salt = salt, .salt_len = salt ? strlen(salt) : 0, .algo = algo,
+		.inflight_wait_ms = inflight_wait_ms,
 	};
 	int ret;
 
@@ -535,6 +539,58 @@ TEST_F(arb, same_prompt_same_pages)
 	expect_clean(_metadata, self->sock, &st);
 	EXPECT_EQ(12, st.n_cached);
 	EXPECT_EQ(12, st.dup_publishes);
+}
+
+/*
+ * In-flight dedupe: A misses, claims and prefills the prompt; B, started
+ * while A still computes, waits for A's pages instead of computing them
+ * again, and gets every one of them when A publishes: nothing is computed
+ * twice (same_prompt_same_pages above, without it: 12 duplicates).
+ */
+TEST_F(arb, inflight_prompt_computed_once)
+{
+	int go[2], ready[2], fa, fb;
+	struct report a, b;
+	struct kvs_pool_stats st;
+	struct job jb;
+	pid_t pa, pb;
+	char c = 0;
+
+	inflight_wait_ms = 20000;
+	ASSERT_EQ(0, pipe(go));
+	ASSERT_EQ(0, pipe(ready));
+	self->job.n = 48;
+	self->job.go_fd = go[0];
+	self->job.ready_fd = ready[1];
+	self->job.parent_fds[0] = go[1];
+	self->job.parent_fds[1] = ready[0];
+	prompt(self->tok, 48, 48, 9, 9);
+	pa = spawn(&self->job, &fa);
+	/* A has claimed and prefilled; it publishes only on "go". */
+	ASSERT_EQ(0, read_all(ready[0], &c, 1));
+	jb = self->job;
+	jb.go_fd = jb.ready_fd = -1;
+	pb = spawn(&jb, &fb);
+	usleep(300 * 1000);
+	ASSERT_EQ(0, pool_stats(self->sock, &st));
+	EXPECT_EQ(12, st.n_claimed);
+	EXPECT_LE(1, st.inflight_waits);
+	ASSERT_EQ(1, write(go[1], &c, 1));
+	close(go[0]);
+	close(ready[1]);
+	ASSERT_EQ(0, collect(pa, fa, &a));
+	ASSERT_EQ(0, collect(pb, fb, &b));
+	ASSERT_EQ(0, a.hit_tokens);
+	ASSERT_EQ(48, b.hit_tokens);
+	ASSERT_EQ(12, a.st.claimed);
+	ASSERT_EQ(0, b.st.claimed);
+	ASSERT_EQ(0, a.st.dup_published + b.st.dup_published);
+	ASSERT_EQ(0, b.st.allocated);
+	ASSERT_EQ(0, a.mismatches + b.mismatches);
+	expect_clean(_metadata, self->sock, &st);
+	EXPECT_EQ(12, st.n_cached);
+	EXPECT_EQ(0, st.dup_publishes);
+	EXPECT_EQ(0, st.n_claimed);
 }
 
 /* Other salts, other namespaces: no hits; the same salt again: hits. */

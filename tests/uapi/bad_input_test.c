@@ -290,7 +290,8 @@ TEST_F(bad, reserved_pool_stats)
 		MUT(struct kvs_pool_stats, flags, KVS_STATS_VALID << 1),
 		MUT(struct kvs_pool_stats, flags, 0x80000000u),
 		MUT_RES(struct kvs_pool_stats, 0), MUT_RES(struct kvs_pool_stats, 1),
-		MUT_RES(struct kvs_pool_stats, 2), MUT_RES(struct kvs_pool_stats, 3),
+		MUT(struct kvs_pool_stats, n_claimed, 1),
+		MUT(struct kvs_pool_stats, inflight_waits, 1),
 	};
 	struct kvs_pool_stats st;
 
@@ -347,9 +348,9 @@ TEST_F(bad, reserved_quota)
 TEST_F(bad, reserved_alloc)
 {
 	static const struct mut m[] = {
-		MUT(struct kvs_alloc, flags, 1),
+		MUT(struct kvs_alloc, flags, KVS_ALLOC_VALID << 1),
 		MUT(struct kvs_alloc, flags, 0x80000000u),
-		MUT_RES(struct kvs_alloc, 0), MUT_RES(struct kvs_alloc, 1),
+		MUT_RES(struct kvs_alloc, 0),
 	};
 	struct kvs_alloc a;
 	__u32 p[2];
@@ -359,6 +360,18 @@ TEST_F(bad, reserved_alloc)
 	a.count = 2;
 	a.pages = KVS_PTR(p);
 	expect_einval(_metadata, self, self->a, KVS_IOC_ALLOC, &a, m, KVS_ARRAY_SIZE(m));
+	/* keys without KVS_ALLOC_CLAIM (a readable array: libkv copies it). */
+	{
+		struct kvs_key k[2];
+		struct snap s0;
+
+		memset(k, 0, sizeof(k));
+		a.keys = KVS_PTR(k);
+		take_snap(_metadata, self, &s0);
+		ASSERT_EQ(-EINVAL, kvs_call(self->a, KVS_IOC_ALLOC, &a));
+		assert_unchanged(_metadata, self, &s0);
+		a.keys = 0;
+	}
 	ASSERT_EQ(0, kvs_call(self->a, KVS_IOC_ALLOC, &a));
 	ASSERT_EQ(2, kvs_held(self->a));
 	BAD_END();
@@ -411,9 +424,9 @@ TEST_F(bad, reserved_publish)
 TEST_F(bad, reserved_lookup)
 {
 	static const struct mut m[] = {
-		MUT(struct kvs_lookup, flags, 1),
+		MUT(struct kvs_lookup, flags, KVS_LOOKUP_VALID << 1),
 		MUT(struct kvs_lookup, flags, 0x80000000u),
-		MUT(struct kvs_lookup, pad, 1),
+		MUT(struct kvs_lookup, n_inflight, 1),
 		MUT_RES(struct kvs_lookup, 0), MUT_RES(struct kvs_lookup, 1),
 	};
 	struct kvs_key k = make_key(2, 0);

@@ -8,7 +8,8 @@
 # unload_test unloads and reloads kvshare.ko, so it is listed last.
 
 UAPI_TEST_DIR   := tests/uapi
-UAPI_TEST_NAMES := arbiter_test bad_input_test proc_test multiuser_test unload_test
+UAPI_TEST_NAMES := arbiter_test bad_input_test proc_test multiuser_test inflight_test \
+                   unload_test
 UAPI_TEST_BINS  := $(addprefix $(BUILD)/guest/,$(UAPI_TEST_NAMES))
 
 $(UAPI_TEST_BINS): $(BUILD)/guest/%: $(UAPI_TEST_DIR)/%.c $(KSFT_HDRS)
@@ -34,7 +35,7 @@ uapi-tests: $(UAPI_TEST_BINS)
 #
 #   build/tests/daemon/uapi/<suite>     the suite binary
 #   build/tests/daemon/<suite>_daemon   its runner (HOST_TESTS; results/<suite>_daemon.tap)
-UAPI_DAEMON_NAMES := arbiter_test bad_input_test proc_test multiuser_test
+UAPI_DAEMON_NAMES := arbiter_test bad_input_test proc_test multiuser_test inflight_test
 UAPI_DAEMON_BINS  := $(addprefix $(BUILD)/tests/daemon/uapi/,$(UAPI_DAEMON_NAMES))
 UAPI_DAEMON_RUNS  := $(addprefix $(BUILD)/tests/daemon/,$(addsuffix _daemon,$(UAPI_DAEMON_NAMES)))
 UAPI_WITH_KVSHARED := tests/daemon/with-kvshared.sh

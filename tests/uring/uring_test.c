@@ -1568,17 +1568,17 @@ struct zero_field {
 	  sizeof(((struct type *)0)->field) }
 
 static const struct zero_field zero_fields[] = {
-	ZF(KVS_IOC_ALLOC, kvs_alloc, flags),
+	/* flags bit 0 is KVS_ALLOC_CLAIM: keys without it is EINVAL. */
+	ZF(KVS_IOC_ALLOC, kvs_alloc, keys),
 	ZF(KVS_IOC_ALLOC, kvs_alloc, reserved[0]),
-	ZF(KVS_IOC_ALLOC, kvs_alloc, reserved[1]),
 	ZF(KVS_IOC_PUBLISH, kvs_publish, flags),
 	ZF(KVS_IOC_PUBLISH, kvs_publish, n_dup),
 	ZF(KVS_IOC_PUBLISH, kvs_publish, pad),
 	ZF(KVS_IOC_PUBLISH, kvs_publish, reserved[0]),
 	ZF(KVS_IOC_PUBLISH, kvs_publish, reserved[1]),
-	ZF(KVS_IOC_LOOKUP, kvs_lookup, flags),
+	/* flags bit 0 is KVS_LOOKUP_WAIT, EOPNOTSUPP here. */
 	ZF(KVS_IOC_LOOKUP, kvs_lookup, n_hit),
-	ZF(KVS_IOC_LOOKUP, kvs_lookup, pad),
+	ZF(KVS_IOC_LOOKUP, kvs_lookup, n_inflight),
 	ZF(KVS_IOC_LOOKUP, kvs_lookup, reserved[0]),
 	ZF(KVS_IOC_LOOKUP, kvs_lookup, reserved[1]),
 	ZF(KVS_IOC_PUT, kvs_put, flags),

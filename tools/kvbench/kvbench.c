@@ -7,7 +7,8 @@
  *                    and by io_uring, next to the core in the same run,
  *                    with the ratios per row.  Run in the QEMU TCG guest
  *                    (make vmbench), where only the ratios mean anything.
- *   kvbench daemon   the same through kvshared's socket, next to the core.
+ *   kvbench daemon   the same through kvshared (its shared ring, then its
+ *                    socket alone), next to the core.
  */
 #include "kvbench.h"
 
@@ -44,7 +45,8 @@ static void usage(FILE *f)
 	      "ioctl    the same through /dev/kvshare (or --device, $KVSHARE_DEVICE)\n"
 	      "         by ioctl and by io_uring, beside the core in the same run,\n"
 	      "         with their ratios.\n"
-	      "daemon   the same through kvshared's socket, beside the core.\n", f);
+	      "daemon   the same through kvshared, beside the core: page commands on its\n"
+	      "         shared ring (daemon), then everything on its socket (socket).\n", f);
 }
 
 /* --name VALUE or --name=VALUE: true, with the value in *out. */
@@ -150,7 +152,9 @@ static const struct bench_view view_core = { "arbiter", 1, { SLOT_CORE } };
 static const struct bench_view view_ioctl = {
 	"ioctl", 3, { SLOT_CORE, SLOT_IOCTL, SLOT_URING }
 };
-static const struct bench_view view_daemon = { "daemon", 2, { SLOT_CORE, SLOT_DAEMON } };
+static const struct bench_view view_daemon = {
+	"daemon", 3, { SLOT_CORE, SLOT_DAEMON, SLOT_SOCKET }
+};
 
 static void report(const struct bench_results *r, const struct opts *o,
 		   const struct bench_view *v, const char *title)
@@ -244,7 +248,14 @@ static int cmd_daemon(const struct opts *o)
 	}
 	failed = run_core(&r);
 	failed |= run_transport(&r, &t, SLOT_DAEMON);
-	report(&r, o, &view_daemon, "daemon: kvshared's socket vs the native core");
+	/* The same rows with every command on the socket, as before the ring. */
+	ret = target_socket_init(&t, o->device);
+	if (ret) {
+		fprintf(stderr, "kvbench: daemon: %s: %s\n", o->device, strerror(-ret));
+		return 1;
+	}
+	failed |= run_transport(&r, &t, SLOT_SOCKET);
+	report(&r, o, &view_daemon, "daemon: kvshared (shared ring; socket alone) vs the native core");
 	return failed;
 }
 

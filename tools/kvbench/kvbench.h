@@ -34,8 +34,10 @@ int target_core_init(struct bench_target *t);
 int target_ioctl_init(struct bench_target *t, const char *device);
 /* The same device through libkv, page commands by io_uring. */
 int target_uring_init(struct bench_target *t, const char *device);
-/* kvshared's socket through libkv. */
+/* kvshared through libkv: the shared ring if it offers one, and its socket. */
 int target_daemon_init(struct bench_target *t, const char *socket);
+/* The same with the socket alone (KV_ARBITER_NO_URING). */
+int target_socket_init(struct bench_target *t, const char *socket);
 
 enum bench_op {
 	OP_ALLOC,		/* ALLOC from free pages */
@@ -48,11 +50,12 @@ enum bench_op {
 #define N_CHAINS	3	/* 16, 256 and 4096 pages */
 #define MAX_CHAIN	4096
 #define MAX_POOLS	8
-#define N_SLOTS		4	/* core, ioctl, uring, daemon */
+#define N_SLOTS		5	/* core, ioctl, uring, daemon, socket */
 #define SLOT_CORE	0
 #define SLOT_IOCTL	1
 #define SLOT_URING	2
-#define SLOT_DAEMON	3
+#define SLOT_DAEMON	3	/* kvshared, page commands on its shared ring */
+#define SLOT_SOCKET	4	/* kvshared, everything on the socket */
 
 extern const char *const bench_slot_names[N_SLOTS];
 

@@ -15,6 +15,7 @@
 struct uring_target {
 	const char *device;
 	bool need_uring;		/* refuse a handle without io_uring */
+	unsigned int data_flags;	/* kv_arbiter_open()'s, for the data handle */
 	struct kv_arbiter *ctl;
 	struct kv_arbiter *data;	/* NULL when closed */
 };
@@ -29,7 +30,7 @@ static int uring_ctl(struct bench_target *t, unsigned int cmd, void *arg)
 static int uring_open(struct bench_target *t)
 {
 	struct uring_target *ut = t->priv;
-	int ret = kv_arbiter_open(ut->device, 0, &ut->data);
+	int ret = kv_arbiter_open(ut->device, ut->data_flags, &ut->data);
 
 	if (!ret && ut->need_uring && !kv_arbiter_uses_uring(ut->data)) {
 		kv_arbiter_close(ut->data);
@@ -96,7 +97,7 @@ static void uring_fini(struct bench_target *t)
 }
 
 static int target_libkv_init(struct bench_target *t, const char *path,
-			     const char *name, bool need_uring)
+			     const char *name, bool need_uring, unsigned int data_flags)
 {
 	struct uring_target *ut = calloc(1, sizeof(*ut));
 	int ret;
@@ -105,6 +106,7 @@ static int target_libkv_init(struct bench_target *t, const char *path,
 		return -ENOMEM;
 	ut->device = path;
 	ut->need_uring = need_uring;
+	ut->data_flags = data_flags;
 	ret = kv_arbiter_open(path, KV_ARBITER_NO_URING, &ut->ctl);
 	if (ret) {
 		free(ut);
@@ -120,10 +122,15 @@ static int target_libkv_init(struct bench_target *t, const char *path,
 
 int target_uring_init(struct bench_target *t, const char *device)
 {
-	return target_libkv_init(t, device, "uring", true);
+	return target_libkv_init(t, device, "uring", true, 0);
 }
 
 int target_daemon_init(struct bench_target *t, const char *socket)
 {
-	return target_libkv_init(t, socket, "daemon", false);
+	return target_libkv_init(t, socket, "daemon", false, 0);
+}
+
+int target_socket_init(struct bench_target *t, const char *socket)
+{
+	return target_libkv_init(t, socket, "socket", false, KV_ARBITER_NO_URING);
 }

@@ -22,3 +22,11 @@ serve:
 	@scripts/setup.sh
 	@$(MAKE) --no-print-directory $(BUILD)/kvshared $(BUILD)/kvserve $(BUILD)/kvctl
 	@BUILD=$(BUILD) tools/kvserve/run.sh $(SERVE_ARGS)
+
+# Sharing vs --no-share at 1, 2, 4 and 8 workers: table and plot under $(BUILD).
+BENCH_CMDS += BUILD=$(BUILD) tools/kvserve/scale.sh;
+
+.PHONY: serve-scale
+serve-scale:
+	@$(MAKE) --no-print-directory $(BUILD)/kvshared $(BUILD)/kvserve $(BUILD)/kvctl
+	@BUILD=$(BUILD) tools/kvserve/scale.sh $(SERVE_ARGS)

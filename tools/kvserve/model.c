@@ -29,6 +29,7 @@ struct model {
 	float *wout;			/* [hid][VOCAB] */
 	float *freq;			/* [hid]: the position encoding's frequencies */
 	float *x, *xn, *q, *k, *v, *o;	/* activations, max_tokens rows */
+	uint32_t *seq_lens;		/* decode: max_tokens requests */
 	float hidden[MAX_HIDDEN];	/* last row, normalized */
 	float logits[VOCAB];
 };
@@ -81,6 +82,7 @@ void model_destroy(struct model *m)
 	free(m->k);
 	free(m->v);
 	free(m->o);
+	free(m->seq_lens);
 	free(m);
 }
 
@@ -128,7 +130,8 @@ int model_create(const struct kvs_geometry *g, uint32_t n_q_heads, uint64_t seed
 	m->o = malloc(rows * m->hid * sizeof(float));
 	m->k = malloc(rows * m->kvw * sizeof(float));
 	m->v = malloc(rows * m->kvw * sizeof(float));
-	if (!m->wout || !m->freq || !m->x || !m->xn || !m->q || !m->o || !m->k || !m->v)
+	m->seq_lens = malloc(rows * sizeof(uint32_t));
+	if (!m->seq_lens || !m->wout || !m->freq || !m->x || !m->xn || !m->q || !m->o || !m->k || !m->v)
 		goto nomem;
 	*out = m;
 	return 0;
@@ -179,18 +182,23 @@ static void project(const float *x, const float *w, float *y, uint32_t rows,
 	}
 }
 
-/* Tokens at [pos, pos + n) are in m->x (embedded); run every layer. */
-static int forward(struct model *m, const struct model_seq *s, uint32_t pos, uint32_t n,
-		   bool decode, uint32_t *next)
+/*
+ * The rows in m->x (embedded) through every layer: @b says whose pages
+ * each row's KV goes to and reads from (extend: one request, @n rows;
+ * decode: @n requests, one row each).  Row r's greedy next token goes to
+ * next[r] for every r in [first_out, n); its final state to m->hidden (the
+ * last row) and to hidden_out (row r at hidden_out + (r - first_out) * hid)
+ * when that is not NULL.  Every row is computed by the same operations in
+ * the same order whatever the other rows are: a request's bits do not
+ * depend on the batch it is in.
+ */
+static int forward(struct model *m, const struct model_seq *s,
+		   const struct kv_attn_batch *b, uint32_t n, bool decode,
+		   uint32_t first_out, uint32_t *next, float *hidden_out)
 {
-	uint32_t indptr[2] = { 0, s->n_pages }, q_indptr[2] = { 0, n }, seq = pos + n;
-	struct kv_attn_batch b = {
-		.n_reqs = 1, .max_seq_len = seq, .max_q_len = n, .page_indptr = indptr,
-		.pages = s->pages, .seq_lens = &seq, .q_indptr = decode ? NULL : q_indptr,
-	};
 	struct kv_attn_params p = { .n_q_heads = m->nq };
 	struct kv_attn_kv kv = { .base = s->pool_base, .n_pages = s->pool_pages, .geom = m->g };
-	uint32_t l, r, i, best = 0;
+	uint32_t l, r, i;
 	int ret;
 
 	for (l = 0; l < m->g.n_layers; l++) {
@@ -202,11 +210,11 @@ static int forward(struct model *m, const struct model_seq *s, uint32_t pos, uin
 		project(m->xn, w->wk, m->k, n, m->hid, m->kvw);
 		project(m->xn, w->wv, m->v, n, m->hid, m->kvw);
 		kv.layer = l;
-		ret = kv_attn_write_ref(&kv, &b, m->k, m->v);
+		ret = kv_attn_write_ref(&kv, b, m->k, m->v);
 		if (ret)
 			return ret;
-		ret = decode ? kv_attn_decode_ref(&kv, &b, &p, m->q, m->o, NULL)
-			     : kv_attn_extend_ref(&kv, &b, &p, m->q, m->o, NULL);
+		ret = decode ? kv_attn_decode_ref(&kv, b, &p, m->q, m->o, NULL)
+			     : kv_attn_extend_ref(&kv, b, &p, m->q, m->o, NULL);
 		if (ret)
 			return ret;
 		/* The residual: x += o Wo (q is free again: it takes o Wo). */
@@ -214,12 +222,19 @@ static int forward(struct model *m, const struct model_seq *s, uint32_t pos, uin
 		for (i = 0; i < n * m->hid; i++)
 			m->x[i] += m->q[i];
 	}
-	rmsnorm(m->x + (size_t)(n - 1) * m->hid, m->hidden, m->hid);
-	project(m->hidden, m->wout, m->logits, 1, m->hid, VOCAB);
-	for (i = 1; i < VOCAB; i++)
-		if (m->logits[i] > m->logits[best])
-			best = i;
-	*next = best;
+	for (r = first_out; r < n; r++) {
+		uint32_t best = 0;
+
+		rmsnorm(m->x + (size_t)r * m->hid, m->hidden, m->hid);
+		project(m->hidden, m->wout, m->logits, 1, m->hid, VOCAB);
+		for (i = 1; i < VOCAB; i++)
+			if (m->logits[i] > m->logits[best])
+				best = i;
+		next[r - first_out] = best;
+		if (hidden_out)
+			memcpy(hidden_out + (size_t)(r - first_out) * m->hid, m->hidden,
+			       m->hid * sizeof(float));
+	}
 	return 0;
 }
 
@@ -237,6 +252,11 @@ static int check_seq(const struct model *m, const struct model_seq *s, uint32_t 
 int model_prefill(struct model *m, const struct model_seq *s, const uint32_t *tokens,
 		  uint32_t pos, uint32_t n, uint32_t *next)
 {
+	uint32_t indptr[2] = { 0, s->n_pages }, q_indptr[2] = { 0, n }, seq = pos + n;
+	struct kv_attn_batch b = {
+		.n_reqs = 1, .max_seq_len = seq, .max_q_len = n, .page_indptr = indptr,
+		.pages = s->pages, .seq_lens = &seq, .q_indptr = q_indptr,
+	};
 	uint32_t r;
 	int ret = check_seq(m, s, pos, n);
 
@@ -244,24 +264,55 @@ int model_prefill(struct model *m, const struct model_seq *s, const uint32_t *to
 		return ret;
 	for (r = 0; r < n; r++)
 		embed(m, tokens[pos + r], pos + r, m->x + (size_t)r * m->hid);
-	return forward(m, s, pos, n, false, next);
+	return forward(m, s, &b, n, false, n - 1, next, NULL);
 }
 
 int model_decode(struct model *m, const struct model_seq *s, uint32_t tok, uint32_t pos,
 		 uint32_t *next)
 {
-	int ret = check_seq(m, s, pos, 1);
+	uint32_t indptr[2] = { 0, s->n_pages };
+	struct model_batch b = {
+		.pool_base = s->pool_base, .pool_pages = s->pool_pages, .n_reqs = 1,
+		.page_indptr = indptr, .pages = s->pages,
+	};
 
-	if (ret)
-		return ret;
-	embed(m, tok, pos, m->x);
-	return forward(m, s, pos, 1, true, next);
+	return model_decode_batch(m, &b, &tok, &pos, next, NULL);
+}
+
+int model_decode_batch(struct model *m, const struct model_batch *b, const uint32_t *toks,
+		       const uint32_t *pos, uint32_t *next, float *hidden)
+{
+	const uint32_t T = m->g.tokens_per_page;
+	struct model_seq s = { b->pool_base, b->pool_pages, NULL, 0 };
+	struct kv_attn_batch ab = {
+		.n_reqs = b->n_reqs, .max_q_len = 1, .page_indptr = b->page_indptr,
+		.pages = b->pages, .seq_lens = m->seq_lens,
+	};
+	uint32_t r;
+
+	if (!b->n_reqs || b->n_reqs > m->max_tokens)
+		return -EINVAL;
+	for (r = 0; r < b->n_reqs; r++) {
+		if (pos[r] == UINT32_MAX ||
+		    pos[r] / T >= b->page_indptr[r + 1] - b->page_indptr[r])
+			return -EINVAL;
+		m->seq_lens[r] = pos[r] + 1;
+		if (m->seq_lens[r] > ab.max_seq_len)
+			ab.max_seq_len = m->seq_lens[r];
+		embed(m, toks[r], pos[r], m->x + (size_t)r * m->hid);
+	}
+	return forward(m, &s, &ab, b->n_reqs, true, 0, next, hidden);
 }
 
 const float *model_last_hidden(const struct model *m, uint32_t *len)
 {
 	*len = m->hid;
 	return m->hidden;
+}
+
+uint32_t model_hidden_size(const struct model *m)
+{
+	return m->hid;
 }
 
 uint64_t model_macs_per_token(const struct model *m)

@@ -56,8 +56,32 @@ int model_prefill(struct model *m, const struct model_seq *s, const uint32_t *to
 int model_decode(struct model *m, const struct model_seq *s, uint32_t tok, uint32_t pos,
 		 uint32_t *next);
 
+/* Several requests in one pool: request r's pages are pages[page_indptr[r] ..]. */
+struct model_batch {
+	void *pool_base;
+	uint64_t pool_pages;
+	uint32_t n_reqs;		/* at most the model's max_tokens */
+	const uint32_t *page_indptr;	/* [n_reqs + 1] */
+	const uint32_t *pages;
+};
+
+/*
+ * One decode step for a batch (one call of the decode kernel per layer for
+ * all of them): request r feeds toks[r] at position pos[r] and gets its
+ * greedy next token in next[r], and its final hidden state at hidden +
+ * r * model_hidden_size() when @hidden is not NULL.  A request's results
+ * are the same bits as model_decode() alone: the batch does not change
+ * them (the C reference's decode runs without workers here, one item per
+ * request, and the projections work row by row).
+ */
+int model_decode_batch(struct model *m, const struct model_batch *b, const uint32_t *toks,
+		       const uint32_t *pos, uint32_t *next, float *hidden);
+
 /* The last call's final hidden state (after the last RMSNorm), and its length. */
 const float *model_last_hidden(const struct model *m, uint32_t *len);
+
+/* Floats in a final hidden state. */
+uint32_t model_hidden_size(const struct model *m);
 
 /* Multiply-adds of one token through the projections (for throughput figures). */
 uint64_t model_macs_per_token(const struct model *m);

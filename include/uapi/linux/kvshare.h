@@ -273,17 +273,27 @@ struct kvs_pool_destroy {
  * CACHED pages (leaf first, least recently used first) when too few are
  * free.  All or nothing: a failed ALLOC evicts nothing.
  * pages: out, __u32[count] page indices.
+ * keys:  with KVS_ALLOC_CLAIM, in, struct kvs_key[count]: page k is
+ *        "in flight" under keys[k] in this file's namespace until it is
+ *        published, put, or its file closed, or the arbiter's claim timeout
+ *        passes (see "In-flight dedupe" below).  A key listed twice is
+ *        claimed by its first page only.  Without the flag, must be 0.
  * Errors: EBADFD file not attached; EDQUOT the file's quota, or the
  *         per-user limit on pages or bytes held, would be exceeded (checked
- *         first); ENOSPC not enough free or evictable
- *         pages.
+ *         first); EEXIST (KVS_ALLOC_CLAIM) a key exists already in this
+ *         namespace, published or in flight in a live claim: LOOKUP it;
+ *         ENOSPC not enough free or evictable pages.
  */
 struct kvs_alloc {
 	__u32 count;
-	__u32 flags;			/* must be 0 */
+	__u32 flags;			/* KVS_ALLOC_* */
 	__u64 pages;			/* __u32 *, out */
-	__u64 reserved[2];
+	__u64 keys;			/* const struct kvs_key *, with CLAIM */
+	__u64 reserved[1];
 };
+
+#define KVS_ALLOC_CLAIM		(1u << 0)
+#define KVS_ALLOC_VALID		(KVS_ALLOC_CLAIM)
 
 /*
  * KVS_IOC_PUBLISH: make OWNED pages SHARED under their keys.  For each
@@ -328,19 +338,49 @@ struct kvs_publish {
  * keys:  in, struct kvs_key[count], the chain in order.
  * pages: out, __u32[count]; the first n_hit are written, the rest is
  *        left as it was.
+ * flags: KVS_LOOKUP_WAIT also reports, in n_inflight, how many keys right
+ *        after the run are in flight (claimed by another file's
+ *        ALLOC with KVS_ALLOC_CLAIM and not yet published), and if there
+ *        are any arms this file's wait on the first of them (below).
  * Errors: EBADFD not attached; EDQUOT the run would exceed the file's
  *         quota or a per-user limit (nothing is taken; a shorter chain may
- *         fit).
+ *         fit); EOPNOTSUPP KVS_LOOKUP_WAIT through io_uring.
+ *
+ * In-flight dedupe.  A client that misses a run of keys and is going to
+ * compute their pages claims them: ALLOC with KVS_ALLOC_CLAIM.  Another
+ * file's LOOKUP with KVS_LOOKUP_WAIT then sees n_inflight > 0 instead of
+ * a plain miss, and rather than compute the same pages it waits for the
+ * claim of keys[n_hit] to end, then looks up keys[n_hit..] again: the
+ * page was published (a hit) or abandoned (a miss: claim and compute it).
+ * Nothing ever sleeps in the arbiter: the call returns at once, and the
+ * wait is on readiness.  The module's file polls readable (EPOLLIN) at
+ * all times except while the wait its latest LOOKUP armed is pending; it
+ * turns readable the moment that claim ends: the page published (by its
+ * owner, or the key by anyone), put, claimed under another key, or its
+ * file closed however its process ended.  Every LOOKUP disarms the
+ * previous wait; threads that share a file share its one wait.
+ * On kvshared no readiness is signalled (yet): the client repeats the
+ * LOOKUP.  A claim is reported in flight only for the arbiter's claim
+ * timeout (module parameter claim_timeout_ms, default 10 s; 0 turns the
+ * reporting off) after its ALLOC: then it is a miss again, and a new
+ * CLAIM of the key takes it over, so a stalled owner delays others by at
+ * most that long; waiters are not woken by the expiry and bound their
+ * wait with their own timeout.  Claims are OWNED pages, so they are
+ * bounded by the file's quota and its user's limits; only files of the
+ * same namespace see them.
  */
 struct kvs_lookup {
 	__u32 count;
-	__u32 flags;			/* must be 0 */
+	__u32 flags;			/* KVS_LOOKUP_* */
 	__u64 keys;			/* const struct kvs_key * */
 	__u64 pages;			/* __u32 *, out */
 	__u32 n_hit;			/* out */
-	__u32 pad;
+	__u32 n_inflight;		/* out: with KVS_LOOKUP_WAIT */
 	__u64 reserved[2];
 };
+
+#define KVS_LOOKUP_WAIT		(1u << 0)
+#define KVS_LOOKUP_VALID	(KVS_LOOKUP_WAIT)
 
 /*
  * KVS_IOC_PUT: give back holdings.  For each page: an OWNED page of this
@@ -404,7 +444,9 @@ struct kvs_pool_stats {
 	__u64 lookups;			/* keys asked */
 	__u64 hits;			/* keys found */
 	__u64 evictions;
-	__u64 reserved[4];
+	__u64 n_claimed;		/* OWNED pages in flight under a key */
+	__u64 inflight_waits;		/* LOOKUPs that armed a wait */
+	__u64 reserved[2];
 };
 
 #define KVS_STATS_CHECK		(1u << 0)
@@ -477,7 +519,8 @@ struct kvs_pages {
  * the arbiter copies it once before looking at it.  ALLOC, PUBLISH,
  * LOOKUP and PUT are carried; the arrays they point to are read and
  * written as for the ioctl, and cqe->res is the negative errno or:
- * LOOKUP n_hit, PUBLISH n_dup, ALLOC and PUT 0.  Commands complete before
+ * LOOKUP n_hit, PUBLISH n_dup, ALLOC and PUT 0 (LOOKUP's n_inflight does
+ * not fit, so KVS_LOOKUP_WAIT is EOPNOTSUPP here).  Commands complete before
  * the submission returns, so nothing stays in flight.  Holdings taken
  * this way belong to the device file, exactly as the ioctl's do.
  * Errors besides the command's own: EINVAL the ring lacks SQE128;
@@ -547,6 +590,95 @@ struct kvs_msg {
 	__u64 seq;			/* the client's; echoed */
 };
 
+/*
+ * The shared ring (socket only).  A connection may ask the daemon for one
+ * ring: a memfd shared by the two, which carries the page commands (ALLOC,
+ * PUBLISH, LOOKUP, PUT) without a system call while the daemon polls it.
+ * The socket stays: it carries every other command, the descriptors, the
+ * credentials (the ring's commands run with the connection's), the
+ * wakeups, and the connection's life (closing it releases everything,
+ * the ring included).  The ring belongs to its connection alone.
+ *
+ * KVS_SOCK_RING_SETUP: the daemon creates a memfd of area_off + size
+ * bytes, sealed against shrinking and growing (F_SEAL_SHRINK, F_SEAL_GROW,
+ * F_SEAL_SEAL), maps it, and sends it with the reply (SCM_RIGHTS, as
+ * ATTACH's memory fd; the reply's struct then says fd 0).  The ring's
+ * bytes count against the daemon's buffer budget (max_buffer_total).
+ *   size:     in: bytes of the message area, KVS_RING_MIN..max_conn_buffer
+ *             (a multiple of 4096); out: the same.
+ *   area_off: out (0 in): where the message area starts, after the
+ *             control block (struct kvs_ring_ctl at offset 0).
+ * Errors: EINVAL flags, pad, reserved or out fields set, or size not a
+ *         multiple of 4096; ERANGE size out of bounds; EBUSY the connection
+ *         has a ring already; ENOBUFS the buffer budget is exhausted;
+ *         ENOMEM or EMFILE the daemon could not make it.
+ *
+ * One request at a time.  The client writes a request into the message
+ * area exactly as it would send it on the socket (struct kvs_msg, the
+ * command struct, the data area; pointers are offsets from the area's
+ * start), then increments sq (release).  The daemon copies the request
+ * out of the ring once (its len read once, and at most size bytes)
+ * before it looks at it, runs it as it runs a socket request, writes the
+ * reply in the area as the socket would send it, and stores sq's value
+ * in cq (release): the reply is there when cq == sq.  Once it has copied
+ * a request it stores its sq in taken: a client may spin while the daemon
+ * works on its request, and sleep (RING_ENTER) when it is not being taken.
+ * daemon_cpu says where the daemon polls: a client on that same CPU only
+ * delays the daemon by spinning, and had better sleep at once;
+ * client_cpu says where the client posted from, and the daemon does not
+ * keep polling for a client on its own CPU, which it would only keep from
+ * running (both hints: nothing depends on them).  A client that
+ * sleeps for request sq stores sq in enter before it sends RING_ENTER, so
+ * that the daemon which serves the request by polling answers the ENTER
+ * at once too (a hint: the reply to ENTER comes either way).  A request that
+ * cannot be framed (bad magic, len below the header or above size) closes
+ * the connection, as on the socket; commands other than the four page
+ * commands fail with EOPNOTSUPP.  Requests posted while one is pending
+ * (sq - cq > 1) are the client's problem only: the daemon serves what it
+ * copied.
+ *
+ * Wakeups.  While it polls, the daemon serves requests as they appear;
+ * before it sleeps it sets KVS_RING_NEED_WAKEUP in flags, then looks at
+ * sq once more (a full barrier between).  A client that finds the flag
+ * set after posting (a full barrier between) sends KVS_SOCK_RING_ENTER on
+ * the socket, whose reply comes once every request posted before it has
+ * been served; a client may also send it whenever it would rather sleep
+ * than spin.
+ *   KVS_SOCK_RING_ENTER: flags, pad, reserved 0; cq out (0 in): the
+ *   ring's cq when it replies.  Errors: ENXIO the connection has no ring.
+ *
+ * Both socket-only commands are matched by their whole number (size bits
+ * included), and take no descriptor.
+ */
+#define KVS_RING_MIN		4096u
+#define KVS_RING_NEED_WAKEUP	(1u << 0)
+
+struct kvs_ring_ctl {
+	__u32 sq;			/* client: requests posted */
+	__u32 enter;			/* client: the sq it sleeps for in RING_ENTER */
+	__u32 client_cpu;		/* client: the CPU it posted from, + 1 (0: unknown) */
+	__u32 pad0[13];			/* the client's cache line */
+	__u32 cq;			/* daemon: requests served */
+	__u32 flags;			/* daemon: KVS_RING_* */
+	__u32 taken;			/* daemon: the sq of the request it copied */
+	__u32 daemon_cpu;		/* daemon: the CPU it polls on, + 1 (0: unknown) */
+	__u32 pad1[12];
+};
+
+struct kvs_ring_setup {
+	__u32 size;			/* in/out: bytes of the message area */
+	__u32 flags;			/* must be 0 */
+	__s32 ring_fd;			/* out: 0, the descriptor sent with the reply */
+	__u32 area_off;			/* out: the message area's offset */
+	__u64 reserved[2];
+};
+
+struct kvs_ring_enter {
+	__u32 flags;			/* must be 0 */
+	__u32 cq;			/* out */
+	__u64 reserved[2];
+};
+
 #define KVS_IOC_MAGIC		0xB8
 
 #define KVS_IOC_INFO		_IOWR(KVS_IOC_MAGIC, 0x00, struct kvs_info)
@@ -562,5 +694,9 @@ struct kvs_msg {
 #define KVS_IOC_PUBLISH		_IOWR(KVS_IOC_MAGIC, 0x11, struct kvs_publish)
 #define KVS_IOC_LOOKUP		_IOWR(KVS_IOC_MAGIC, 0x12, struct kvs_lookup)
 #define KVS_IOC_PUT		_IOWR(KVS_IOC_MAGIC, 0x13, struct kvs_put)
+
+/* Socket only: never an ioctl of the module. */
+#define KVS_SOCK_RING_SETUP	_IOWR(KVS_IOC_MAGIC, 0x40, struct kvs_ring_setup)
+#define KVS_SOCK_RING_ENTER	_IOWR(KVS_IOC_MAGIC, 0x41, struct kvs_ring_enter)
 
 #endif /* _UAPI_LINUX_KVSHARE_H */

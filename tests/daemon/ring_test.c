@@ -1,0 +1,831 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * kvshared's fast path and libkv's deadlines (issue 14, part 3), each test
+ * on a daemon of its own (tests/daemon/kvd_test.h, the ASan/UBSan build),
+ * stopped with SIGTERM at the end (exit 0, socket removed, clean logs):
+ *
+ *  - the shared ring gives the same results as the socket: the same
+ *    commands, good and bad, on two fresh pools, one handle on the ring
+ *    and one on the socket alone, return the same values, errnos and
+ *    arrays;
+ *  - a client that used the ring killed with -9 at several points: every
+ *    page it held is released, the invariants hold;
+ *  - deadlines: with the daemon stopped (SIGSTOP), page and control calls,
+ *    on the ring and on the socket, and opening a handle, fail with
+ *    ETIMEDOUT within the timeout plus a margin; the handle is then broken
+ *    (ENOTCONN, kv_arbiter_broken() says ETIMEDOUT); after SIGCONT,
+ *    closing the timed-out handles releases what they held;
+ *    $KVSHARE_CALL_TIMEOUT_MS is parsed, never ignored;
+ *  - hostile ring clients, as a second uid (65534): bad RING_SETUP and
+ *    RING_ENTER requests get their errnos, a ring's file cannot be shrunk
+ *    or write-sealed, commands the ring does not carry get EOPNOTSUPP,
+ *    garbage in the ring (bad magic, a length past the ring) closes the
+ *    connection and a ring fd sent back as pool memory harms nobody, while
+ *    a victim on its own ring keeps working throughout.
+ *
+ * Children report through their exit status, never the harness asserts.
+ */
+#include <errno.h>
+#include <grp.h>
+#include <stdint.h>
+#include <sys/mman.h>
+
+#include <kvshare/arbiter.h>
+
+#include "kvd_test.h"
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#include "kselftest_harness.h"
+#pragma GCC diagnostic pop
+#pragma GCC diagnostic ignored "-Wsign-compare"
+
+#define POOL		"t"
+#define POOL_SPEC	POOL ":pages=64,layers=2,kv_heads=2,head_dim=16," \
+			"tokens_per_page=16,dtype=f16,mode=0666"
+#define HDR		sizeof(struct kvs_msg)
+#define NOBODY		65534
+
+#define CHILD_EQ(expected, seen) do { \
+	long long __e = (long long)(expected), __s = (long long)(seen); \
+	if (__e != __s) { \
+		fprintf(stderr, "# child %d: %s:%d: %s == %lld, expected %s == %lld\n", \
+			(int)getpid(), __FILE__, __LINE__, #seen, __s, #expected, __e); \
+		_exit(101); \
+	} \
+} while (0)
+
+#define CHILD_TRUE(cond) do { \
+	if (!(cond)) { \
+		fprintf(stderr, "# child %d: %s:%d: check failed: %s\n", \
+			(int)getpid(), __FILE__, __LINE__, #cond); \
+		_exit(100); \
+	} \
+} while (0)
+
+static __u64 mix64(__u64 x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static struct kvs_key make_key(__u32 chain, __u32 i)
+{
+	__u64 x = ((__u64)chain << 32) | i;
+	struct kvs_key k = { { mix64(x), mix64(x + 1), mix64(x + 2), mix64(x + 3) } };
+
+	return k;
+}
+
+/* ------------------------------------------------------------------ */
+/* the fixture                                                        */
+/* ------------------------------------------------------------------ */
+
+FIXTURE(ring) {
+	struct kvd d;
+	struct kv_arbiter *ctl;		/* socket only, never attached */
+	__u32 pool_id;
+	pid_t kid;
+	char why[512];
+};
+
+static __u32 pool_id_of(struct kv_arbiter *a, const char *name)
+{
+	struct kvs_pool_desc d[16];
+	struct kvs_pool_list l = { .count = 16, .pools = (uintptr_t)d };
+	__u32 i;
+
+	if (kv_arbiter_call(a, KVS_IOC_POOL_LIST, &l))
+		return 0;
+	for (i = 0; i < l.count && i < 16; i++)
+		if (!strcmp(d[i].name, name))
+			return d[i].pool_id;
+	return 0;
+}
+
+FIXTURE_SETUP(ring)
+{
+	const char *args[] = { "--pool", POOL_SPEC, "--max-pools", "8", NULL };
+	int ret;
+
+	self->ctl = NULL;
+	self->kid = 0;
+	self->why[0] = '\0';
+	unsetenv("KVSHARE_CALL_TIMEOUT_MS");
+	ret = kvd_init(&self->d);
+	ASSERT_EQ(0, ret) TH_LOG("mkdtemp: %s", strerror(-ret));
+	ret = kvd_start(&self->d, args, self->why, sizeof(self->why));
+	if (!ret)
+		ret = kv_arbiter_open(self->d.sock, KV_ARBITER_NO_URING, &self->ctl);
+	if (!ret)
+		self->pool_id = pool_id_of(self->ctl, POOL);
+	if (ret || !self->pool_id) {
+		if (self->ctl)
+			kv_arbiter_close(self->ctl);
+		self->d.failed = 1;
+		kvd_fini(&self->d);
+	}
+	ASSERT_EQ(0, ret) TH_LOG("%s", self->why[0] ? self->why : strerror(-ret));
+	ASSERT_NE(0, self->pool_id);
+}
+
+FIXTURE_TEARDOWN(ring)
+{
+	int ret;
+
+	if (self->kid > 0) {
+		kill(self->kid, SIGKILL);
+		waitpid(self->kid, NULL, 0);
+	}
+	if (self->d.pid > 0)
+		kill(self->d.pid, SIGCONT);
+	if (self->ctl)
+		kv_arbiter_close(self->ctl);
+	self->why[0] = '\0';
+	ret = kvd_stop(&self->d, self->why, sizeof(self->why));
+	if (ret)
+		TH_LOG("kvshared: %s", self->why);
+	EXPECT_EQ(0, ret);
+	kvd_fini(&self->d);
+}
+
+/* Counters of pool @id, checked by the arbiter (STATS_CHECK). */
+static int stats(FIXTURE_DATA(ring) *self, __u32 id, struct kvs_pool_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->pool_id = id;
+	st->flags = KVS_STATS_CHECK;
+	return kv_arbiter_call(self->ctl, KVS_IOC_POOL_STATS, st);
+}
+
+#define ASSERT_RELEASED(id) do { \
+	struct kvs_pool_stats __st; \
+	ASSERT_EQ(0, kvd_settle(&self->d)); \
+	ASSERT_EQ(0, stats(self, (id), &__st)); \
+	ASSERT_EQ(0, __st.n_held); \
+	ASSERT_EQ(0, __st.n_owned); \
+	ASSERT_EQ(0, __st.n_refs); \
+	ASSERT_EQ(0, __st.n_files); \
+} while (0)
+
+/* A ring handle attached to pool "t" of its owner (this process). */
+static int open_attached(const char *sock, unsigned int flags, struct kv_arbiter **a)
+{
+	int ret = kv_arbiter_open(sock, flags, a);
+
+	if (ret)
+		return ret;
+	ret = kv_arbiter_attach(*a, POOL, 0, NULL);
+	if (ret) {
+		kv_arbiter_close(*a);
+		*a = NULL;
+	}
+	return ret;
+}
+
+/* ------------------------------------------------------------------ */
+/* the ring gives what the socket gives                               */
+/* ------------------------------------------------------------------ */
+
+struct trace {
+	int ret[32];
+	__u32 pages[32][16];
+	__u32 results[8][16];
+	int n;
+};
+
+static int create_pool(struct kv_arbiter *ctl, const char *name, __u32 *id)
+{
+	struct kvs_pool_create cr = {
+		.n_pages = 32,
+		.geom = { .n_layers = 1, .n_kv_heads = 1, .head_dim = 1,
+			  .tokens_per_page = 1, .dtype = KVS_DTYPE_F16 },
+		.mode = 0600, .mem_fd = -1,
+	};
+	int ret;
+
+	snprintf(cr.name, sizeof(cr.name), "%s", name);
+	ret = kv_arbiter_call(ctl, KVS_IOC_POOL_CREATE, &cr);
+	*id = cr.pool_id;
+	return ret;
+}
+
+/*
+ * The same commands, good and bad, on a fresh pool @name: every return
+ * value and array they produce goes into @t.
+ */
+static int run_trace(const char *sock, unsigned int flags, const char *name,
+		     struct trace *t)
+{
+	struct kvs_publish_entry e[16];
+	struct kvs_key keys[16];
+	__u32 pages[64], i;
+	struct kv_arbiter *a;
+	int ret, k = 0;
+
+	memset(t, 0, sizeof(*t));
+	ret = kv_arbiter_open(sock, flags, &a);
+	if (ret)
+		return ret;
+	if (!!kv_arbiter_uses_ring(a) != !(flags & KV_ARBITER_NO_URING)) {
+		kv_arbiter_close(a);
+		return -ENOPROTOOPT;
+	}
+	ret = kv_arbiter_attach_owner(a, geteuid(), name, 0, NULL);
+	if (ret) {
+		kv_arbiter_close(a);
+		return ret;
+	}
+#define REC(call) do { t->ret[t->n] = (call); memcpy(t->pages[t->n], pages, sizeof(t->pages[0])); \
+		       t->n++; } while (0)
+	memset(pages, 0xa5, sizeof(pages));
+	REC(kv_alloc(a, 12, pages));
+	memset(e, 0, sizeof(e));
+	for (i = 0; i < 12; i++) {
+		e[i].page = pages[i];
+		e[i].parent = i ? KVS_PARENT_PREV : KVS_NO_PAGE;
+		e[i].key = make_key(7, i);
+		keys[i] = e[i].key;
+	}
+	/* A bad entry first: nothing happens, as on the socket. */
+	e[3].flags = 1;
+	REC(kv_publish(a, e, 12));
+	e[3].flags = 0;
+	e[5].page = pages[4];			/* listed twice */
+	REC(kv_publish(a, e, 12));
+	e[5].page = pages[5];
+	REC(kv_publish(a, e, 12));
+	for (i = 0; i < 12; i++)
+		t->results[k][i] = e[i].result;
+	k++;
+	REC(kv_put(a, pages, 12));
+	REC(kv_put(a, pages, 1));		/* no longer held: ENOENT */
+	memset(pages, 0x5a, sizeof(pages));
+	REC(kv_lookup(a, keys, 12, pages));
+	REC(kv_lookup(a, keys, 0, pages));	/* EINVAL */
+	REC(kv_lookup(a, keys, KVS_MAX_BATCH + 1, pages));	/* E2BIG */
+	keys[6].w[0] ^= 1;			/* the run stops there */
+	REC(kv_put(a, pages, 12));
+	memset(pages, 0x5a, sizeof(pages));
+	REC(kv_lookup(a, keys, 12, pages));
+	REC(kv_put(a, pages, 6));
+	REC(kv_alloc(a, 40, pages));		/* more than the quota: EDQUOT */
+	REC(kv_alloc(a, 0, pages));		/* EINVAL */
+	REC(kv_put(a, NULL, 3));		/* EFAULT */
+#undef REC
+	kv_arbiter_close(a);
+	return 0;
+}
+
+TEST_F(ring, ring_results_equal_socket)
+{
+	struct trace *ring = calloc(1, sizeof(*ring)), *sock = calloc(1, sizeof(*sock));
+	__u32 id_r, id_s;
+	int i;
+
+	ASSERT_TRUE(ring && sock);
+	ASSERT_EQ(0, create_pool(self->ctl, "eq-ring", &id_r));
+	ASSERT_EQ(0, create_pool(self->ctl, "eq-sock", &id_s));
+	ASSERT_EQ(0, run_trace(self->d.sock, 0, "eq-ring", ring));
+	ASSERT_EQ(0, run_trace(self->d.sock, KV_ARBITER_NO_URING, "eq-sock", sock));
+	ASSERT_EQ(sock->n, ring->n);
+	for (i = 0; i < sock->n; i++) {
+		EXPECT_EQ(sock->ret[i], ring->ret[i]) TH_LOG("call %d", i);
+		EXPECT_EQ(0, memcmp(sock->pages[i], ring->pages[i], sizeof(sock->pages[i])))
+			TH_LOG("call %d: arrays differ", i);
+	}
+	EXPECT_EQ(0, memcmp(sock->results, ring->results, sizeof(sock->results)));
+	/* And they are the documented answers, not just equal. */
+	EXPECT_EQ(0, ring->ret[0]);
+	EXPECT_EQ(-EINVAL, ring->ret[1]);
+	EXPECT_EQ(-EINVAL, ring->ret[2]);
+	EXPECT_EQ(0, ring->ret[3]);
+	EXPECT_EQ(-ENOENT, ring->ret[5]);
+	EXPECT_EQ(12, ring->ret[6]);
+	EXPECT_EQ(-EINVAL, ring->ret[7]);
+	EXPECT_EQ(-E2BIG, ring->ret[8]);
+	EXPECT_EQ(6, ring->ret[10]);
+	EXPECT_EQ(-EDQUOT, ring->ret[12]);	/* 12 + 40 above the file quota */
+	EXPECT_EQ(-EINVAL, ring->ret[13]);
+	EXPECT_EQ(-EFAULT, ring->ret[14]);
+	ASSERT_RELEASED(id_r);
+	ASSERT_RELEASED(id_s);
+	free(ring);
+	free(sock);
+}
+
+/* A large request does not fit the ring and goes by the socket: same result. */
+TEST_F(ring, requests_larger_than_the_ring_use_the_socket)
+{
+	enum { N = 40000 };	/* 40000 keys: 1.4 MB, over the 256 KiB ring */
+	struct kvs_key *keys = calloc(N, sizeof(*keys));
+	__u32 *pages = calloc(N, sizeof(*pages));
+	struct kv_arbiter *a;
+	__u32 p[4];
+	int i;
+
+	ASSERT_TRUE(keys && pages);
+	ASSERT_EQ(0, open_attached(self->d.sock, 0, &a));
+	ASSERT_TRUE(kv_arbiter_uses_ring(a));
+	for (i = 0; i < N; i++)
+		keys[i] = make_key(99, i);
+	ASSERT_EQ(0, kv_lookup(a, keys, N, pages));
+	/* And the ring still works afterwards. */
+	ASSERT_EQ(0, kv_alloc(a, 4, p));
+	ASSERT_EQ(0, kv_put(a, p, 4));
+	kv_arbiter_close(a);
+	ASSERT_RELEASED(self->pool_id);
+	free(keys);
+	free(pages);
+}
+
+/* ------------------------------------------------------------------ */
+/* crash release                                                      */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A child holds OWNED pages, references from PUBLISH and from LOOKUP, all
+ * through the ring, then waits (or loops calling) to be killed.
+ */
+static void __attribute__((noreturn)) ring_holder(const char *sock, int stage, int ready)
+{
+	struct kvs_publish_entry e[8];
+	struct kvs_key keys[8];
+	__u32 pages[8], more[4], i;
+	struct kv_arbiter *a;
+
+	CHILD_EQ(0, open_attached(sock, 0, &a));
+	CHILD_TRUE(kv_arbiter_uses_ring(a));
+	CHILD_EQ(0, kv_alloc(a, 8, pages));
+	memset(e, 0, sizeof(e));
+	for (i = 0; i < 8; i++) {
+		e[i].page = pages[i];
+		e[i].parent = i ? KVS_PARENT_PREV : KVS_NO_PAGE;
+		e[i].key = make_key(1000 + stage, i);
+		keys[i] = e[i].key;
+	}
+	CHILD_TRUE(kv_publish(a, e, 8) >= 0);
+	CHILD_EQ(8, kv_lookup(a, keys, 8, pages));
+	CHILD_EQ(0, kv_alloc(a, 4, more));
+	CHILD_EQ(1, write(ready, "x", 1));
+	for (;;) {
+		if (stage == 0) {
+			pause();
+			continue;
+		}
+		/* Killed in the middle of ring traffic. */
+		CHILD_EQ(8, kv_lookup(a, keys, 8, pages));
+		CHILD_EQ(0, kv_put(a, pages, 8));
+	}
+}
+
+TEST_F(ring, ring_client_killed_releases_everything)
+{
+	int stage;
+
+	for (stage = 0; stage < 2; stage++) {
+		struct kvs_pool_stats st;
+		int p[2];
+		char c;
+
+		ASSERT_EQ(0, pipe(p));
+		self->kid = fork();
+		ASSERT_LE(0, self->kid);
+		if (!self->kid) {
+			close(p[0]);
+			ring_holder(self->d.sock, stage, p[1]);
+		}
+		close(p[1]);
+		ASSERT_EQ(1, read(p[0], &c, 1));
+		close(p[0]);
+		ASSERT_EQ(0, stats(self, self->pool_id, &st));
+		ASSERT_LE(20, st.n_held);
+		if (stage)
+			kvd_sleep_ms(50);	/* let it loop on the ring a while */
+		ASSERT_EQ(0, kill(self->kid, SIGKILL));
+		ASSERT_EQ(self->kid, waitpid(self->kid, NULL, 0));
+		self->kid = 0;
+		ASSERT_RELEASED(self->pool_id);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* deadlines                                                          */
+/* ------------------------------------------------------------------ */
+
+#define TIMEOUT_MS	300
+#define MARGIN_MS	700	/* a loaded 2-CPU machine */
+
+static double ms_since(double t0)
+{
+	return (kvd_now() - t0) * 1000;
+}
+
+TEST_F(ring, calls_to_a_stopped_daemon_time_out)
+{
+	struct kv_arbiter *ring_h, *sock_h, *late;
+	struct kvs_key keys[4];
+	struct kvs_pool_stats st = { .pool_id = 0 };
+	__u32 pages[4], p2[4];
+	double t0;
+	int i, ret;
+
+	for (i = 0; i < 4; i++)
+		keys[i] = make_key(5, i);
+	ASSERT_EQ(0, open_attached(self->d.sock, 0, &ring_h));
+	ASSERT_EQ(0, open_attached(self->d.sock, KV_ARBITER_NO_URING, &sock_h));
+	ASSERT_TRUE(kv_arbiter_uses_ring(ring_h));
+	ASSERT_FALSE(kv_arbiter_uses_ring(sock_h));
+	ASSERT_EQ(KV_DEFAULT_TIMEOUT_MS, kv_arbiter_timeout(ring_h));
+	ASSERT_EQ(0, kv_arbiter_set_timeout(ring_h, TIMEOUT_MS));
+	ASSERT_EQ(0, kv_arbiter_set_timeout(sock_h, TIMEOUT_MS));
+	ASSERT_EQ(-EINVAL, kv_arbiter_set_timeout(sock_h, KV_MAX_TIMEOUT_MS + 1));
+	ASSERT_EQ(TIMEOUT_MS, kv_arbiter_timeout(sock_h));
+	/* Both hold pages, then the daemon stops. */
+	ASSERT_EQ(0, kv_alloc(ring_h, 4, pages));
+	ASSERT_EQ(0, kv_alloc(sock_h, 4, p2));
+	ASSERT_EQ(0, kv_arbiter_broken(ring_h));
+
+	ASSERT_EQ(0, kill(self->d.pid, SIGSTOP));
+	kvd_sleep_ms(20);
+
+	t0 = kvd_now();
+	ret = kv_lookup(ring_h, keys, 4, p2);
+	EXPECT_EQ(-ETIMEDOUT, ret);
+	EXPECT_LE(TIMEOUT_MS - 5, ms_since(t0));
+	EXPECT_GE(TIMEOUT_MS + MARGIN_MS, ms_since(t0));
+	t0 = kvd_now();
+	ret = kv_arbiter_call(sock_h, KVS_IOC_POOL_STATS, &st);
+	EXPECT_EQ(-ETIMEDOUT, ret);
+	EXPECT_GE(TIMEOUT_MS + MARGIN_MS, ms_since(t0));
+	/* Broken now, at once and for good. */
+	t0 = kvd_now();
+	EXPECT_EQ(-ENOTCONN, kv_put(ring_h, pages, 4));
+	EXPECT_EQ(-ENOTCONN, kv_arbiter_call(sock_h, KVS_IOC_POOL_STATS, &st));
+	EXPECT_GE(50, ms_since(t0));
+	EXPECT_EQ(-ETIMEDOUT, kv_arbiter_broken(ring_h));
+	EXPECT_EQ(-ETIMEDOUT, kv_arbiter_broken(sock_h));
+
+	/* Opening a handle times out too (the environment's timeout). */
+	setenv("KVSHARE_CALL_TIMEOUT_MS", "300", 1);
+	t0 = kvd_now();
+	ret = kv_arbiter_open(self->d.sock, 0, &late);
+	EXPECT_EQ(-ETIMEDOUT, ret);
+	EXPECT_GE(TIMEOUT_MS + MARGIN_MS, ms_since(t0));
+	if (!ret)
+		kv_arbiter_close(late);
+	setenv("KVSHARE_CALL_TIMEOUT_MS", "12abc", 1);
+	EXPECT_EQ(-EINVAL, kv_arbiter_open(self->d.sock, 0, &late));
+	setenv("KVSHARE_CALL_TIMEOUT_MS", "-1", 1);
+	EXPECT_EQ(-EINVAL, kv_arbiter_open(self->d.sock, 0, &late));
+	unsetenv("KVSHARE_CALL_TIMEOUT_MS");
+
+	/* The daemon runs again: the late replies change nothing ... */
+	ASSERT_EQ(0, kill(self->d.pid, SIGCONT));
+	kvd_sleep_ms(50);
+	EXPECT_EQ(-ENOTCONN, kv_put(ring_h, pages, 4));
+	ASSERT_EQ(0, stats(self, self->pool_id, &st));
+	EXPECT_LE(8, st.n_held);		/* they still hold their pages */
+	/* ... and closing the broken handles gives everything back. */
+	kv_arbiter_close(ring_h);
+	kv_arbiter_close(sock_h);
+	ASSERT_RELEASED(self->pool_id);
+}
+
+/* Timeout 0 waits as long as it takes; the environment sets it at open. */
+TEST_F(ring, timeout_zero_waits_for_a_slow_daemon)
+{
+	struct kv_arbiter *a;
+	__u32 pages[2];
+	double t0;
+
+	setenv("KVSHARE_CALL_TIMEOUT_MS", "0", 1);
+	ASSERT_EQ(0, open_attached(self->d.sock, 0, &a));
+	unsetenv("KVSHARE_CALL_TIMEOUT_MS");
+	ASSERT_EQ(0, kv_arbiter_timeout(a));
+	ASSERT_EQ(0, kill(self->d.pid, SIGSTOP));
+	/* A child wakes the daemon later; this call waits for it. */
+	t0 = kvd_now();
+	self->kid = fork();
+	ASSERT_LE(0, self->kid);
+	if (!self->kid) {
+		kvd_sleep_ms(2 * TIMEOUT_MS);
+		kill(self->d.pid, SIGCONT);
+		_exit(0);
+	}
+	ASSERT_EQ(0, kv_alloc(a, 2, pages));
+	EXPECT_LE(2 * TIMEOUT_MS - 50, ms_since(t0));
+	ASSERT_EQ(0, kv_put(a, pages, 2));
+	ASSERT_EQ(self->kid, waitpid(self->kid, NULL, 0));
+	self->kid = 0;
+	kv_arbiter_close(a);
+	ASSERT_RELEASED(self->pool_id);
+}
+
+/* ------------------------------------------------------------------ */
+/* hostile ring clients                                               */
+/* ------------------------------------------------------------------ */
+
+struct raw_reply {
+	struct kvs_msg h;
+	unsigned char body[4096];
+};
+
+static int raw_send(int fd, const void *buf, size_t len, int pass_fd)
+{
+	union {
+		char b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { (void *)buf, len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (pass_fd >= 0) {
+		struct cmsghdr *c;
+
+		memset(&ctl, 0, sizeof(ctl));
+		mh.msg_control = ctl.b;
+		mh.msg_controllen = sizeof(ctl.b);
+		c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+	}
+	return sendmsg(fd, &mh, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -EIO;
+}
+
+/* One reply and the descriptor riding on it (*rfd, -1 if none): 0, -EPIPE, -ETIMEDOUT. */
+static int raw_recv(int fd, struct raw_reply *r, int *rfd, int ms)
+{
+	union {
+		char b[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	size_t got = 0, want = HDR;
+	double deadline = kvd_now() + ms / 1000.0;
+
+	if (rfd)
+		*rfd = -1;
+	while (got < want) {
+		struct iovec iov = { (char *)r + got, want - got };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+				     .msg_control = ctl.b, .msg_controllen = sizeof(ctl.b) };
+		struct cmsghdr *c;
+		ssize_t n;
+
+		if (kvd_now() > deadline)
+			return -ETIMEDOUT;
+		if (poll(&pfd, 1, 50) <= 0)
+			continue;
+		n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+		if (n <= 0)
+			return -EPIPE;
+		for (c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+			int f;
+
+			memcpy(&f, CMSG_DATA(c), sizeof(f));
+			if (rfd && *rfd < 0)
+				*rfd = f;
+			else
+				close(f);
+		}
+		got += n;
+		if (got >= HDR) {
+			if (r->h.len < HDR || r->h.len > sizeof(*r))
+				return -EPROTO;
+			want = r->h.len;
+		}
+	}
+	return 0;
+}
+
+/* Send header + @st; the reply's result (and fd), or a negative transport error - 1000. */
+static int raw_call(int fd, __u32 cmd, void *st, size_t usize, int pass_fd, int *rfd)
+{
+	unsigned char buf[512];
+	struct kvs_msg h = { .magic = KVS_MSG_MAGIC, .cmd = cmd, .len = HDR + usize, .seq = 9 };
+	struct raw_reply r;
+	int ret;
+
+	memcpy(buf, &h, HDR);
+	memcpy(buf + HDR, st, usize);
+	if (raw_send(fd, buf, HDR + usize, pass_fd))
+		return -1000 - EIO;
+	ret = raw_recv(fd, &r, rfd, 5000);
+	if (ret)
+		return -1000 + ret;
+	if (r.h.len >= HDR + usize)
+		memcpy(st, r.body, usize);
+	return r.h.result;
+}
+
+static int raw_enter(int fd)
+{
+	struct kvs_ring_enter re = { 0 };
+
+	return raw_call(fd, KVS_SOCK_RING_ENTER, &re, sizeof(re), -1, NULL);
+}
+
+/* A raw connection with a ring: its socket, mapping in *ctl and *area. */
+static int raw_ring(const char *sock, struct kvs_ring_ctl **ctl, __u8 **area, int *ring_fd)
+{
+	struct kvs_ring_setup rs = { .size = 8192 };
+	int fd = kvd_connect(sock), rfd, ret;
+	void *p;
+
+	CHILD_TRUE(fd >= 0);
+	ret = raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, &rfd);
+	CHILD_EQ(0, ret);
+	CHILD_TRUE(rfd >= 0);
+	CHILD_EQ(0, rs.ring_fd);
+	CHILD_EQ(8192, rs.size);
+	p = mmap(NULL, rs.area_off + rs.size, PROT_READ | PROT_WRITE, MAP_SHARED, rfd, 0);
+	CHILD_TRUE(p != MAP_FAILED);
+	*ctl = p;
+	*area = (__u8 *)p + rs.area_off;
+	*ring_fd = rfd;
+	return fd;
+}
+
+/* Post a request of @len bytes already in the area, and ENTER: ENTER's result. */
+static int ring_post(int fd, struct kvs_ring_ctl *ctl)
+{
+	__atomic_store_n(&ctl->sq, ctl->sq + 1, __ATOMIC_SEQ_CST);
+	return raw_enter(fd);
+}
+
+/* The victim: a libkv ring client that must keep working. */
+static void victim_round(struct kv_arbiter *v, __u32 chain)
+{
+	struct kvs_publish_entry e[4];
+	__u32 pages[4], i;
+
+	CHILD_EQ(0, kv_alloc(v, 4, pages));
+	memset(e, 0, sizeof(e));
+	for (i = 0; i < 4; i++) {
+		e[i].page = pages[i];
+		e[i].parent = i ? KVS_PARENT_PREV : KVS_NO_PAGE;
+		e[i].key = make_key(chain, i);
+	}
+	CHILD_TRUE(kv_publish(v, e, 4) >= 0);
+	for (i = 0; i < 4; i++)
+		pages[i] = e[i].result;
+	CHILD_EQ(0, kv_put(v, pages, 4));
+}
+
+static void __attribute__((noreturn)) hostile(const char *sock, uid_t owner)
+{
+	struct kvs_ring_setup rs;
+	struct kvs_ring_enter re;
+	struct kvs_ring_ctl *ctl;
+	struct kv_arbiter *v;
+	struct kvs_msg *m;
+	__u8 *area;
+	int fd, rfd, rfd2, ret;
+	gid_t none[1] = { NOBODY };
+
+	/* The victim is ours too, but under the same uid as the attacker. */
+	CHILD_EQ(0, setgroups(1, none));
+	CHILD_EQ(0, setgid(NOBODY));
+	CHILD_EQ(0, setuid(NOBODY));
+	CHILD_EQ(0, kv_arbiter_open(sock, 0, &v));
+	CHILD_TRUE(kv_arbiter_uses_ring(v));
+	CHILD_EQ(0, kv_arbiter_attach_owner(v, owner, POOL, 0, NULL));
+	victim_round(v, 1);
+
+	/* Bad setups and enters. */
+	fd = kvd_connect(sock);
+	CHILD_TRUE(fd >= 0);
+	memset(&re, 0, sizeof(re));
+	CHILD_EQ(-ENXIO, raw_call(fd, KVS_SOCK_RING_ENTER, &re, sizeof(re), -1, NULL));
+	re.flags = 1;
+	CHILD_EQ(-EINVAL, raw_call(fd, KVS_SOCK_RING_ENTER, &re, sizeof(re), -1, NULL));
+	rs = (struct kvs_ring_setup) { .size = 1u << 30 };	/* above max_conn_buffer */
+	CHILD_EQ(-ERANGE, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, NULL));
+	rs = (struct kvs_ring_setup) { .size = 1024 };
+	CHILD_EQ(-EINVAL, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, NULL));
+	rs = (struct kvs_ring_setup) { .size = 4096, .flags = 1 };
+	CHILD_EQ(-EINVAL, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, NULL));
+	rs = (struct kvs_ring_setup) { .size = 4096, .reserved = { 0, 1 } };
+	CHILD_EQ(-EINVAL, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, NULL));
+	rs = (struct kvs_ring_setup) { .size = 4096, .area_off = 64 };
+	CHILD_EQ(-EINVAL, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, NULL));
+	rs = (struct kvs_ring_setup) { .size = 4096 };
+	CHILD_EQ(-EINVAL, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), 0, NULL));
+	rs = (struct kvs_ring_setup) { .size = 4096 };
+	CHILD_EQ(0, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, &rfd));
+	CHILD_TRUE(rfd >= 0);
+	rs = (struct kvs_ring_setup) { .size = 4096 };
+	CHILD_EQ(-EBUSY, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, &rfd2));
+	CHILD_EQ(-1, rfd2);
+	/* fd games: the file is the daemon's, sealed against shrinking and sealing. */
+	CHILD_TRUE(ftruncate(rfd, 0) < 0 && errno == EPERM);
+	CHILD_TRUE(ftruncate(rfd, 1 << 20) < 0 && errno == EPERM);
+	CHILD_TRUE(fcntl(rfd, F_ADD_SEALS, F_SEAL_WRITE) < 0);
+	CHILD_TRUE(fcntl(rfd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) < 0);
+	/* Sent back as pool memory: refused or accepted, it harms nobody. */
+	{
+		struct kvs_pool_create cr = {
+			.name = "ringmem", .n_pages = 1,
+			.geom = { 1, 1, 1, 1, KVS_DTYPE_F16 }, .mode = 0600, .mem_fd = 0,
+		};
+
+		ret = raw_call(fd, KVS_IOC_POOL_CREATE, &cr, sizeof(cr), rfd, NULL);
+		CHILD_TRUE(ret > -1000);
+	}
+	close(rfd);
+	victim_round(v, 2);
+	/* The connection still works, and its ring still answers. */
+	memset(&re, 0, sizeof(re));
+	CHILD_EQ(0, raw_call(fd, KVS_SOCK_RING_ENTER, &re, sizeof(re), -1, NULL));
+	close(fd);
+
+	/* A command the ring does not carry: EOPNOTSUPP in the ring. */
+	fd = raw_ring(sock, &ctl, &area, &rfd);
+	m = (struct kvs_msg *)area;
+	{
+		struct kvs_pool_stats st = { .pool_id = 0 };
+
+		*m = (struct kvs_msg) { .magic = KVS_MSG_MAGIC, .cmd = KVS_IOC_POOL_STATS,
+					.len = HDR + sizeof(st), .seq = 1 };
+		memcpy(m + 1, &st, sizeof(st));
+		CHILD_EQ(0, ring_post(fd, ctl));
+		CHILD_EQ(ctl->sq, ctl->cq);
+		CHILD_EQ(-EOPNOTSUPP, m->result);
+		/* Nor an unknown one, nor one with a nonzero result: as on the socket. */
+		*m = (struct kvs_msg) { .magic = KVS_MSG_MAGIC, .cmd = 0xdeadbeef, .len = HDR };
+		CHILD_EQ(0, ring_post(fd, ctl));
+		CHILD_EQ(-ENOTTY, m->result);
+		*m = (struct kvs_msg) { .magic = KVS_MSG_MAGIC, .cmd = KVS_IOC_PUT,
+					.len = HDR + sizeof(struct kvs_put), .result = 5 };
+		memset(m + 1, 0, sizeof(struct kvs_put));
+		CHILD_EQ(0, ring_post(fd, ctl));
+		CHILD_EQ(-EINVAL, m->result);
+		/* RING_ENTER inside the ring is no ring command either. */
+		*m = (struct kvs_msg) { .magic = KVS_MSG_MAGIC, .cmd = KVS_SOCK_RING_ENTER,
+					.len = HDR + sizeof(re) };
+		memset(m + 1, 0, sizeof(re));
+		CHILD_EQ(0, ring_post(fd, ctl));
+		CHILD_EQ(-ENOTTY, m->result);
+	}
+	/* Garbage: bad magic closes the connection. */
+	m->magic = 0x12345678;
+	CHILD_TRUE(ring_post(fd, ctl) < -1000 + 0);
+	close(fd);
+	munmap(ctl, 4096 + 8192);
+	close(rfd);
+	victim_round(v, 3);
+
+	/* A length past the ring closes it too, and so does one below a header. */
+	fd = raw_ring(sock, &ctl, &area, &rfd);
+	m = (struct kvs_msg *)area;
+	*m = (struct kvs_msg) { .magic = KVS_MSG_MAGIC, .cmd = KVS_IOC_PUT, .len = 8192 + 1 };
+	CHILD_TRUE(ring_post(fd, ctl) < -1000 + 0);
+	close(fd);
+	munmap(ctl, 4096 + 8192);
+	close(rfd);
+	fd = raw_ring(sock, &ctl, &area, &rfd);
+	m = (struct kvs_msg *)area;
+	*m = (struct kvs_msg) { .magic = KVS_MSG_MAGIC, .cmd = KVS_IOC_PUT, .len = 8 };
+	/* No ENTER this time: the polling daemon finds it on its own. */
+	__atomic_store_n(&ctl->sq, 1, __ATOMIC_SEQ_CST);
+	CHILD_EQ(0, kvd_wait_eof(fd, 5000));
+	close(fd);
+	munmap(ctl, 4096 + 8192);
+	close(rfd);
+	victim_round(v, 4);
+	kv_arbiter_close(v);
+	_exit(0);
+}
+
+TEST_F(ring, hostile_ring_clients_are_dropped_while_others_work)
+{
+	struct kv_arbiter *mine;
+	int st = 0;
+	__u32 pages[2];
+
+	/* A root client of its own keeps its ring through all of it. */
+	ASSERT_EQ(0, open_attached(self->d.sock, 0, &mine));
+	ASSERT_TRUE(kv_arbiter_uses_ring(mine));
+	self->kid = fork();
+	ASSERT_LE(0, self->kid);
+	if (!self->kid)
+		hostile(self->d.sock, geteuid());
+	ASSERT_EQ(self->kid, waitpid(self->kid, &st, 0));
+	self->kid = 0;
+	ASSERT_TRUE(WIFEXITED(st)) TH_LOG("status 0x%x", st);
+	ASSERT_EQ(0, WEXITSTATUS(st));
+	ASSERT_EQ(0, kv_alloc(mine, 2, pages));
+	ASSERT_EQ(0, kv_put(mine, pages, 2));
+	kv_arbiter_close(mine);
+	ASSERT_RELEASED(self->pool_id);
+	ASSERT_EQ(1, kvd_log_has(self->d.log, "ring: bad magic 0x12345678"));
+	ASSERT_EQ(1, kvd_log_has(self->d.log, "ring: bad message length 8193"));
+	ASSERT_EQ(1, kvd_log_has(self->d.log, "ring: bad message length 8)"));
+}
+
+TEST_HARNESS_MAIN

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# Sharing against no sharing, as the worker count grows: for each count in
+# $WORKERS (default 1 2 4 8) run kvserve on the same workload twice, with
+# prefix pages shared through kvshared and with --no-share (each worker
+# its own private cache, which still reuses its own prefixes), each in a
+# fresh kvshared session so that no run finds another's pages.  Reports
+# requests/s and tokens/s, prefill tokens computed, KV pages resident per
+# worker and resident in total (pool pages count once however many
+# workers hold them; and those of the prompts' shared prefixes), as a
+# markdown table on stdout and in $BUILD/serve-scale.md, and plots
+# throughput and memory against workers in $BUILD/serve-scale.svg
+# (gnuplot; skipped with a note if it is missing).
+#
+# The runs measure serving alone: --verify 0 unless the arguments say
+# otherwise (the recompute would take most of the time; tests/serve checks
+# the bits).  Other arguments go to every kvserve run.  The machine's load
+# (/proc/loadavg) is printed before and after: with other work on the
+# cores the ratios, not the absolute rates, are what compare.
+#
+# Usage: [WORKERS="1 2 4 8"] [ROUNDS=3] tools/kvserve/scale.sh [kvserve options...]
+set -euo pipefail
+
+build=${BUILD:-build}
+here=$(dirname "$0")
+workers=${WORKERS:-1 2 4 8}
+md=$build/serve-scale.md
+dat=$build/serve-scale.dat
+svg=$build/serve-scale.svg
+rounds=${ROUNDS:-3}
+args=(--verify 0 "$@")
+
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+
+# One run: print "rps tps prefill_tokens held_per_worker resident prefix_resident dups".
+run() {
+	local out
+	out=$(BUILD=$build "$here/run.sh" "${args[@]}" "$@" 2>&1) || {
+		echo "scale.sh: kvserve $* failed:" >&2
+		echo "$out" >&2
+		return 1
+	}
+	echo "$out" | awk '
+		/^  throughput/ { rps = $2; tps = $4 }
+		/^  prefill / { pf = $2 }
+		/^  pages computed/ { dup = substr($4, 3) }
+		/^  KV pages at the end/ { res = $6; pre = $8; sub(/^\(/, "", pre); held = $(NF - 3) }
+		END { print rps, tps, pf, held, res, pre, dup }'
+}
+
+load_before=$(load)
+# Rounds of every configuration, shared and --no-share side by side (in
+# alternating order); the table shows medians over the rounds, and the
+# ratios are taken within a round before their median is.
+raw=$build/serve-scale.raw
+: >"$raw"
+for round in $(seq "$rounds"); do
+	for n in $workers; do
+		if [ $((round % 2)) = 1 ]; then
+			s=$(run --workers "$n"); p=$(run --workers "$n" --no-share)
+		else
+			p=$(run --workers "$n" --no-share); s=$(run --workers "$n")
+		fi
+		echo "$n $s $p" >>"$raw"
+	done
+done
+# Per worker count: the median of each column, then of the two ratios.
+awk -v rounds="$rounds" '
+	function median(key,   n, i, j, t, v) {
+		n = split(vals[key], v, " ")
+		for (i = 2; i <= n; i++)
+			for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) {
+				t = v[j]; v[j] = v[j - 1]; v[j - 1] = t
+			}
+		return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+	}
+	{
+		if (!($1 in seen)) { seen[$1] = 1; order[++k] = $1 }
+		for (c = 2; c <= 15; c++)
+			vals[$1 "," c] = vals[$1 "," c] " " $c
+		vals[$1 ",t"] = vals[$1 ",t"] " " ($9 > 0 ? $2 / $9 : 0)
+		vals[$1 ",m"] = vals[$1 ",m"] " " ($14 > 0 ? $7 / $14 : 0)
+	}
+	END {
+		for (i = 1; i <= k; i++) {
+			n = order[i]
+			line = n
+			for (c = 2; c <= 15; c++)
+				line = line " " median(n "," c)
+			print line, median(n ",t"), median(n ",m")
+		}
+	}' "$raw" >"$dat"
+load_after=$(load)
+
+{
+	echo "kvserve scaling: shared prefix pages (kvshared, host memory) vs --no-share"
+	echo "(private caches), \`tools/kvserve/scale.sh ${*:-}\`: medians of $rounds rounds ($(nproc) cores;"
+	echo "load average before $load_before, after $load_after)"
+	echo
+	echo "| workers | mode | requests/s | tokens/s | prefill tokens computed | pages computed twice | KV pages held per worker | KV pages resident | of which prompt prefixes |"
+	echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|"
+	awk '{
+		printf "| %d | shared | %.2f | %.0f | %.0f | %.0f | %.1f | %.0f | %.0f |\n",
+		       $1, $2, $3, $4, $8, $5, $6, $7
+		printf "| %d | no-share | %.2f | %.0f | %.0f | %.0f | %.1f | %.0f | %.0f |\n",
+		       $1, $9, $10, $11, $15, $12, $13, $14
+	}' "$dat"
+	echo
+	echo "| workers | throughput shared / no-share | prefix memory shared / no-share | 1/N |"
+	echo "|---:|---:|---:|---:|"
+	awk '{ printf "| %d | %.2fx | %.3f | %.3f |\n", $1, $16, $17, 1 / $1 }' "$dat"
+	echo
+	awk '$1 == 4 {
+		t = $16; m = $17
+		printf "Goals at 4 workers: throughput %.2fx no-share (goal >= 3x): %s; ", t,
+		       (t >= 3 ? "met" : "NOT met")
+		printf "prefix memory %.3f of no-share (goal ~1/4 = 0.250): %s\n", m,
+		       ((m > 0.2 && m < 0.3) ? "met" : "NOT met")
+	}' "$dat"
+} | tee "$md"
+
+if command -v gnuplot >/dev/null 2>&1; then
+	gnuplot <<EOF
+set terminal svg size 960,420 dynamic font "sans,11"
+set output "$svg"
+set multiplot layout 1,2 title "kvserve: shared prefix pages vs --no-share"
+set xlabel "workers"
+set logscale x 2
+set xrange [0.8:10]
+set xtics (1, 2, 4, 8, 16)
+set key top left
+set grid
+set ylabel "requests/s"
+set yrange [0:*]
+plot "$dat" using 1:2 with linespoints title "shared", \
+     "$dat" using 1:9 with linespoints title "no-share"
+set ylabel "KV pages resident (total)"
+plot "$dat" using 1:6 with linespoints title "shared: all", \
+     "$dat" using 1:13 with linespoints title "no-share: all", \
+     "$dat" using 1:7 with linespoints dt 2 title "shared: prefixes", \
+     "$dat" using 1:14 with linespoints dt 2 title "no-share: prefixes"
+unset multiplot
+EOF
+	echo "scale.sh: table in $md, plot in $svg"
+else
+	echo "scale.sh: table in $md; no plot: gnuplot is missing (scripts/setup.sh installs it)"
+fi
