@@ -33,16 +33,32 @@ class Pool(_Pool):
         """Pages [start, start + count) as a numpy array over the pool memory
         (no copy), shape (pages, layers, 2, tokens_per_page, kv_heads,
         head_dim).  bfloat16 pools give uint16 arrays of the bits (numpy has
-        no bfloat16); use tensor() for real bfloat16."""
+        no bfloat16); use tensor() for real bfloat16.  A device pool
+        (is_device) raises BufferError: the CPU must not read GPU memory."""
         import numpy
-        return numpy.asarray(self.view(start, count))
+        view = self.view(start, count)
+        if self.is_device:
+            # The buffer protocol refuses device memory with BufferError,
+            # saying why; numpy.asarray would hide it in an object array.
+            memoryview(view).release()
+        return numpy.asarray(view)
 
     def tensor(self, start=0, count=None):
         """Pages [start, start + count) as a torch tensor over the pool memory
         (no copy, through DLPack), shape (pages, layers, 2, tokens_per_page,
-        kv_heads, head_dim) and the pool's dtype."""
+        kv_heads, head_dim) and the pool's dtype.  A device pool (is_device)
+        gives a CUDA tensor, and needs a torch with CUDA
+        (torch.cuda.is_available()): otherwise RuntimeError (Debian's torch
+        is CPU-only)."""
         import torch.utils.dlpack
-        return torch.utils.dlpack.from_dlpack(self.view(start, count))
+        view = self.view(start, count)
+        if self.is_device and not torch.cuda.is_available():
+            raise RuntimeError(
+                "pool %r is GPU device memory, but this torch has no CUDA "
+                "(torch.cuda.is_available() is False; Debian's torch is "
+                "CPU-only): a CUDA tensor of the pool needs a CUDA build of "
+                "torch and a GPU" % self.name)
+        return torch.utils.dlpack.from_dlpack(view)
 
     def page_tensor(self, page):
         """One page as a tensor of shape page_shape (no copy)."""

@@ -1419,13 +1419,38 @@ static PyObject *Pool_stats(PoolObject *self, PyObject *args, PyObject *kw)
 
 static PyObject *PoolView_make(PoolObject *pool, uint32_t start, uint32_t count);
 
+/* Whether the pool's memory is device memory (ATTACH's pool_flags; readable after close). */
+static int pool_is_device(const PoolObject *p)
+{
+	return !!(p->info.pool_flags & KVS_POOL_DEVICE_MEM);
+}
+
+/*
+ * The DLPack device of the pool's memory.  libkv keeps the CUDA ordinal a
+ * device pool lives on (struct kv_cuda_map.dev) to itself: no public getter
+ * yet, so device pools report ordinal 0.  Right on one-GPU machines; a pool
+ * on another GPU of a multi-GPU machine would be misreported.
+ */
+static void pool_dl_device(const PoolObject *p, int *type, int *id)
+{
+	*type = pool_is_device(p) ? KVPY_DL_CUDA : KVPY_DL_CPU;
+	*id = 0;
+}
+
+static PyObject *Pool_get_is_device(PoolObject *self, void *c)
+{
+	return PyBool_FromLong(pool_is_device(self));
+}
+
 PyDoc_STRVAR(Pool_view__doc__,
 "view(start=0, count=None) -> PoolView\n"
 "\n"
 "Pages [start, start + count) of the pool's memory (count None: to the\n"
 "end), without a copy.  numpy.asarray(view) and torch.from_dlpack(view)\n"
 "give arrays of shape (pages, layers, 2, tokens_per_page, kv_heads,\n"
-"head_dim) over the mapped memory; writes are seen by every process.");
+"head_dim) over the mapped memory; writes are seen by every process.\n"
+"A device pool's view is DLPack only (kDLCUDA): the buffer protocol\n"
+"refuses it with BufferError.");
 
 static PyObject *Pool_view(PoolObject *self, PyObject *args, PyObject *kw)
 {
@@ -1577,7 +1602,11 @@ static PyGetSetDef Pool_getset[] = {
 	{ "is_daemon", (getter)Pool_get_is_daemon, NULL,
 	  PyDoc_STR("True when kvshared serves this pool."), NULL },
 	{ "address", (getter)Pool_get_address, NULL,
-	  PyDoc_STR("Address of page 0 in this process (for checks and engine glue)."), NULL },
+	  PyDoc_STR("Address of page 0 in this process (for checks and engine glue);\n"
+		    "a device pointer (CUdeviceptr) for a device pool."), NULL },
+	{ "is_device", (getter)Pool_get_is_device, NULL,
+	  PyDoc_STR("True when the pool's memory is GPU device memory (kvshared's\n"
+		    "memory=cuda): exported as kDLCUDA DLPack only, never to numpy."), NULL },
 	{ NULL }
 };
 
@@ -1675,6 +1704,15 @@ static int PoolView_getbuffer(PoolViewObject *self, Py_buffer *view, int flags)
 		view->obj = NULL;
 		return -1;
 	}
+	if (pool_is_device(self->pool)) {
+		/* On a real GPU the CPU must not dereference device pointers. */
+		PyErr_Format(PyExc_BufferError, "pool '%U' is GPU device memory: no buffer "
+			     "protocol (memoryview, numpy), which would have the CPU read "
+			     "device pointers; use DLPack (torch.from_dlpack(view) or "
+			     "Pool.tensor(), with a CUDA build of torch)", self->pool->name);
+		view->obj = NULL;
+		return -1;
+	}
 	view->buf = PoolView_data(self);
 	view->obj = Py_NewRef(self);
 	view->len = self->shape[0] * self->strides[0];
@@ -1756,14 +1794,17 @@ PyDoc_STRVAR(PoolView_dlpack__doc__,
 "__dlpack__(stream=None) -> PyCapsule\n"
 "\n"
 "A DLPack 'dltensor' capsule over the view's memory (no copy), for\n"
-"torch.from_dlpack().  Host pools export kDLCPU tensors; fp8 pools as uint8.");
+"torch.from_dlpack().  Host pools export kDLCPU tensors and take no\n"
+"stream; device pools (is_device) export kDLCUDA tensors of the pool's\n"
+"device (ordinal 0: libkv does not expose it yet) and take any stream,\n"
+"having no pending work to order.  fp8 pools as uint8.");
 
 static PyObject *PoolView_dlpack(PoolViewObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "stream", NULL };
 	PyObject *stream = Py_None, *cap;
 	struct dl_ctx *c;
-	int i;
+	int i, type, id;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "|$O:__dlpack__", kwlist, &stream))
 		return NULL;
@@ -1771,7 +1812,8 @@ static PyObject *PoolView_dlpack(PoolViewObject *self, PyObject *args, PyObject 
 		PyErr_SetString(PyExc_ValueError, "view of a closed Pool");
 		return NULL;
 	}
-	if (stream != Py_None) {
+	pool_dl_device(self->pool, &type, &id);
+	if (stream != Py_None && type == KVPY_DL_CPU) {
 		PyErr_SetString(PyExc_BufferError, "__dlpack__: host memory takes no stream");
 		return NULL;
 	}
@@ -1786,8 +1828,8 @@ static PyObject *PoolView_dlpack(PoolViewObject *self, PyObject *args, PyObject 
 	for (i = 0; i < KVPY_VIEW_NDIM; i++)
 		c->shape[i] = self->shape[i];
 	c->m.dl_tensor.data = PoolView_data(self);
-	c->m.dl_tensor.device.device_type = KVPY_DL_CPU;
-	c->m.dl_tensor.device.device_id = 0;
+	c->m.dl_tensor.device.device_type = type;
+	c->m.dl_tensor.device.device_id = id;
 	c->m.dl_tensor.ndim = KVPY_VIEW_NDIM;
 	c->m.dl_tensor.shape = c->shape;
 	c->m.dl_tensor.strides = NULL;		/* compact, row-major */
@@ -1804,7 +1846,10 @@ static PyObject *PoolView_dlpack(PoolViewObject *self, PyObject *args, PyObject 
 
 static PyObject *PoolView_dlpack_device(PoolViewObject *self, PyObject *Py_UNUSED(i))
 {
-	return Py_BuildValue("(ii)", KVPY_DL_CPU, 0);
+	int type, id;
+
+	pool_dl_device(self->pool, &type, &id);
+	return Py_BuildValue("(ii)", type, id);
 }
 
 static PyObject *PoolView_get_shape(PoolViewObject *self, void *c)
@@ -1831,7 +1876,9 @@ static PyMethodDef PoolView_methods[] = {
 	{ "__dlpack__", (PyCFunction)(void (*)(void))PoolView_dlpack,
 	  METH_VARARGS | METH_KEYWORDS, PoolView_dlpack__doc__ },
 	{ "__dlpack_device__", (PyCFunction)PoolView_dlpack_device, METH_NOARGS,
-	  PyDoc_STR("__dlpack_device__() -> (device_type, device_id): (1, 0), the CPU.") },
+	  PyDoc_STR("__dlpack_device__() -> (device_type, device_id): (1, 0), the CPU,\n"
+		    "for host pools; (2, ordinal), kDLCUDA, for device pools (ordinal 0:\n"
+		    "libkv does not expose it yet).") },
 	{ NULL }
 };
 
@@ -1860,7 +1907,8 @@ static PyTypeObject PoolView_Type = {
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 	.tp_doc = PyDoc_STR("Pages of a pool's memory, exported without a copy: the buffer\n"
 			    "protocol (numpy.asarray; bfloat16 appears as uint16 bits) and\n"
-			    "DLPack (torch.from_dlpack).  Made by Pool.view() and Pool.page()."),
+			    "DLPack (torch.from_dlpack).  Device pools: DLPack (kDLCUDA) only.\n"
+			    "Made by Pool.view() and Pool.page()."),
 	.tp_methods = PoolView_methods,
 	.tp_members = PoolView_members,
 	.tp_getset = PoolView_getset,

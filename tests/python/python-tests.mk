@@ -12,9 +12,11 @@ $(BUILD)/tests/kvpy_ref: tests/python/kvpy_ref.c $(LIBKV)
 
 -include $(BUILD)/tests/kvpy_ref.d
 
-# What the suite runs: the package, the C reference, the daemon.
+# What the suite runs: the package, the C reference, the daemon, the CUDA
+# driver stand-in (test_device.py).
 .PHONY: python-test-deps
-python-test-deps: python $(BUILD)/tests/kvpy_ref $(BUILD)/kvshared $(BUILD)/san/kvshared
+python-test-deps: python $(BUILD)/tests/kvpy_ref $(BUILD)/kvshared $(BUILD)/san/kvshared \
+	$(CUDASTUB)
 
 # The suite as make test runs it (results/python_test.tap): a wrapper that
 # exists only when everything the suite needs was built, so a failed build
