@@ -157,3 +157,8 @@ int kv_pool_is_device(const struct kv_pool *pool)
 {
 	return !!(pool->info.pool_flags & KVS_POOL_DEVICE_MEM);
 }
+
+int kv_pool_device(const struct kv_pool *pool)
+{
+	return kv_pool_is_device(pool) ? pool->cuda.dev : -1;
+}

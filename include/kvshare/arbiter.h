@@ -203,6 +203,8 @@ const struct kvs_pool_attach *kv_pool_info(const struct kv_pool *pool);
 void *kv_page_addr(const struct kv_pool *pool, uint32_t page);
 /* Whether the pool's memory is device memory (KVS_POOL_DEVICE_MEM). */
 int kv_pool_is_device(const struct kv_pool *pool);
+/* The CUDA ordinal of the GPU a device pool is mapped on; -1 for a host pool. */
+int kv_pool_device(const struct kv_pool *pool);
 
 /*
  * The CUDA driver libkv maps device pools with: 1 the real driver, 0 the

@@ -1425,16 +1425,13 @@ static int pool_is_device(const PoolObject *p)
 	return !!(p->info.pool_flags & KVS_POOL_DEVICE_MEM);
 }
 
-/*
- * The DLPack device of the pool's memory.  libkv keeps the CUDA ordinal a
- * device pool lives on (struct kv_cuda_map.dev) to itself: no public getter
- * yet, so device pools report ordinal 0.  Right on one-GPU machines; a pool
- * on another GPU of a multi-GPU machine would be misreported.
- */
+/* The DLPack device of the pool's memory: the CPU, or the GPU it is mapped on. */
 static void pool_dl_device(const PoolObject *p, int *type, int *id)
 {
-	*type = pool_is_device(p) ? KVPY_DL_CUDA : KVPY_DL_CPU;
-	*id = 0;
+	int dev = p->pool ? kv_pool_device(p->pool) : -1;
+
+	*type = dev >= 0 ? KVPY_DL_CUDA : KVPY_DL_CPU;
+	*id = dev >= 0 ? dev : 0;
 }
 
 static PyObject *Pool_get_is_device(PoolObject *self, void *c)
@@ -1796,7 +1793,7 @@ PyDoc_STRVAR(PoolView_dlpack__doc__,
 "A DLPack 'dltensor' capsule over the view's memory (no copy), for\n"
 "torch.from_dlpack().  Host pools export kDLCPU tensors and take no\n"
 "stream; device pools (is_device) export kDLCUDA tensors of the pool's\n"
-"device (ordinal 0: libkv does not expose it yet) and take any stream,\n"
+"device (kv_pool_device()) and take any stream,\n"
 "having no pending work to order.  fp8 pools as uint8.");
 
 static PyObject *PoolView_dlpack(PoolViewObject *self, PyObject *args, PyObject *kw)
@@ -1877,8 +1874,8 @@ static PyMethodDef PoolView_methods[] = {
 	  METH_VARARGS | METH_KEYWORDS, PoolView_dlpack__doc__ },
 	{ "__dlpack_device__", (PyCFunction)PoolView_dlpack_device, METH_NOARGS,
 	  PyDoc_STR("__dlpack_device__() -> (device_type, device_id): (1, 0), the CPU,\n"
-		    "for host pools; (2, ordinal), kDLCUDA, for device pools (ordinal 0:\n"
-		    "libkv does not expose it yet).") },
+		    "for host pools; (2, ordinal), kDLCUDA, for device pools (the GPU\n"
+		    "libkv mapped the pool on).") },
 	{ NULL }
 };
 

@@ -36,7 +36,7 @@ CHILD = textwrap.dedent(r'''
     with p:
         assert p.is_device
         v = p.view()
-        # libkv does not expose the device ordinal: 0 (see _kvshare.c).
+        # The stand-in has one device, ordinal 0 (kv_pool_device()).
         assert v.__dlpack_device__() == (2, 0), v.__dlpack_device__()
         assert p.page(3).__dlpack_device__() == (2, 0)
         for what, f in (("memoryview", lambda: memoryview(v)),
