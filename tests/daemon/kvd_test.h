@@ -403,4 +403,22 @@ static inline int kvd_settle(const struct kvd *d)
 	return ret;
 }
 
+/* In a child: on failure say where and exit with a status the parent checks. */
+#define KVD_CHILD_EQ(expected, seen) do { \
+	long long __e = (long long)(expected), __s = (long long)(seen); \
+	if (__e != __s) { \
+		fprintf(stderr, "# child %d: %s:%d: %s == %lld, expected %s == %lld\n", \
+			(int)getpid(), __FILE__, __LINE__, #seen, __s, #expected, __e); \
+		_exit(101); \
+	} \
+} while (0)
+
+#define KVD_CHILD_TRUE(cond) do { \
+	if (!(cond)) { \
+		fprintf(stderr, "# child %d: %s:%d: check failed: %s\n", \
+			(int)getpid(), __FILE__, __LINE__, #cond); \
+		_exit(100); \
+	} \
+} while (0)
+
 #endif /* KVD_TEST_H */

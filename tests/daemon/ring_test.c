@@ -46,23 +46,6 @@
 #define HDR		sizeof(struct kvs_msg)
 #define NOBODY		65534
 
-#define CHILD_EQ(expected, seen) do { \
-	long long __e = (long long)(expected), __s = (long long)(seen); \
-	if (__e != __s) { \
-		fprintf(stderr, "# child %d: %s:%d: %s == %lld, expected %s == %lld\n", \
-			(int)getpid(), __FILE__, __LINE__, #seen, __s, #expected, __e); \
-		_exit(101); \
-	} \
-} while (0)
-
-#define CHILD_TRUE(cond) do { \
-	if (!(cond)) { \
-		fprintf(stderr, "# child %d: %s:%d: check failed: %s\n", \
-			(int)getpid(), __FILE__, __LINE__, #cond); \
-		_exit(100); \
-	} \
-} while (0)
-
 static __u64 mix64(__u64 x)
 {
 	x += 0x9e3779b97f4a7c15ull;
@@ -356,9 +339,9 @@ static void __attribute__((noreturn)) ring_holder(const char *sock, int stage, i
 	__u32 pages[8], more[4], i;
 	struct kv_arbiter *a;
 
-	CHILD_EQ(0, open_attached(sock, 0, &a));
-	CHILD_TRUE(kv_arbiter_uses_ring(a));
-	CHILD_EQ(0, kv_alloc(a, 8, pages));
+	KVD_CHILD_EQ(0, open_attached(sock, 0, &a));
+	KVD_CHILD_TRUE(kv_arbiter_uses_ring(a));
+	KVD_CHILD_EQ(0, kv_alloc(a, 8, pages));
 	memset(e, 0, sizeof(e));
 	for (i = 0; i < 8; i++) {
 		e[i].page = pages[i];
@@ -366,18 +349,18 @@ static void __attribute__((noreturn)) ring_holder(const char *sock, int stage, i
 		e[i].key = make_key(1000 + stage, i);
 		keys[i] = e[i].key;
 	}
-	CHILD_TRUE(kv_publish(a, e, 8) >= 0);
-	CHILD_EQ(8, kv_lookup(a, keys, 8, pages));
-	CHILD_EQ(0, kv_alloc(a, 4, more));
-	CHILD_EQ(1, write(ready, "x", 1));
+	KVD_CHILD_TRUE(kv_publish(a, e, 8) >= 0);
+	KVD_CHILD_EQ(8, kv_lookup(a, keys, 8, pages));
+	KVD_CHILD_EQ(0, kv_alloc(a, 4, more));
+	KVD_CHILD_EQ(1, write(ready, "x", 1));
 	for (;;) {
 		if (stage == 0) {
 			pause();
 			continue;
 		}
 		/* Killed in the middle of ring traffic. */
-		CHILD_EQ(8, kv_lookup(a, keys, 8, pages));
-		CHILD_EQ(0, kv_put(a, pages, 8));
+		KVD_CHILD_EQ(8, kv_lookup(a, keys, 8, pages));
+		KVD_CHILD_EQ(0, kv_put(a, pages, 8));
 	}
 }
 
@@ -637,14 +620,14 @@ static int raw_ring(const char *sock, struct kvs_ring_ctl **ctl, __u8 **area, in
 	int fd = kvd_connect(sock), rfd, ret;
 	void *p;
 
-	CHILD_TRUE(fd >= 0);
+	KVD_CHILD_TRUE(fd >= 0);
 	ret = raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, &rfd);
-	CHILD_EQ(0, ret);
-	CHILD_TRUE(rfd >= 0);
-	CHILD_EQ(0, rs.ring_fd);
-	CHILD_EQ(8192, rs.size);
+	KVD_CHILD_EQ(0, ret);
+	KVD_CHILD_TRUE(rfd >= 0);
+	KVD_CHILD_EQ(0, rs.ring_fd);
+	KVD_CHILD_EQ(8192, rs.size);
 	p = mmap(NULL, rs.area_off + rs.size, PROT_READ | PROT_WRITE, MAP_SHARED, rfd, 0);
-	CHILD_TRUE(p != MAP_FAILED);
+	KVD_CHILD_TRUE(p != MAP_FAILED);
 	*ctl = p;
 	*area = (__u8 *)p + rs.area_off;
 	*ring_fd = rfd;
@@ -664,17 +647,17 @@ static void victim_round(struct kv_arbiter *v, __u32 chain)
 	struct kvs_publish_entry e[4];
 	__u32 pages[4], i;
 
-	CHILD_EQ(0, kv_alloc(v, 4, pages));
+	KVD_CHILD_EQ(0, kv_alloc(v, 4, pages));
 	memset(e, 0, sizeof(e));
 	for (i = 0; i < 4; i++) {
 		e[i].page = pages[i];
 		e[i].parent = i ? KVS_PARENT_PREV : KVS_NO_PAGE;
 		e[i].key = make_key(chain, i);
 	}
-	CHILD_TRUE(kv_publish(v, e, 4) >= 0);
+	KVD_CHILD_TRUE(kv_publish(v, e, 4) >= 0);
 	for (i = 0; i < 4; i++)
 		pages[i] = e[i].result;
-	CHILD_EQ(0, kv_put(v, pages, 4));
+	KVD_CHILD_EQ(0, kv_put(v, pages, 4));
 }
 
 static void __attribute__((noreturn)) hostile(const char *sock, uid_t owner)
@@ -689,44 +672,44 @@ static void __attribute__((noreturn)) hostile(const char *sock, uid_t owner)
 	gid_t none[1] = { NOBODY };
 
 	/* The victim is ours too, but under the same uid as the attacker. */
-	CHILD_EQ(0, setgroups(1, none));
-	CHILD_EQ(0, setgid(NOBODY));
-	CHILD_EQ(0, setuid(NOBODY));
-	CHILD_EQ(0, kv_arbiter_open(sock, 0, &v));
-	CHILD_TRUE(kv_arbiter_uses_ring(v));
-	CHILD_EQ(0, kv_arbiter_attach_owner(v, owner, POOL, 0, NULL));
+	KVD_CHILD_EQ(0, setgroups(1, none));
+	KVD_CHILD_EQ(0, setgid(NOBODY));
+	KVD_CHILD_EQ(0, setuid(NOBODY));
+	KVD_CHILD_EQ(0, kv_arbiter_open(sock, 0, &v));
+	KVD_CHILD_TRUE(kv_arbiter_uses_ring(v));
+	KVD_CHILD_EQ(0, kv_arbiter_attach_owner(v, owner, POOL, 0, NULL));
 	victim_round(v, 1);
 
 	/* Bad setups and enters. */
 	fd = kvd_connect(sock);
-	CHILD_TRUE(fd >= 0);
+	KVD_CHILD_TRUE(fd >= 0);
 	memset(&re, 0, sizeof(re));
-	CHILD_EQ(-ENXIO, raw_call(fd, KVS_SOCK_RING_ENTER, &re, sizeof(re), -1, NULL));
+	KVD_CHILD_EQ(-ENXIO, raw_call(fd, KVS_SOCK_RING_ENTER, &re, sizeof(re), -1, NULL));
 	re.flags = 1;
-	CHILD_EQ(-EINVAL, raw_call(fd, KVS_SOCK_RING_ENTER, &re, sizeof(re), -1, NULL));
+	KVD_CHILD_EQ(-EINVAL, raw_call(fd, KVS_SOCK_RING_ENTER, &re, sizeof(re), -1, NULL));
 	rs = (struct kvs_ring_setup) { .size = 1u << 30 };	/* above max_conn_buffer */
-	CHILD_EQ(-ERANGE, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, NULL));
+	KVD_CHILD_EQ(-ERANGE, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, NULL));
 	rs = (struct kvs_ring_setup) { .size = 1024 };
-	CHILD_EQ(-EINVAL, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, NULL));
+	KVD_CHILD_EQ(-EINVAL, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, NULL));
 	rs = (struct kvs_ring_setup) { .size = 4096, .flags = 1 };
-	CHILD_EQ(-EINVAL, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, NULL));
+	KVD_CHILD_EQ(-EINVAL, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, NULL));
 	rs = (struct kvs_ring_setup) { .size = 4096, .reserved = { 0, 1 } };
-	CHILD_EQ(-EINVAL, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, NULL));
+	KVD_CHILD_EQ(-EINVAL, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, NULL));
 	rs = (struct kvs_ring_setup) { .size = 4096, .area_off = 64 };
-	CHILD_EQ(-EINVAL, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, NULL));
+	KVD_CHILD_EQ(-EINVAL, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, NULL));
 	rs = (struct kvs_ring_setup) { .size = 4096 };
-	CHILD_EQ(-EINVAL, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), 0, NULL));
+	KVD_CHILD_EQ(-EINVAL, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), 0, NULL));
 	rs = (struct kvs_ring_setup) { .size = 4096 };
-	CHILD_EQ(0, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, &rfd));
-	CHILD_TRUE(rfd >= 0);
+	KVD_CHILD_EQ(0, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, &rfd));
+	KVD_CHILD_TRUE(rfd >= 0);
 	rs = (struct kvs_ring_setup) { .size = 4096 };
-	CHILD_EQ(-EBUSY, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, &rfd2));
-	CHILD_EQ(-1, rfd2);
+	KVD_CHILD_EQ(-EBUSY, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, &rfd2));
+	KVD_CHILD_EQ(-1, rfd2);
 	/* fd games: the file is the daemon's, sealed against shrinking and sealing. */
-	CHILD_TRUE(ftruncate(rfd, 0) < 0 && errno == EPERM);
-	CHILD_TRUE(ftruncate(rfd, 1 << 20) < 0 && errno == EPERM);
-	CHILD_TRUE(fcntl(rfd, F_ADD_SEALS, F_SEAL_WRITE) < 0);
-	CHILD_TRUE(fcntl(rfd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) < 0);
+	KVD_CHILD_TRUE(ftruncate(rfd, 0) < 0 && errno == EPERM);
+	KVD_CHILD_TRUE(ftruncate(rfd, 1 << 20) < 0 && errno == EPERM);
+	KVD_CHILD_TRUE(fcntl(rfd, F_ADD_SEALS, F_SEAL_WRITE) < 0);
+	KVD_CHILD_TRUE(fcntl(rfd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) < 0);
 	/* Sent back as pool memory: refused or accepted, it harms nobody. */
 	{
 		struct kvs_pool_create cr = {
@@ -735,13 +718,13 @@ static void __attribute__((noreturn)) hostile(const char *sock, uid_t owner)
 		};
 
 		ret = raw_call(fd, KVS_IOC_POOL_CREATE, &cr, sizeof(cr), rfd, NULL);
-		CHILD_TRUE(ret > -1000);
+		KVD_CHILD_TRUE(ret > -1000);
 	}
 	close(rfd);
 	victim_round(v, 2);
 	/* The connection still works, and its ring still answers. */
 	memset(&re, 0, sizeof(re));
-	CHILD_EQ(0, raw_call(fd, KVS_SOCK_RING_ENTER, &re, sizeof(re), -1, NULL));
+	KVD_CHILD_EQ(0, raw_call(fd, KVS_SOCK_RING_ENTER, &re, sizeof(re), -1, NULL));
 	close(fd);
 
 	/* A command the ring does not carry: EOPNOTSUPP in the ring. */
@@ -753,28 +736,28 @@ static void __attribute__((noreturn)) hostile(const char *sock, uid_t owner)
 		*m = (struct kvs_msg) { .magic = KVS_MSG_MAGIC, .cmd = KVS_IOC_POOL_STATS,
 					.len = HDR + sizeof(st), .seq = 1 };
 		memcpy(m + 1, &st, sizeof(st));
-		CHILD_EQ(0, ring_post(fd, ctl));
-		CHILD_EQ(ctl->sq, ctl->cq);
-		CHILD_EQ(-EOPNOTSUPP, m->result);
+		KVD_CHILD_EQ(0, ring_post(fd, ctl));
+		KVD_CHILD_EQ(ctl->sq, ctl->cq);
+		KVD_CHILD_EQ(-EOPNOTSUPP, m->result);
 		/* Nor an unknown one, nor one with a nonzero result: as on the socket. */
 		*m = (struct kvs_msg) { .magic = KVS_MSG_MAGIC, .cmd = 0xdeadbeef, .len = HDR };
-		CHILD_EQ(0, ring_post(fd, ctl));
-		CHILD_EQ(-ENOTTY, m->result);
+		KVD_CHILD_EQ(0, ring_post(fd, ctl));
+		KVD_CHILD_EQ(-ENOTTY, m->result);
 		*m = (struct kvs_msg) { .magic = KVS_MSG_MAGIC, .cmd = KVS_IOC_PUT,
 					.len = HDR + sizeof(struct kvs_put), .result = 5 };
 		memset(m + 1, 0, sizeof(struct kvs_put));
-		CHILD_EQ(0, ring_post(fd, ctl));
-		CHILD_EQ(-EINVAL, m->result);
+		KVD_CHILD_EQ(0, ring_post(fd, ctl));
+		KVD_CHILD_EQ(-EINVAL, m->result);
 		/* RING_ENTER inside the ring is no ring command either. */
 		*m = (struct kvs_msg) { .magic = KVS_MSG_MAGIC, .cmd = KVS_SOCK_RING_ENTER,
 					.len = HDR + sizeof(re) };
 		memset(m + 1, 0, sizeof(re));
-		CHILD_EQ(0, ring_post(fd, ctl));
-		CHILD_EQ(-ENOTTY, m->result);
+		KVD_CHILD_EQ(0, ring_post(fd, ctl));
+		KVD_CHILD_EQ(-ENOTTY, m->result);
 	}
 	/* Garbage: bad magic closes the connection. */
 	m->magic = 0x12345678;
-	CHILD_TRUE(ring_post(fd, ctl) < -1000 + 0);
+	KVD_CHILD_TRUE(ring_post(fd, ctl) < -1000 + 0);
 	close(fd);
 	munmap(ctl, 4096 + 8192);
 	close(rfd);
@@ -784,7 +767,7 @@ static void __attribute__((noreturn)) hostile(const char *sock, uid_t owner)
 	fd = raw_ring(sock, &ctl, &area, &rfd);
 	m = (struct kvs_msg *)area;
 	*m = (struct kvs_msg) { .magic = KVS_MSG_MAGIC, .cmd = KVS_IOC_PUT, .len = 8192 + 1 };
-	CHILD_TRUE(ring_post(fd, ctl) < -1000 + 0);
+	KVD_CHILD_TRUE(ring_post(fd, ctl) < -1000 + 0);
 	close(fd);
 	munmap(ctl, 4096 + 8192);
 	close(rfd);
@@ -793,7 +776,7 @@ static void __attribute__((noreturn)) hostile(const char *sock, uid_t owner)
 	*m = (struct kvs_msg) { .magic = KVS_MSG_MAGIC, .cmd = KVS_IOC_PUT, .len = 8 };
 	/* No ENTER this time: the polling daemon finds it on its own. */
 	__atomic_store_n(&ctl->sq, 1, __ATOMIC_SEQ_CST);
-	CHILD_EQ(0, kvd_wait_eof(fd, 5000));
+	KVD_CHILD_EQ(0, kvd_wait_eof(fd, 5000));
 	close(fd);
 	munmap(ctl, 4096 + 8192);
 	close(rfd);
