@@ -210,7 +210,7 @@ static int dev_ok(int dev)
 
 /* ---- errors, init, devices, contexts ---- */
 
-static const struct {
+static const struct stub_err {
 	CUresult r;
 	const char *name, *str;
 } errs[] = {
@@ -228,34 +228,35 @@ static const struct {
 	{ CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error" },
 };
 
-STUB_EXPORT CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
+/* The entry of errs[] for @error, or NULL: the driver answers INVALID_VALUE then. */
+static const struct stub_err *err_find(CUresult error)
 {
 	size_t i;
 
+	for (i = 0; i < sizeof(errs) / sizeof(errs[0]); i++)
+		if (errs[i].r == error)
+			return &errs[i];
+	return NULL;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
+{
+	const struct stub_err *e = err_find(error);
+
 	if (!pStr)
 		return CUDA_ERROR_INVALID_VALUE;
-	for (i = 0; i < sizeof(errs) / sizeof(errs[0]); i++)
-		if (errs[i].r == error) {
-			*pStr = errs[i].str;
-			return CUDA_SUCCESS;
-		}
-	*pStr = NULL;
-	return CUDA_ERROR_INVALID_VALUE;
+	*pStr = e ? e->str : NULL;
+	return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 STUB_EXPORT CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr)
 {
-	size_t i;
+	const struct stub_err *e = err_find(error);
 
 	if (!pStr)
 		return CUDA_ERROR_INVALID_VALUE;
-	for (i = 0; i < sizeof(errs) / sizeof(errs[0]); i++)
-		if (errs[i].r == error) {
-			*pStr = errs[i].name;
-			return CUDA_SUCCESS;
-		}
-	*pStr = NULL;
-	return CUDA_ERROR_INVALID_VALUE;
+	*pStr = e ? e->name : NULL;
+	return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 STUB_EXPORT CUresult CUDAAPI cuDriverGetVersion(int *v)
