@@ -24,7 +24,7 @@ SIMT_KFLAGS   := -fsanitize=thread
 SIMT_KOBJS    := $(ATTN_CU_SRCS:libkv/attn/%.cu=$(SIMT_DIR)/%.o)
 SIMT_CORE     := $(SIMT_DIR)/simt.o $(SIMT_DIR)/simt_runtime.o
 SIMT_TEST_OBJS := $(SIMT_DIR)/attn_simt_test.o $(SIMT_CORE)
-SIMT_LDLIBS   := $(LIBKV_ATTN_LDLIBS)
+SIMT_LDLIBS   := $(LIBKV_ATTN_LDLIBS) -ldl
 
 $(SIMT_DIR)/%.o: libkv/attn/%.cu
 	@mkdir -p $(@D)
@@ -49,7 +49,7 @@ $(SIMT_DIR)/simt_selftest.o: tests/simt/simt_selftest.cc
 
 $(BUILD)/tests/simt_selftest: $(SIMT_DIR)/simt_selftest.o $(SIMT_CORE)
 	@mkdir -p $(@D)
-	$(CXX) -o $@ $^ -lm
+	$(CXX) -o $@ $^ -lm -ldl
 
 $(SIMT_DIR)/attn_simt_test.o: tests/simt/attn_simt_test.c $(KSFT_HDRS)
 	@mkdir -p $(@D)

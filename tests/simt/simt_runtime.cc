@@ -5,8 +5,15 @@
  * codes.  Launches are simt.cc's; they report here (record_error).  A
  * fuller runtime and driver stand-in may replace this file: it must
  * provide kv_simt::record_error() and kv_simt::device_range().
+ *
+ * Device memory is what cudaMalloc gave, and the mappings of the CUDA
+ * driver stand-in (tests/gpu/cudastub: a device pool a process imported
+ * and mapped, which the kernels read and write in place), when that is
+ * the libcuda.so.1 the process loaded.
  */
 #include "simt.h"
+
+#include <dlfcn.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,16 +60,57 @@ void kv_simt::record_error(cudaError_t e, bool pending)
 		pending_err = e;
 }
 
+/*
+ * Binaries with the kernels' stand-in carry this name (kvserve's report
+ * looks it up, weakly, to say where its kernels ran).
+ */
+extern "C" {
+extern const char kv_simt_runtime[];
+const char kv_simt_runtime[] = "CUDA kernels on the CPU stand-in (tests/simt)";
+}
+
+namespace {
+
+typedef int (*mapping_fn)(const void *p, uintptr_t *base, size_t *size);
+
+/* The driver stand-in's mapping holding @p, once the process loaded it. */
+bool driver_mapping(const void *p, uintptr_t *start, size_t *bytes)
+{
+	static mapping_fn fn;
+	void *h;
+
+	if (!fn) {
+		/* Kept open: the mapping function must outlive this call. */
+		h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+		fn = h ? (mapping_fn)dlsym(h, "kvs_cudastub_mapping") : NULL;
+		if (!fn)
+			return false;
+	}
+	return fn(p, start, bytes);
+}
+
+}
+
+/* The allocation holding @p; else the last one before it, for "past its end". */
 bool kv_simt::device_range(const void *p, uintptr_t *start, size_t *bytes)
 {
 	auto it = allocs.upper_bound((uintptr_t)p);
+	bool before = it != allocs.begin();
 
-	if (it == allocs.begin())
-		return false;
-	--it;
-	*start = it->first;
-	*bytes = it->second;
-	return true;
+	if (before) {
+		--it;
+		*start = it->first;
+		*bytes = it->second;
+		if ((uintptr_t)p - it->first < it->second)
+			return true;
+	}
+	if (driver_mapping(p, start, bytes))
+		return true;
+	if (before) {
+		*start = it->first;
+		*bytes = it->second;
+	}
+	return before;
 }
 
 extern "C" cudaError_t cudaGetDeviceCount(int *n)

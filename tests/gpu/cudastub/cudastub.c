@@ -48,10 +48,14 @@
  *                                in this process fails with code (default
  *                                CUDA_ERROR_OUT_OF_MEMORY), doing nothing
  *
- * And two functions the real driver does not have, which tests look up
- * with dlsym and libkv uses to know it is not on a real GPU:
+ * And functions the real driver does not have, which tests look up with
+ * dlsym and libkv uses to know it is not on a real GPU:
  *   kvs_cudastub_counts(&allocs, &handles, &reservations, &mappings)
  *   kvs_cudastub_version()
+ *   kvs_cudastub_mapping(p, &base, &size)  the readable mapping holding p,
+ *                                  for the kernels' stand-in (tests/simt),
+ *                                  whose illegal-address check takes it as
+ *                                  device memory
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -814,6 +818,23 @@ STUB_EXPORT void kvs_cudastub_counts(int *allocs, int *live_handles, int *reserv
 	if (mappings)
 		*mappings = (int)n_maps;
 	pthread_mutex_unlock(&lock);
+}
+
+/* 1 and the mapping's range when @p is in a mapping with read access, else 0. */
+STUB_EXPORT int kvs_cudastub_mapping(const void *p, uintptr_t *base, size_t *size)
+{
+	struct stub_range *m;
+	int found = 0;
+
+	pthread_mutex_lock(&lock);
+	m = range_find(maps, n_maps, (uintptr_t)p);
+	if (m && (m->prot & PROT_READ)) {
+		*base = m->base;
+		*size = m->size;
+		found = 1;
+	}
+	pthread_mutex_unlock(&lock);
+	return found;
 }
 
 STUB_EXPORT const char *kvs_cudastub_version(void)
