@@ -53,6 +53,7 @@
 #include <kvshare/req_table.h>
 
 #include "model.h"
+#include "tolerance.h"
 
 struct opts {
 	const char *arbiter;
@@ -76,6 +77,12 @@ struct tally {
 	uint64_t evicted_pages, errors;
 	uint64_t prefill_tokens, decode_tokens, decode_calls;
 	uint64_t verified_requests, verified_bytes, mismatches;
+	/*
+	 * --memory cuda: greedy tokens flipped within tolerance; the worst
+	 * errors against the recompute (1e-9 units): relative and absolute
+	 * of the KV (layers 1 on), of the final state.
+	 */
+	uint64_t tol_flips, tol_err[4];
 	uint64_t prefill_ns, decode_ns, verify_prefill_ns;
 	uint64_t start_ns, end_ns;	/* CLOCK_MONOTONIC: serving, setup excluded */
 	uint64_t held_pages, prefix_pages;	/* in the worker's trees at its end */
@@ -379,29 +386,128 @@ static int req_prefill(struct worker *w, struct request *q)
 	return 0;
 }
 
+/* The worst errors of a request against the recompute, into the tally (1e-9 units). */
+static void tol_record(struct worker *w, const struct tol_err *e, unsigned int which)
+{
+	double v[2] = { tol_rel(e) * 1e9, e->max_abs * 1e9 };
+	unsigned int i;
+
+	for (i = 0; i < 2; i++)
+		if (v[i] > w->t.tol_err[which + i])
+			w->t.tol_err[which + i] = v[i] < 1e18 ? (uint64_t)v[i] : UINT64_MAX;
+}
+
+/*
+ * Layer @l's K or V (@which) of request @q against the recompute's in
+ * w->scratch (pages s->pages): @got holds the served pages, page i of the
+ * request at got_pages[i], or at i where got_pages is NULL (a host copy).
+ * To the bit where @exact, else within tests/attn's tolerance (relative
+ * Frobenius error over the request's tokens).  -EIO on a difference.
+ */
+static int verify_rows(struct worker *w, struct request *q, const uint8_t *got,
+		       const uint32_t *got_pages, const uint32_t *pages,
+		       const struct model_seq *s, uint32_t l, uint32_t which, bool exact)
+{
+	const struct kvs_geometry *g = &w->geom;
+	const uint32_t T = g->tokens_per_page;
+	const uint64_t row = kv_token_stride(g);
+	const double bound = tol_bound(g->dtype);
+	struct tol_err e = { 0 };
+	uint32_t t;
+
+	for (t = 0; t < w->n_kv; t++) {
+		uint32_t p = got_pages ? got_pages[t / T] : t / T;
+		const uint8_t *a = got + kv_offset(g, p, l, which, t % T, 0, 0);
+		const uint8_t *b = w->scratch + kv_offset(g, s->pages[t / T], l, which,
+							  t % T, 0, 0);
+
+		if (exact && memcmp(a, b, row)) {
+			fprintf(stderr, "kvserve: worker %u: request %u: %c of token %u, layer "
+				"%u, in %s page %u differs from scratch\n", w->id, q->r,
+				which == KV_K ? 'K' : 'V', t, l, q->priv ? "private" : "pool",
+				pages[t / T]);
+			return -EIO;
+		}
+		if (!exact)
+			tol_add_raw(&e, g->dtype, a, b, row / kv_dtype_size(g->dtype));
+		w->t.verified_bytes += row;
+	}
+	if (exact)
+		return 0;
+	tol_record(w, &e, 0);
+	if (tol_rel(&e) <= bound)
+		return 0;
+	fprintf(stderr, "kvserve: worker %u: request %u: %c of layer %u differs from scratch "
+		"by %.3g (relative; bound %.0e), %.3g at most\n", w->id, q->r,
+		which == KV_K ? 'K' : 'V', l, tol_rel(&e), bound, e.max_abs);
+	return -EIO;
+}
+
+/*
+ * Request @q's KV against the recompute's.  Pages the CUDA kernels wrote
+ * (a device pool: @dev) are read through a host copy, never in place, and
+ * compared within tolerance, but layer 0's to the bit: its K and V are
+ * projections of the embeddings alone, the same bits on both sides, and
+ * the KV write stores them as they are.  Everything else to the bit.
+ */
+static int verify_kv(struct worker *w, struct request *q, const struct model_seq *served,
+		     const struct model_seq *s, bool dev)
+{
+	const struct kvs_geometry *g = &w->geom;
+	const uint32_t n_pages = (w->n_kv + g->tokens_per_page - 1) / g->tokens_per_page;
+	const uint8_t *pool = served->pool_base;
+	uint8_t *copy = NULL;
+	uint32_t i, l, which;
+	int ret = 0;
+
+	if (dev) {
+		copy = malloc((size_t)n_pages * g->page_bytes);
+		if (!copy)
+			return -ENOMEM;
+		for (i = 0; !ret && i < n_pages; i++)
+			ret = kv_cuda_memcpy(copy + (size_t)i * g->page_bytes,
+					     pool + (uint64_t)served->pages[i] * g->page_bytes,
+					     g->page_bytes);
+		if (ret)
+			fprintf(stderr, "kvserve: worker %u: request %u: reading its pages "
+				"from the device: %s\n", w->id, q->r, kv_cuda_error());
+	}
+	for (l = 0; !ret && l < g->n_layers; l++)
+		for (which = KV_K; !ret && which <= KV_V; which++)
+			ret = verify_rows(w, q, dev ? copy : pool, dev ? NULL : served->pages,
+					  served->pages, s, l, which, !dev || !l);
+	free(copy);
+	return ret;
+}
+
 /*
  * Recompute the request from scratch in private memory (poisoned with
- * NaN, pages in reverse order, decoded alone: a batch of one) and compare:
- * every KV row of every layer of tokens [0, n_kv), the generated tokens,
- * the final hidden state.  -EIO on any difference; the first is reported.
+ * NaN, pages in reverse order, decoded alone: a batch of one) on the C
+ * reference, fed the tokens the request was served (teacher-forced), and
+ * compare: every KV row of every layer of tokens [0, n_kv), the generated
+ * tokens, the final hidden state.  To the bit, or, for a request the CUDA
+ * kernels served (--memory cuda, in the pool), within tests/attn's
+ * tolerance (tolerance.h), where a greedy token may differ only where the
+ * reference's two candidates were tied within it.  -EIO on any other
+ * difference; the first is reported.
  */
 static int verify(struct worker *w, struct request *q)
 {
 	const struct kvs_geometry *g = &w->geom;
 	const uint32_t T = g->tokens_per_page, n_kv = w->n_kv, n_prompt = w->n_prompt;
 	const uint32_t n_pages = (n_kv + T - 1) / T;
-	const uint64_t row = kv_token_stride(g);
+	const bool dev = w->o->cuda && !q->priv;
+	const double bound = tol_bound(g->dtype);
 	struct model_seq s = { w->scratch, n_pages, w->scratch_pages, n_pages }, served;
-	uint32_t i, l, which, t, next, len;
+	struct tol_err e = { 0 };
+	uint32_t i, next, len, flips = 0;
 	const float *hidden;
-	const uint8_t *pool;
 	uint64_t t0;
 	int ret;
 
 	ret = req_seq(w, q, &served);
 	if (ret)
 		return ret;
-	pool = served.pool_base;
 	t0 = now_ns();
 	memset(w->scratch, 0xff, (size_t)n_pages * g->page_bytes);
 	for (i = 0; i < n_pages; i++)
@@ -409,40 +515,33 @@ static int verify(struct worker *w, struct request *q)
 	ret = model_prefill(w->model, &s, q->tokens, 0, n_prompt, &next);
 	w->t.verify_prefill_ns += now_ns() - t0;
 	for (i = n_prompt; !ret && i <= n_kv; i++) {
-		if (next != q->tokens[i]) {
+		if (next != q->tokens[i] &&
+		    !(dev && tol_flip_ok(model_last_logits(w->model), next, q->tokens[i],
+					 bound))) {
 			fprintf(stderr, "kvserve: worker %u: request %u: token %u is %u, "
 				"from scratch %u\n", w->id, q->r, i, q->tokens[i], next);
 			return -EIO;
 		}
+		flips += next != q->tokens[i];
 		if (i < n_kv)
 			ret = model_decode(w->model, &s, q->tokens[i], i, &next);
 	}
 	if (ret)
 		return ret;
+	ret = verify_kv(w, q, &served, &s, dev);
+	if (ret)
+		return ret;
 	hidden = model_last_hidden(w->model, &len);
-	if (memcmp(hidden, q->hidden, len * sizeof(float))) {
+	tol_add_f32(&e, q->hidden, hidden, len);
+	if (dev ? !(tol_rel(&e) <= bound) : memcmp(hidden, q->hidden, len * sizeof(float))) {
 		fprintf(stderr, "kvserve: worker %u: request %u: final hidden state differs "
-			"from scratch\n", w->id, q->r);
+			"from scratch (by %.3g, relative)\n", w->id, q->r, tol_rel(&e));
 		return -EIO;
 	}
-	for (t = 0; t < n_kv; t++)
-		for (l = 0; l < g->n_layers; l++)
-			for (which = KV_K; which <= KV_V; which++) {
-				const uint8_t *a = pool + kv_offset(g, served.pages[t / T], l,
-								    which, t % T, 0, 0);
-				const uint8_t *b = w->scratch + kv_offset(g, s.pages[t / T], l,
-									  which, t % T, 0, 0);
-
-				if (memcmp(a, b, row)) {
-					fprintf(stderr, "kvserve: worker %u: request %u: %c of "
-						"token %u, layer %u, in %s page %u differs from "
-						"scratch\n", w->id, q->r, which == KV_K ? 'K' : 'V',
-						t, l, q->priv ? "private" : "pool",
-						served.pages[t / T]);
-					return -EIO;
-				}
-				w->t.verified_bytes += row;
-			}
+	if (dev) {
+		tol_record(w, &e, 2);
+		w->t.tol_flips += flips;
+	}
 	w->t.verified_requests++;
 	return 0;
 }
@@ -721,18 +820,17 @@ static void pool_open_err(const struct opts *o, unsigned int id, int ret)
 
 /*
  * --memory cuda: the pool must be device memory (kvshared's memory=cuda),
- * mapped by libkv through the CUDA driver.  On the driver stand-in of the
- * tests (tests/gpu/cudastub) that mapping is host memory underneath, and
- * the model's attention, libkv's C reference, reads and writes it in
- * place: the CUDA kernels cannot run there.  On a real GPU the mapping is
- * device memory the CPU cannot touch: the model would have to run its
- * attention through kv_attn_*_cuda() (fp16/bf16 tensors on the device,
- * checked against the C reference within its tolerances rather than to the
- * bit), which is not written yet, so kvserve refuses there and says so.
+ * mapped by libkv through the CUDA driver, and the model's attention on it
+ * runs on the CUDA kernels (model_attn_cuda()): on a GPU with build/kvserve-cuda,
+ * or in the tests on the CPU stand-ins of both the driver
+ * (tests/gpu/cudastub) and the kernels (tests/simt: build/tests/gpu/kvserve-simt).
+ * build/kvserve has no kernels and says so.
  */
 static int memory_check(const struct opts *o, const struct worker *w)
 {
-	int dev = kv_pool_is_device(w->pool);
+	const struct kvs_geometry *g = &kv_pool_info(w->pool)->geom;
+	int dev = kv_pool_is_device(w->pool), ret;
+	char why[320];
 
 	if (dev != o->cuda) {
 		fprintf(stderr, "kvserve: worker %u: pool '%s' is %s memory: run with "
@@ -740,13 +838,24 @@ static int memory_check(const struct opts *o, const struct worker *w)
 			dev ? "cuda" : "host");
 		return -EINVAL;
 	}
-	if (dev && kv_cuda_driver() != 0) {
-		fprintf(stderr, "kvserve: worker %u: pool '%s' is mapped on a real GPU; "
-			"kvserve's model computes on the CPU and its CUDA attention path "
-			"is not written yet (docs/gpu.md)\n", w->id, o->pool);
+	if (!dev)
+		return 0;
+	if ((g->dtype != KVS_DTYPE_F16 && g->dtype != KVS_DTYPE_BF16) ||
+	    (g->head_dim != 64 && g->head_dim != 128 && g->head_dim != 256)) {
+		fprintf(stderr, "kvserve: worker %u: pool '%s': the CUDA kernels take fp16 "
+			"and bf16 pools of head dim 64, 128 or 256\n", w->id, o->pool);
 		return -EOPNOTSUPP;
 	}
-	return 0;
+	if (kv_pool_device(w->pool) > 0) {
+		fprintf(stderr, "kvserve: worker %u: pool '%s' is on GPU %d; the kernels run "
+			"on GPU 0 (CUDA_VISIBLE_DEVICES=%d makes it GPU 0)\n", w->id, o->pool,
+			kv_pool_device(w->pool), kv_pool_device(w->pool));
+		return -EOPNOTSUPP;
+	}
+	ret = model_attn_cuda(kv_page_addr(w->pool, 0), kv_cuda_driver(), why, sizeof(why));
+	if (ret)
+		fprintf(stderr, "kvserve: worker %u: --memory cuda: %s\n", w->id, why);
+	return ret;
 }
 
 static int worker_setup(struct worker *w)
@@ -971,8 +1080,9 @@ static void usage(FILE *f)
 	      "--seed picks the texts.  --inflight-wait MS: a worker that misses prompt\n"
 	      "pages another worker is computing waits up to MS for them instead of\n"
 	      "computing them too, and claims those it computes (in-flight dedupe).\n"
-	      "--memory cuda: the pool is GPU memory (kvshared memory=cuda); today only\n"
-	      "on the tests' CUDA driver stand-in, where attention is the C reference.\n"
+	      "--memory cuda: the pool is GPU memory (kvshared memory=cuda); attention on\n"
+	      "it runs on the CUDA kernels (build/kvserve-cuda; build/kvserve has none),\n"
+	      "checked against the C reference within tests/attn's tolerances.\n"
 	      "Defaults: 4 workers x 24 requests, 1024 + 2048 of 4 + 96 tokens, 4 q\n"
 	      "heads, 8 generated tokens, batches of 8, --verify 4, seeds 1.\n", f);
 }
@@ -1080,13 +1190,15 @@ static void add(struct tally *sum, const struct tally *t)
 	struct tally was = *sum;
 	size_t i;
 
-	/* Every field is a count to add up but these four. */
+	/* Every field is a count to add up but these five. */
 	for (i = 0; i < sizeof(*t) / sizeof(uint64_t); i++)
 		s[i] += a[i];
 	sum->start_ns = was.start_ns && was.start_ns < t->start_ns ? was.start_ns : t->start_ns;
 	sum->end_ns = was.end_ns > t->end_ns ? was.end_ns : t->end_ns;
 	sum->arbiter_gone = was.arbiter_gone ? was.arbiter_gone : t->arbiter_gone;
 	sum->digest = was.digest ^ t->digest;
+	for (i = 0; i < 4; i++)
+		sum->tol_err[i] = was.tol_err[i] > t->tol_err[i] ? was.tol_err[i] : t->tol_err[i];
 }
 
 /*
@@ -1212,13 +1324,19 @@ static void report(const struct opts *o, const struct tally *sum,
 	       o->workers, o->requests, o->system_tokens + o->doc_tokens + o->question_tokens,
 	       o->system_tokens, o->doc_tokens, o->docs, o->question_tokens, o->gen_tokens);
 	printf("  model                  %u layers, %u q heads over %u KV heads of dim %u, "
-	       "%s pages; attention: libkv C reference (%s)\n", g->n_layers, o->q_heads,
-	       g->n_kv_heads, g->head_dim, dtype_name(g->dtype), kv_attn_ref_isa());
-	if (o->cuda)
-		printf("  memory                 cuda: the pool was imported and mapped "
-		       "through the CUDA driver STAND-IN (tests only, host memory "
-		       "underneath); attention ran the C reference on that mapping, "
-		       "not the CUDA kernels\n");
+	       "%s pages; attention: libkv C reference (%s)%s\n", g->n_layers, o->q_heads,
+	       g->n_kv_heads, g->head_dim, dtype_name(g->dtype), kv_attn_ref_isa(),
+	       o->cuda ? " for private pages and the recompute" : "");
+	if (o->cuda) {
+		char name[256];
+		int drv = kv_cuda_driver();
+
+		printf("  memory                 cuda: the pool was imported and mapped through "
+		       "%s\n", drv == 1 ? "the CUDA driver" : "the CUDA driver STAND-IN "
+		       "(tests only, host memory underneath)");
+		printf("  attention on the pool  %s\n", model_attn_cuda_name(drv, name,
+									   sizeof(name)));
+	}
 	if (o->no_share)
 		printf("  sharing                none (--no-share): each worker caches its own "
 		       "prefixes in private pages\n");
@@ -1259,10 +1377,21 @@ static void report(const struct opts *o, const struct tally *sum,
 	       (unsigned long long)sum->decode_tokens, (unsigned long long)sum->decode_calls,
 	       o->batch, sum->decode_calls ? (double)sum->decode_tokens / sum->decode_calls : 0,
 	       per(sum->decode_ns, sum->decode_tokens, 1e3));
-	printf("  verified               %llu requests recomputed from scratch, equal to "
-	       "the bit: %llu bytes of KV, every token, the final state\n",
-	       (unsigned long long)sum->verified_requests,
-	       (unsigned long long)sum->verified_bytes);
+	if (!o->cuda)
+		printf("  verified               %llu requests recomputed from scratch, equal to "
+		       "the bit: %llu bytes of KV, every token, the final state\n",
+		       (unsigned long long)sum->verified_requests,
+		       (unsigned long long)sum->verified_bytes);
+	else
+		printf("  verified               %llu requests recomputed from scratch (the C "
+		       "reference, host memory, served tokens fed back), within tests/attn's "
+		       "%s tolerance %.0e: %llu bytes of KV, layer 0 to the bit; worst relative "
+		       "error %.2e in KV, %.2e in the final state (abs %.2e, %.2e); %llu greedy "
+		       "tokens flipped between near-tied logits\n",
+		       (unsigned long long)sum->verified_requests, dtype_name(g->dtype),
+		       tol_bound(g->dtype), (unsigned long long)sum->verified_bytes,
+		       sum->tol_err[0] / 1e9, sum->tol_err[2] / 1e9, sum->tol_err[1] / 1e9,
+		       sum->tol_err[3] / 1e9, (unsigned long long)sum->tol_flips);
 	if (sum->verified_requests && served > 0)
 		printf("  from-scratch prefill   %.2f ms a request: %.1fx the served "
 		       "prefill's time\n", scratch, scratch / served);

@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * kvserve's model (model.h): projections in plain C, attention through
- * libkv's C reference.  Weights are [in][out] so that every projection is
+ * libkv's C reference, or the CUDA kernels on a device pool (model_cuda.c).  Weights are [in][out] so that every projection is
  * y += x[i] * W[i][:], a loop the compiler vectorizes without reordering
  * a sum: the bits do not depend on the build's vector width either.
  */
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model.h"
+#include "model_cuda.h"
 
 #define VOCAB		512	/* greedy choice among this many tokens */
 #define MAX_HIDDEN	8192
@@ -30,9 +32,18 @@ struct model {
 	float *freq;			/* [hid]: the position encoding's frequencies */
 	float *x, *xn, *q, *k, *v, *o;	/* activations, max_tokens rows */
 	uint32_t *seq_lens;		/* decode: max_tokens requests */
+	struct model_cuda *cuda;	/* device buffers, at the first call on dev_pool */
 	float hidden[MAX_HIDDEN];	/* last row, normalized */
 	float logits[VOCAB];
 };
+
+/*
+ * The device pool whose calls run on the CUDA kernels (model_attn_cuda()),
+ * and whether the kernels are the CPU stand-in's: tests/simt/simt_runtime.cc
+ * defines this symbol, the CUDA runtime does not.
+ */
+static const void *dev_pool;
+extern const char kv_simt_runtime[] __attribute__((weak));
 
 static uint64_t splitmix64(uint64_t *s)
 {
@@ -83,6 +94,7 @@ void model_destroy(struct model *m)
 	free(m->v);
 	free(m->o);
 	free(m->seq_lens);
+	model_cuda_destroy(m->cuda);
 	free(m);
 }
 
@@ -192,15 +204,49 @@ static void project(const float *x, const float *w, float *y, uint32_t rows,
  * the same order whatever the other rows are: a request's bits do not
  * depend on the batch it is in.
  */
+/* One layer's KV write and attention, by the C reference. */
+static int attend_ref(struct model *m, const struct kv_attn_kv *kv,
+		      const struct kv_attn_batch *b, const struct kv_attn_params *p, bool decode)
+{
+	int ret = kv_attn_write_ref(kv, b, m->k, m->v);
+
+	if (ret)
+		return ret;
+	return decode ? kv_attn_decode_ref(kv, b, p, m->q, m->o, NULL)
+		      : kv_attn_extend_ref(kv, b, p, m->q, m->o, NULL);
+}
+
+/* The batch's page tables to the device, on a device pool; db unused otherwise. */
+static int cuda_begin(struct model *m, const struct model_seq *s,
+		      const struct kv_attn_batch *b, struct kv_attn_batch *db, bool *on_dev)
+{
+	int ret;
+
+	*on_dev = dev_pool && s->pool_base == dev_pool;
+	if (!*on_dev)
+		return 0;
+	if (!m->cuda) {
+		ret = model_cuda_create(&m->g, m->nq, m->max_tokens, &m->cuda);
+		if (ret)
+			return ret;
+	}
+	return model_cuda_tables(m->cuda, b, db);
+}
+
 static int forward(struct model *m, const struct model_seq *s,
 		   const struct kv_attn_batch *b, uint32_t n, bool decode,
 		   uint32_t first_out, uint32_t *next, float *hidden_out)
 {
 	struct kv_attn_params p = { .n_q_heads = m->nq };
 	struct kv_attn_kv kv = { .base = s->pool_base, .n_pages = s->pool_pages, .geom = m->g };
+	struct kv_attn_batch db;
 	uint32_t l, r, i;
+	bool on_dev;
 	int ret;
 
+	ret = cuda_begin(m, s, b, &db, &on_dev);
+	if (ret)
+		return ret;
 	for (l = 0; l < m->g.n_layers; l++) {
 		const struct layer_w *w = &m->lw[l];
 
@@ -210,11 +256,9 @@ static int forward(struct model *m, const struct model_seq *s,
 		project(m->xn, w->wk, m->k, n, m->hid, m->kvw);
 		project(m->xn, w->wv, m->v, n, m->hid, m->kvw);
 		kv.layer = l;
-		ret = kv_attn_write_ref(&kv, b, m->k, m->v);
-		if (ret)
-			return ret;
-		ret = decode ? kv_attn_decode_ref(&kv, b, &p, m->q, m->o, NULL)
-			     : kv_attn_extend_ref(&kv, b, &p, m->q, m->o, NULL);
+		ret = on_dev ? model_cuda_layer(m->cuda, &kv, &db, &p, decode, n, m->q, m->k,
+						m->v, m->o)
+			     : attend_ref(m, &kv, b, &p, decode);
 		if (ret)
 			return ret;
 		/* The residual: x += o Wo (q is free again: it takes o Wo). */
@@ -310,6 +354,16 @@ const float *model_last_hidden(const struct model *m, uint32_t *len)
 	return m->hidden;
 }
 
+const float *model_last_logits(const struct model *m)
+{
+	return m->logits;
+}
+
+uint32_t model_vocab(void)
+{
+	return VOCAB;
+}
+
 uint32_t model_hidden_size(const struct model *m)
 {
 	return m->hid;
@@ -318,4 +372,41 @@ uint32_t model_hidden_size(const struct model *m)
 uint64_t model_macs_per_token(const struct model *m)
 {
 	return (uint64_t)m->g.n_layers * m->hid * (2ull * m->hid + 2ull * m->kvw);
+}
+
+int model_attn_cuda(const void *dev_base, int driver, char *why, size_t len)
+{
+	bool simt = kv_simt_runtime != NULL;
+
+	if (kv_cuda_available() <= 0) {
+		snprintf(why, len, "no CUDA kernels to run: %s (build/kvserve is built "
+			 "without them; with nvcc, make build/kvserve-cuda)", kv_cuda_error());
+		return -ENODEV;
+	}
+	if (driver == 1 && simt) {
+		snprintf(why, len, "the pool is on a real GPU, but these CUDA kernels are "
+			 "the CPU stand-in of the tests (tests/simt): run build/kvserve-cuda");
+		return -EOPNOTSUPP;
+	}
+	if (driver != 1 && !simt) {
+		snprintf(why, len, "the pool was mapped by the CUDA driver stand-in (host "
+			 "memory): the GPU's kernels cannot read it");
+		return -EOPNOTSUPP;
+	}
+	dev_pool = dev_base;
+	return 0;
+}
+
+const char *model_attn_cuda_name(int driver, char *buf, size_t len)
+{
+	char dev[128];
+
+	if (kv_simt_runtime)
+		snprintf(buf, len, "CUDA kernels on the CPU STAND-IN tests/simt + %s",
+			 driver == 1 ? "the real CUDA driver" : "driver stand-in tests/gpu/cudastub");
+	else if (kv_cuda_device_name(dev, sizeof(dev)))
+		snprintf(buf, len, "CUDA kernels (no device: %s)", kv_cuda_error());
+	else
+		snprintf(buf, len, "CUDA kernels on %s", dev);
+	return buf;
 }

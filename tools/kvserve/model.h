@@ -16,10 +16,16 @@
  * the reference's extend does not depend on how a prompt is cut into
  * calls (see <kvshare/attn.h>).  That is what makes a served request
  * checkable against a recompute from scratch, to the bit.
+ *
+ * With model_attn_cuda(), attention on a device pool runs on the CUDA
+ * kernels instead (model_cuda.c): they reduce in another order and take
+ * fp16/bf16 tensors, so a request served there is checked against the C
+ * reference within tolerances, not to the bit.
  */
 #ifndef KVSERVE_MODEL_H
 #define KVSERVE_MODEL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <kvshare/attn.h>
@@ -77,8 +83,28 @@ struct model_batch {
 int model_decode_batch(struct model *m, const struct model_batch *b, const uint32_t *toks,
 		       const uint32_t *pos, uint32_t *next, float *hidden);
 
+/*
+ * From now on, this process's models run attention on the CUDA kernels for
+ * every call whose pool memory is @dev_base (kv_page_addr(pool, 0) of a
+ * device pool, mapped through the driver libkv reports as @driver: 1 real,
+ * 0 the tests' stand-in); calls on other memory (private host pages, the
+ * verification's recompute) keep the C reference.  Process-wide, as
+ * kvserve's workers are processes of one pool each.  0, or -errno with
+ * the reason in @why: no kernels in this build or no device, or kernels
+ * and driver that do not go together (the GPU cannot read the stand-in's
+ * host memory; the kernels' stand-in cannot read a GPU's).
+ */
+int model_attn_cuda(const void *dev_base, int driver, char *why, size_t len);
+
+/* What runs attention on a device pool mapped through @driver, in words. */
+const char *model_attn_cuda_name(int driver, char *buf, size_t len);
+
 /* The last call's final hidden state (after the last RMSNorm), and its length. */
 const float *model_last_hidden(const struct model *m, uint32_t *len);
+
+/* The last call's logits of its last row (model_vocab() of them). */
+const float *model_last_logits(const struct model *m);
+uint32_t model_vocab(void);
 
 /* Floats in a final hidden state. */
 uint32_t model_hidden_size(const struct model *m);
