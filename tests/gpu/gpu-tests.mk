@@ -55,13 +55,19 @@ HOST_TESTS  += $(GPU_RUNS)
 .PHONY: gpu-tests
 gpu-tests: $(GPU_RUNS)
 
-# kvserve on a GPU pool (kvshared memory=cuda), on the stand-in.
+# kvserve on a GPU pool (kvshared memory=cuda), its attention on the CUDA
+# kernels, all on the stand-ins: build/tests/gpu/kvserve-simt (its rule is in
+# tools/kvserve/kvserve.mk) on the driver stand-in.  The fibers are x86-64.
+ifeq ($(shell uname -m),x86_64)
 $(BUILD)/tests/kvserve_gpu_test: tests/gpu/kvserve_gpu_test.sh $(CUDASTUB) $(BUILD)/kvshared \
-		$(BUILD)/kvserve $(BUILD)/kvctl
+		$(BUILD)/kvserve $(BUILD)/tests/gpu/kvserve-simt \
+		$(BUILD)/tests/gpu/kvserve-simt-bad_shuffle $(BUILD)/kvctl
 	@mkdir -p $(@D)
 	cp $< $@
 	chmod +x $@
 
-ALL_TARGETS += $(BUILD)/tests/kvserve_gpu_test
+ALL_TARGETS += $(BUILD)/tests/gpu/kvserve-simt $(BUILD)/tests/gpu/kvserve-simt-bad_shuffle \
+               $(BUILD)/tests/kvserve_gpu_test
 HOST_TESTS  += $(BUILD)/tests/kvserve_gpu_test
 gpu-tests: $(BUILD)/tests/kvserve_gpu_test
+endif
