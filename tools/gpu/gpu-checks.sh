@@ -4,12 +4,15 @@
 # The one command a session with a GPU runs: the suites `make test` runs on
 # the CPU stand-ins, here against the real CUDA driver and kernels, then the
 # figures.  Nothing is installed (the GPU machine is bare and offline).
-# Logs go to $OUT (default build/gpu-out), at most seven files:
+# Logs go to $OUT (default build/gpu-out), at most eight files:
 #
 #   env.txt          machine, driver, toolchain, nvidia-smi
 #   build.log        make
 #   suites.log       every suite on the real driver (list below)
 #   sanitizer.log    attn_cuda_test under compute-sanitizer memcheck, racecheck
+#   kvserve.txt      kvserve-cuda --memory cuda on a kvshared memory=cuda pool:
+#                    workers share device pages through the CUDA kernels, every
+#                    request checked against the C reference (fails on a mismatch)
 #   kvbench_attn.txt kvbench attn --gpu: decode bandwidth against a D2D copy
 #   attn_torch.txt   tools/kvbench/attn_torch.py: torch SDPA on the same shapes
 #   summary.txt      one line a step, also printed last
@@ -93,7 +96,8 @@ if [ $do_build = 1 ]; then
 	args=(-k -j"$(nproc)")
 	cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .')
 	[[ "$cc" =~ ^[0-9]+$ ]] && args+=(NVCC_ARCHS="-gencode arch=compute_$cc,code=sm_$cc")
-	timeout "$(left 300)" make "${args[@]}" "${SUITES[@]}" "$BUILD/kvbench" >"$OUT/build.log" 2>&1
+	timeout "$(left 300)" make "${args[@]}" "${SUITES[@]}" "$BUILD/kvbench" \
+		"$BUILD/kvserve-cuda" "$BUILD/kvshared" "$BUILD/kvctl" >"$OUT/build.log" 2>&1
 	record build "$([ $? = 0 ] && echo ok || echo WARN)" "make -k (see build.log; a suite not built fails below)"
 fi
 
@@ -137,6 +141,19 @@ if [ $have_gpu = 1 ] && command -v compute-sanitizer >/dev/null; then
 	done
 fi
 
+# ---- kvserve on a GPU pool: kernels of several processes on shared pages ----
+lim=$(left 120)
+if [ $have_gpu = 1 ] && [ "$lim" != 0 ]; then
+	BUILD=$BUILD timeout -k 10 "$lim" tools/kvshared-session.sh --pool \
+		"kvserve:pages=4096,layers=4,kv_heads=2,head_dim=128,tokens_per_page=16,dtype=bf16,memory=cuda" \
+		-- "$BUILD/kvserve-cuda" --pool kvserve --memory cuda --workers 4 --requests 8 \
+		--system-tokens 512 --doc-tokens 1024 --docs 2 --verify 1 --inflight-wait 60000 \
+		>"$OUT/kvserve.txt" 2>&1
+	st=$? ver=$(sed -n 's/.*verified *\([0-9]*\) requests recomputed.*/\1/p' "$OUT/kvserve.txt")
+	record kvserve "$([ $st = 0 ] && [ "${ver:-0}" -gt 0 ] && echo ok || echo FAIL)" \
+		"exit $st; ${ver:-0} requests verified against the C reference"
+fi
+
 # ---- figures: kernel bandwidth vs a device copy, and torch SDPA ----
 lim=$(left 120)
 if [ $have_gpu = 1 ] && [ "$lim" != 0 ] && [ -x "$BUILD/kvbench" ]; then
@@ -159,6 +176,7 @@ fi
 echo
 tail -n 30 "$OUT/kvbench_attn.txt" 2>/dev/null
 tail -n 30 "$OUT/attn_torch.txt" 2>/dev/null
+grep -a -E 'attention on|verified|throughput|FAILED' "$OUT/kvserve.txt" 2>/dev/null
 echo "== summary ($OUT/summary.txt)"
 cat "$OUT/summary.txt"
 [ $fails -gt 0 ] && exit 1
