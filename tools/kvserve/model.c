@@ -380,7 +380,8 @@ int model_attn_cuda(const void *dev_base, int driver, char *why, size_t len)
 
 	if (kv_cuda_available() <= 0) {
 		snprintf(why, len, "no CUDA kernels to run: %s (build/kvserve is built "
-			 "without them; with nvcc, make build/kvserve-cuda)", kv_cuda_error());
+			 "without them: run build/kvserve-cuda, which make builds where nvcc "
+			 "is, on a GPU)", kv_cuda_error());
 		return -ENODEV;
 	}
 	if (driver == 1 && simt) {
