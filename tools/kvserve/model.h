@@ -78,7 +78,9 @@ struct model_batch {
  * r * model_hidden_size() when @hidden is not NULL.  A request's results
  * are the same bits as model_decode() alone: the batch does not change
  * them (the C reference's decode runs without workers here, one item per
- * request, and the projections work row by row).
+ * request, and the projections work row by row).  On the CUDA kernels
+ * (model_attn_cuda()) they agree within tolerance only: decode splits the
+ * KV by the batch's longest request.
  */
 int model_decode_batch(struct model *m, const struct model_batch *b, const uint32_t *toks,
 		       const uint32_t *pos, uint32_t *next, float *hidden);
