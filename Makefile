@@ -44,7 +44,8 @@
 #                  driver stand-in), for the VM's /lib/kvshare-test: every
 #                  suite runs with LD_LIBRARY_PATH=/lib/kvshare-test
 #   GUEST_TESTS += basenames of GUEST_BINS or GUEST_DYN_BINS that the VM runs
-#                  as TAP suites; results/vm-<name>.tap
+#                  as TAP suites; results/vm-<name>.tap (`make vmtest
+#                  GUEST_TESTS="a b"` runs only those, everything still packed)
 #   GUEST_BENCH += commands the VM runs for `make vmbench`, each ENDED BY ';'
 #                  (e.g. "kvbench --mode=uring;"); PATH=/bin in the guest
 #   BENCH_CMDS  += commands `make bench` runs on the host, each ended by ';'
