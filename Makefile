@@ -37,8 +37,15 @@
 #   HOST_TESTS  += host test executables; each prints kselftest TAP on stdout
 #                  and exits non-zero on failure; results/<basename>.tap
 #   GUEST_BINS  += statically linked (-static) binaries for the VM's /bin
-#   GUEST_TESTS += basenames of GUEST_BINS that the VM runs as TAP suites;
-#                  results/vm-<name>.tap
+#   GUEST_DYN_BINS += dynamically linked binaries for the VM's /bin, packed
+#                  with the shared libraries ldd finds for them (keep them
+#                  few: each library grows the initramfs)
+#   GUEST_LIBS  += shared libraries that binaries dlopen() by name (the CUDA
+#                  driver stand-in), for the VM's /lib/kvshare-test: every
+#                  suite runs with LD_LIBRARY_PATH=/lib/kvshare-test
+#   GUEST_TESTS += basenames of GUEST_BINS or GUEST_DYN_BINS that the VM runs
+#                  as TAP suites; results/vm-<name>.tap (`make vmtest
+#                  GUEST_TESTS="a b"` runs only those, everything still packed)
 #   GUEST_BENCH += commands the VM runs for `make vmbench`, each ENDED BY ';'
 #                  (e.g. "kvbench --mode=uring;"); PATH=/bin in the guest
 #   BENCH_CMDS  += commands `make bench` runs on the host, each ended by ';'
@@ -72,6 +79,8 @@ LIBKVCORE_LDLIBS := -pthread
 ALL_TARGETS :=
 HOST_TESTS  :=
 GUEST_BINS  :=
+GUEST_DYN_BINS :=
+GUEST_LIBS  :=
 GUEST_TESTS :=
 GUEST_BENCH :=
 BENCH_CMDS  :=
@@ -207,6 +216,8 @@ endef
 # results/vm-*.tap.  Failures are recorded in the TAP files (the exit status
 # is ignored by the callers, which judge by tap-summary.sh).
 VM_DIR := $(BUILD)/vm
+guest-pack-args = $(foreach b,$(GUEST_BINS),-b $(b)) $(foreach b,$(GUEST_DYN_BINS),-d $(b)) \
+	$(foreach l,$(GUEST_LIBS),-L $(l))
 define run-vm-tests
 mkdir -p $(RESULTS) $(VM_DIR); \
 if [ ! -f "$(KO)" ]; then \
@@ -215,7 +226,7 @@ if [ ! -f "$(KO)" ]; then \
 		> $(RESULTS)/vm-kernel-log.tap; \
 	false; \
 elif ! tools/vm/mkinitramfs.sh -o $(VM_DIR)/initramfs-test.cpio.gz -k $(KO) -m test \
-		-t $(VM_SUITE_TIMEOUT) $(foreach b,$(GUEST_BINS),-b $(b)) \
+		-t $(VM_SUITE_TIMEOUT) $(guest-pack-args) \
 		$(foreach t,$(GUEST_TESTS),-s $(t)$$'\t'/bin/$(t)); then \
 	printf 'TAP version 13\n1..1\nnot ok 1 vm: building the initramfs failed\n' \
 		> $(RESULTS)/vm-kernel-log.tap; \
@@ -266,7 +277,7 @@ unittest: $(HOST_TESTS)
 # The module is rebuilt only when it is the one the VM loads.
 VM_KO_DEP := $(if $(filter $(KO_BUILT),$(KO)),module)
 
-vmtest: $(VM_KO_DEP) $(GUEST_BINS)
+vmtest: $(VM_KO_DEP) $(GUEST_BINS) $(GUEST_DYN_BINS) $(GUEST_LIBS)
 	@test -f "$(KO)" || { echo "error: $(KO) is missing: build it with 'make module'" >&2; exit 1; }
 	@rm -f $(RESULTS)/vm-*.tap
 	@$(run-vm-tests) || true
@@ -291,7 +302,7 @@ endef
 .PHONY: user-targets guest-bins
 user-targets: $(filter-out module,$(ALL_TARGETS))
 	@:
-guest-bins: $(GUEST_BINS)
+guest-bins: $(GUEST_BINS) $(GUEST_DYN_BINS) $(GUEST_LIBS)
 	@:
 
 bench:
@@ -305,7 +316,7 @@ vmbench: $(VM_KO_DEP)
 	@test -f "$(KO)" || { echo "error: $(KO) is missing: build it with 'make module'" >&2; exit 1; }
 	@mkdir -p $(VM_DIR) $(BUILD)/bench
 	tools/vm/mkinitramfs.sh -o $(VM_DIR)/initramfs-bench.cpio.gz -k $(KO) -m bench \
-		-t $(VM_SUITE_TIMEOUT) $(foreach b,$(GUEST_BINS),-b $(b)) \
+		-t $(VM_SUITE_TIMEOUT) $(guest-pack-args) \
 		-B '$(subst ','\'',$(GUEST_BENCH))'
 	tools/vm/run-vm.sh -K $(VMLINUZ) -i $(VM_DIR)/initramfs-bench.cpio.gz \
 		-l $(VM_DIR)/console-bench.log -d $(BUILD)/bench -m bench -T $(VM_TIMEOUT) \

@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * GPU pools end to end: kvshared (socket mode) creates a memory=cuda pool
- * with KVS_POOL_DEVICE_MEM, clients import and map it with libkv, pages
- * written by one process are read by another bit-exact, every failure of
- * import and map leaves nothing behind, and a mapping outlives its daemon.
+ * GPU pools end to end: kvshared creates a memory=cuda pool with
+ * KVS_POOL_DEVICE_MEM, clients import and map it with libkv, pages written
+ * by one process are read by another bit-exact, every failure of import
+ * and map leaves nothing behind, and a mapping outlives its daemon.
+ *
+ * Fixture gpu: kvshared in socket mode (the handle travels by SCM_RIGHTS).
+ * Fixture gpu_mod: kvshared in module mode, where kvshare.ko carries the
+ * handle as an opaque file; it needs /dev/kvshare, so it runs in the VM
+ * (the dynamic build of tests/gpu/gpu-guest.mk) and skips elsewhere.
  *
  * Under `make test` the CUDA driver is the stand-in (tests/gpu/cudastub,
  * found first through LD_LIBRARY_PATH by the generated wrapper
@@ -19,6 +24,7 @@
  */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <grp.h>
 #include <stdint.h>
 #include <sys/mman.h>
 #include <cuda.h>
@@ -150,7 +156,8 @@ static int in_child(int (*fn)(void *), void *arg)
 } while (0)
 
 struct share {
-	const char *sock;
+	const char *sock;		/* the arbiter: socket or /dev/kvshare */
+	int module;			/* the module serves it, not kvshared */
 	int a_to_b[2], b_to_a[2];	/* pipes: one byte each way */
 };
 
@@ -175,6 +182,7 @@ static int writer(void *p)
 	CHECK(!kv_pool_open(s->sock, GPOOL, 0, 0, &pool));
 	CHECK(kv_pool_is_device(pool));
 	CHECK(kv_pool_info(pool)->pool_flags & KVS_POOL_DEVICE_MEM);
+	CHECK(kv_arbiter_is_daemon(kv_pool_arbiter(pool)) == !s->module);
 	CHECK(!drv_load(0));
 	CHECK(!kv_alloc(kv_pool_arbiter(pool), NPUB, pages));
 	for (i = 0; i < NPUB; i++) {
@@ -280,29 +288,44 @@ FIXTURE_TEARDOWN(gpu)
 	}
 }
 
-/* Two processes share pages of one GPU pool through kvshared, bit-exact. */
-TEST_F(gpu, two_processes_share_pages)
+/* Writer and reader, each in a process of its own, on arbiter @arb. */
+static void share_pages(struct __test_metadata *_metadata, const char *arb, int module)
 {
-	struct share s = { .sock = self->d.sock };
+	struct share s = { .sock = arb, .module = module };
 	pid_t a, b;
 	int sa, sb;
-
-	if (_metadata->skip)		/* SKIP in the setup still runs the body */
-		return;
 
 	ASSERT_EQ(0, pipe(s.a_to_b));
 	ASSERT_EQ(0, pipe(s.b_to_a));
 	fflush(stdout);
+	/* Each write end in one process only: the other sees its death as EOF. */
 	a = fork();
-	if (!a)
+	if (!a) {
+		close(s.a_to_b[0]);
+		close(s.b_to_a[1]);
 		_exit(writer(&s));
+	}
+	close(s.a_to_b[1]);
 	b = fork();
-	if (!b)
+	if (!b) {
+		close(s.b_to_a[0]);
 		_exit(reader(&s));
+	}
+	close(s.b_to_a[1]);
+	close(s.a_to_b[0]);
+	close(s.b_to_a[0]);
 	ASSERT_EQ(a, waitpid(a, &sa, 0));
 	ASSERT_EQ(b, waitpid(b, &sb, 0));
 	EXPECT_EQ(0, sa);
 	EXPECT_EQ(0, sb);
+}
+
+/* Two processes share pages of one GPU pool through kvshared, bit-exact. */
+TEST_F(gpu, two_processes_share_pages)
+{
+	if (_metadata->skip)		/* SKIP in the setup still runs the body */
+		return;
+	share_pages(_metadata, self->d.sock, 0);
 }
 
 struct inject {
@@ -342,7 +365,8 @@ static int open_with_failure(void *p)
 	return 0;
 }
 
-TEST_F(gpu, import_and_map_failures_leave_nothing)
+/* Each driver call of the import failing once, in a fresh client each. */
+static void inject_each(struct __test_metadata *_metadata, const char *arb)
 {
 	static const char *const fns[] = {
 		"cuMemImportFromShareableHandle",
@@ -353,20 +377,24 @@ TEST_F(gpu, import_and_map_failures_leave_nothing)
 		"cuMemMap",
 		"cuMemSetAccess",
 	};
-	struct inject in = { .sock = self->d.sock, .want = -ENOMEM };
+	struct inject in = { .sock = arb, .want = -ENOMEM };
 	size_t i;
 
-	if (_metadata->skip)		/* SKIP in the setup still runs the body */
-		return;
-
-	if (self->driver != 0)
-		SKIP(return, "failure injection needs the driver stand-in");
 	for (i = 0; i < ARRAY_SIZE(fns); i++) {
 		in.fn = fns[i];
 		EXPECT_EQ(0, in_child(open_with_failure, &in)) {
 			TH_LOG("%s failing", fns[i]);
 		}
 	}
+}
+
+TEST_F(gpu, import_and_map_failures_leave_nothing)
+{
+	if (_metadata->skip)		/* SKIP in the setup still runs the body */
+		return;
+	if (self->driver != 0)
+		SKIP(return, "failure injection needs the driver stand-in");
+	inject_each(_metadata, self->d.sock);
 }
 
 static int open_without_device(void *p)
@@ -435,8 +463,13 @@ TEST_F(gpu, mapping_outlives_the_daemon)
 	ASSERT_EQ(0, pipe(s.down));
 	fflush(stdout);
 	pid = fork();
-	if (!pid)
+	if (!pid) {
+		close(s.up[0]);
+		close(s.down[1]);
 		_exit(outlive_daemon(&s));
+	}
+	close(s.up[1]);		/* a child that died is EOF, not a hang */
+	close(s.down[0]);
 	ASSERT_EQ(0, wait_byte(s.up[0]));
 	ASSERT_EQ(0, kvd_kill9(&self->d));
 	ASSERT_EQ(1, write(s.down[1], "k", 1));
@@ -551,6 +584,290 @@ TEST_F(gpu, arbiter_takes_device_handles_by_exclusion)
 
 	if (self->driver == 0)
 		EXPECT_EQ(0, in_child(import_foreign, self->d.sock));
+}
+
+/* ---- module mode: kvshare.ko holds the pool and carries the handle ---- */
+
+#define KVS_DEV		"/dev/kvshare"
+#define MOD_GID		65532	/* the pool's group: members hold it */
+#define MOD_MEMBER	65531
+#define MOD_ATTACKER	65534
+#define MOD_POOL_SPEC	GPOOL ":pages=16,layers=2,kv_heads=2,head_dim=16," \
+			"tokens_per_page=16,dtype=f16,mode=0660,gid=65532,memory=cuda"
+
+FIXTURE(gpu_mod) {
+	struct kvd d;
+	char why[512];
+	int driver;			/* 1 real, 0 stand-in */
+};
+
+/* kvshared --mode module with the pool; 0, or -1 with the reason in @why. */
+static int mod_start(struct kvd *d, char *why, size_t len)
+{
+	const char *args[] = { "--mode", "module", "--device", KVS_DEV,
+			       "--pool", MOD_POOL_SPEC, NULL };
+
+	return kvd_start(d, args, why, len);
+}
+
+FIXTURE_SETUP(gpu_mod)
+{
+	if (access(KVS_DEV, F_OK))
+		SKIP(return, "no " KVS_DEV ": module mode runs in the VM (make vmtest)");
+	/* gid= in module mode, and the member's and attacker's setuid(). */
+	if (geteuid())
+		SKIP(return, "module mode needs root");
+	self->driver = in_child(probe_driver, NULL);
+	if (self->driver == 2)
+		SKIP(return, "no CUDA driver (not even the stand-in on LD_LIBRARY_PATH)");
+	ASSERT_EQ(0, kvd_init(&self->d));
+	ASSERT_EQ(0, mod_start(&self->d, self->why, sizeof(self->why))) {
+		TH_LOG("%s", self->why);
+	}
+	/* The module holds it (created or, after a failed run, adopted). */
+	ASSERT_EQ(1, kvd_log_has(self->d.log, "module mode: " KVS_DEV)) {
+		TH_LOG("kvshared is not in module mode; see %s", self->d.log);
+	}
+	ASSERT_EQ(1, kvd_log_has(self->d.log, "owner 0:65532, mode 0660")) {
+		TH_LOG("kvshared has no GPU pool in the module; see %s", self->d.log);
+	}
+}
+
+/* SIGTERM: kvshared destroys its pool in the module. */
+FIXTURE_TEARDOWN(gpu_mod)
+{
+	if (self->d.dir[0]) {
+		EXPECT_EQ(0, kvd_stop(&self->d, self->why, sizeof(self->why))) {
+			TH_LOG("%s", self->why);
+		}
+		kvd_fini(&self->d);
+	}
+}
+
+/* Two processes share pages of a GPU pool the module holds, bit-exact. */
+TEST_F(gpu_mod, two_processes_share_pages)
+{
+	if (_metadata->skip)		/* SKIP in the setup still runs the body */
+		return;
+	ASSERT_EQ(1, kvd_log_has(self->d.log, "memory=cuda 2 MiB, owner 0:65532")) {
+		TH_LOG("the pool was not created by this run; see %s", self->d.log);
+	}
+	share_pages(_metadata, KVS_DEV, 1);
+}
+
+TEST_F(gpu_mod, import_and_map_failures_leave_nothing)
+{
+	if (_metadata->skip)		/* SKIP in the setup still runs the body */
+		return;
+	if (self->driver != 0)
+		SKIP(return, "failure injection needs the driver stand-in");
+	inject_each(_metadata, KVS_DEV);
+}
+
+/* A page published by one process, and the pattern written in it. */
+#define MOD_KEY		200
+#define MOD_SEED	300
+
+/* Map, write and publish a page; while mapped, kvshared is killed. */
+static int hold_through_death(void *p)
+{
+	struct death *s = p;
+	uint8_t buf[GPAGE_BYTES], got[GPAGE_BYTES];
+	struct kvs_publish_entry e;
+	struct kv_pool *pool;
+	uint32_t page;
+	CUdeviceptr at;
+
+	CHECK(!kv_pool_open(s->sock, GPOOL, 0, 0, &pool));
+	CHECK(!drv_load(0));
+	memset(&e, 0, sizeof(e));
+	CHECK(!kv_alloc(kv_pool_arbiter(pool), 1, &e.page));
+	at = (CUdeviceptr)(uintptr_t)kv_page_addr(pool, e.page);
+	fill(buf, sizeof(buf), MOD_SEED);
+	CHECK(!drv.htod(at, buf, sizeof(buf)));
+	e.parent = KVS_NO_PAGE;
+	key_of(&e.key, MOD_KEY);
+	CHECK(kv_publish(kv_pool_arbiter(pool), &e, 1) == 0);
+	CHECK(write(s->up[1], "m", 1) == 1);
+	CHECK(!wait_byte(s->down[0]));		/* kvshared is dead now */
+	CHECK(!drv.dtoh(got, at, sizeof(got)));
+	CHECK(!memcmp(buf, got, sizeof(buf)));
+	/* The module, not kvshared, serves the pool: the handle still works. */
+	CHECK(!kv_arbiter_broken(kv_pool_arbiter(pool)));
+	CHECK(!kv_alloc(kv_pool_arbiter(pool), 1, &page));
+	CHECK(!kv_put(kv_pool_arbiter(pool), &page, 1));
+	CHECK(write(s->up[1], "r", 1) == 1);
+	CHECK(!wait_byte(s->down[0]));		/* a newcomer read the page */
+	kv_pool_close(pool);
+	CHECK(drv_live() == 0);
+	CHECK(!maps_hold_standin());
+	return 0;
+}
+
+/* A process that comes after kvshared died: the page, from the module's handle. */
+static int read_published(void *arb)
+{
+	uint8_t buf[GPAGE_BYTES], got[GPAGE_BYTES];
+	struct kv_pool *pool;
+	struct kvs_key key;
+	uint32_t page;
+
+	CHECK(!kv_pool_open(arb, GPOOL, 0, 0, &pool));
+	CHECK(!drv_load(0));
+	key_of(&key, MOD_KEY);
+	CHECK(kv_lookup(kv_pool_arbiter(pool), &key, 1, &page) == 1);
+	fill(buf, sizeof(buf), MOD_SEED);
+	CHECK(!drv.dtoh(got, (CUdeviceptr)(uintptr_t)kv_page_addr(pool, page), sizeof(got)));
+	CHECK(!memcmp(buf, got, sizeof(buf)));
+	CHECK(!kv_put(kv_pool_arbiter(pool), &page, 1));
+	kv_pool_close(pool);
+	CHECK(drv_live() == 0);
+	return 0;
+}
+
+static int open_gone(void *arb)
+{
+	struct kv_pool *pool = NULL;
+
+	CHECK(kv_pool_open(arb, GPOOL, 0, 0, &pool) == -ENOENT);
+	CHECK(!pool && !maps_hold_standin());
+	return 0;
+}
+
+/*
+ * kvshared, which allocated the memory, dies (kill -9) while a client has
+ * it mapped: the mapping stays, the module goes on serving the pool, a new
+ * process imports the module's handle and reads what was published, and a
+ * restarted kvshared adopts the pool and destroys it on SIGTERM.
+ */
+TEST_F(gpu_mod, pool_outlives_kvshared)
+{
+	struct death s = { .sock = KVS_DEV };
+	pid_t pid;
+	int st;
+
+	if (_metadata->skip)		/* SKIP in the setup still runs the body */
+		return;
+
+	ASSERT_EQ(0, pipe(s.up));
+	ASSERT_EQ(0, pipe(s.down));
+	fflush(stdout);
+	pid = fork();
+	if (!pid) {
+		close(s.up[0]);
+		close(s.down[1]);
+		_exit(hold_through_death(&s));
+	}
+	close(s.up[1]);		/* a child that died is EOF, not a hang */
+	close(s.down[0]);
+	ASSERT_EQ(0, wait_byte(s.up[0]));
+	ASSERT_EQ(0, kvd_kill9(&self->d));
+	ASSERT_EQ(1, write(s.down[1], "k", 1));
+	ASSERT_EQ(0, wait_byte(s.up[0]));
+	EXPECT_EQ(0, in_child(read_published, KVS_DEV));
+	ASSERT_EQ(1, write(s.down[1], "d", 1));
+	ASSERT_EQ(pid, waitpid(pid, &st, 0));
+	EXPECT_EQ(0, st);
+
+	ASSERT_EQ(0, mod_start(&self->d, self->why, sizeof(self->why))) {
+		TH_LOG("%s", self->why);
+	}
+	EXPECT_EQ(1, kvd_log_has(self->d.log, "pool '" GPOOL "' adopted from the module"));
+	ASSERT_EQ(0, kvd_stop(&self->d, self->why, sizeof(self->why))) {
+		TH_LOG("%s", self->why);
+	}
+	EXPECT_EQ(0, in_child(open_gone, KVS_DEV));
+}
+
+struct as_user {
+	uid_t uid;
+	gid_t groups[2];
+	int n_groups;
+};
+
+/* Become @u (gid = uid), holding its supplementary groups only. */
+static int become(const struct as_user *u)
+{
+	return setgroups(u->n_groups, u->groups) || setgid(u->uid) || setuid(u->uid) ? -1 : 0;
+}
+
+/* A member (the pool's group) maps the pool and reads root's page. */
+static int member_reads(void *p)
+{
+	CHECK(!become(p));
+	return read_published(KVS_DEV);
+}
+
+/* An attacker (the device's group only): no attach, no handle, nothing mapped. */
+static int attacker_refused(void *p)
+{
+	struct kvs_pool_attach at;
+	struct kv_arbiter *a;
+	struct kv_pool *pool = NULL;
+	int fds;
+
+	CHECK(!become(p));
+	fds = count_fds();
+	CHECK(kv_pool_open(KVS_DEV, GPOOL, 0, 0, &pool) == -EACCES);
+	CHECK(!pool && !maps_hold_standin());
+	CHECK(count_fds() == fds);
+	/* The device itself admits it; ATTACH, asking for the handle, does not. */
+	CHECK(!kv_arbiter_open(KVS_DEV, 0, &a));
+	fds = count_fds();
+	memset(&at, 0, sizeof(at));
+	strcpy(at.name, GPOOL);
+	at.owner = 0;
+	at.flags = KVS_ATTACH_MEM_FD;
+	CHECK(kv_arbiter_call(a, KVS_IOC_POOL_ATTACH, &at) == -EACCES);
+	CHECK(count_fds() == fds);		/* no handle installed */
+	kv_arbiter_close(a);
+	return 0;
+}
+
+/* Publish MOD_KEY as root, then leave. */
+static int publish_page(void *arb)
+{
+	uint8_t buf[GPAGE_BYTES];
+	struct kvs_publish_entry e;
+	struct kv_pool *pool;
+
+	CHECK(!kv_pool_open(arb, GPOOL, 0, 0, &pool));
+	CHECK(!drv_load(0));
+	memset(&e, 0, sizeof(e));
+	CHECK(!kv_alloc(kv_pool_arbiter(pool), 1, &e.page));
+	fill(buf, sizeof(buf), MOD_SEED);
+	CHECK(!drv.htod((CUdeviceptr)(uintptr_t)kv_page_addr(pool, e.page), buf, sizeof(buf)));
+	e.parent = KVS_NO_PAGE;
+	key_of(&e.key, MOD_KEY);
+	CHECK(kv_publish(kv_pool_arbiter(pool), &e, 1) == 0);
+	kv_pool_close(pool);
+	return 0;
+}
+
+/*
+ * The multi-user rules hold for device pools: the pool (mode 0660, group
+ * MOD_GID) admits a member of its group, who reads root's page bit-exact,
+ * and refuses a user who can open /dev/kvshare but is not in the group,
+ * without handing it the memory's handle.
+ */
+TEST_F(gpu_mod, only_members_attach)
+{
+	struct as_user member = { MOD_MEMBER, { 0, MOD_GID }, 2 };
+	struct as_user attacker = { MOD_ATTACKER, { 0 }, 1 };
+	struct stat st;
+
+	if (_metadata->skip)		/* SKIP in the setup still runs the body */
+		return;
+	/* Both may open the device, as its group (kvshare) may. */
+	ASSERT_EQ(0, stat(KVS_DEV, &st));
+	ASSERT_NE(0, st.st_gid) {
+		TH_LOG(KVS_DEV " belongs to root's group: no user to test with");
+	}
+	member.groups[0] = st.st_gid;
+	attacker.groups[0] = st.st_gid;
+	ASSERT_EQ(0, in_child(publish_page, KVS_DEV));
+	EXPECT_EQ(0, in_child(member_reads, &member));
+	EXPECT_EQ(0, in_child(attacker_refused, &attacker));
 }
 
 TEST_HARNESS_MAIN

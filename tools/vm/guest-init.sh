@@ -39,7 +39,11 @@ mount -t devpts devpts /dev/pts 2>/dev/null
 
 MODE="test"
 SUITE_TIMEOUT=600
+LIB_DIR=
 [ -f /etc/kvshare-vm/config ] && . /etc/kvshare-vm/config
+# Libraries packed for dlopen() by name (mkinitramfs.sh -L: the CUDA
+# driver stand-in); the dynamic binaries' own libraries need no path.
+[ -n "$LIB_DIR" ] && [ -d "$LIB_DIR" ] && export LD_LIBRARY_PATH="$LIB_DIR"
 
 # Start on a fresh line: the console may hold a partial line of firmware
 # output (terminal resets) before ours.

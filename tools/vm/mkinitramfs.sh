@@ -3,13 +3,21 @@
 #
 # Build the test VM's initramfs (gzip'd newc cpio):
 #   /bin/busybox + a symlink per applet, /init (guest-init.sh),
-#   /lib/modules/kvshare.ko, the guest binaries in /bin, and
-#   /etc/kvshare-vm/{config,suites} telling /init what to run.
+#   /lib/modules/kvshare.ko, the guest binaries in /bin, the shared
+#   libraries the dynamic ones need, and /etc/kvshare-vm/{config,suites}
+#   telling /init what to run.
 #
 # Usage:
 #   mkinitramfs.sh -o OUT.cpio.gz -k kvshare.ko [-m test|bench] [-t SECS]
-#                  [-b BIN]... [-s NAME<TAB>COMMAND]... [-B "CMD; CMD; ..."]
+#                  [-b BIN]... [-d BIN]... [-L LIB]...
+#                  [-s NAME<TAB>COMMAND]... [-B "CMD; CMD; ..."]
 #     -b  a statically linked binary, copied to /bin/<basename>
+#     -d  a dynamically linked binary, copied to /bin/<basename> with the
+#         shared libraries it needs (ldd) at the paths they have here,
+#         its program interpreter included
+#     -L  a shared library that is dlopen()ed by name (the CUDA driver
+#         stand-in), copied with the libraries it needs to $GUEST_LIB_DIR,
+#         which the guest puts in every suite's LD_LIBRARY_PATH
 #     -s  one suite: the name the host reports it under, a tab, and the
 #         shell command the guest runs (PATH=/bin, cwd /tmp)
 #     -B  ';'-separated commands, one suite each, named
@@ -28,15 +36,43 @@ die() {
 }
 
 here=$(cd "$(dirname "$0")" && pwd)
+# Where -L libraries go; guest-init.sh reads it from the config.
+GUEST_LIB_DIR=/lib/kvshare-test
+
+# Copy the shared libraries ELF file $1 needs, as ldd resolves them here,
+# to the same paths in the stage (symlinks followed: the file itself).  A
+# library ldd cannot find is an error: the binary would not start.
+pack_needed() {
+	local lines line path
+	lines=$(LC_ALL=C ldd "$1" 2>&1) || {
+		# ldd fails on a static ELF ("not a dynamic executable").
+		echo "mkinitramfs.sh: warning: $1 is not dynamically linked (use -b)" >&2
+		return 0
+	}
+	while read -r line; do
+		case "$line" in
+		*"=> not found"*) die "$1 needs ${line%% *}, which ldd cannot find" ;;
+		*"=> /"*) path=${line#*=> } ;;
+		/*) path=$line ;;
+		*) continue ;;		# linux-vdso.so.1: the kernel's, no file
+		esac
+		path=${path%% (*}
+		[ -e "$stage$path" ] && continue
+		mkdir -p "$stage$(dirname "$path")"
+		cp -L "$path" "$stage$path"
+	done <<<"$lines"
+}
 out="" ko="" mode=test timeout=600
-bins=() suites=()
-while getopts "o:k:m:t:b:s:B:" opt; do
+bins=() dyn_bins=() libs=() suites=()
+while getopts "o:k:m:t:b:d:L:s:B:" opt; do
 	case "$opt" in
 	o) out=$OPTARG ;;
 	k) ko=$OPTARG ;;
 	m) mode=$OPTARG ;;
 	t) timeout=$OPTARG ;;
 	b) bins+=("$OPTARG") ;;
+	d) dyn_bins+=("$OPTARG") ;;
+	L) libs+=("$OPTARG") ;;
 	s) suites+=("$OPTARG") ;;
 	B)
 		IFS=';' read -ra cmds <<<"$OPTARG"
@@ -99,6 +135,27 @@ for b in "${bins[@]}"; do
 	install -m 0755 "$b" "$stage/bin/$(basename "$b")"
 done
 
+# Dynamic binaries and dlopen()ed libraries: each ELF with what ldd says
+# it needs, at the same absolute path, so that the guest's loader finds
+# them where it looks on this host (its default directories, /lib64 for
+# itself).  No ld.so.cache in the guest: the loader then searches its
+# built-in directories, which are those.
+for b in "${dyn_bins[@]}"; do
+	if [ ! -f "$b" ]; then
+		echo "mkinitramfs.sh: warning: $b is missing, not packed" >&2
+		continue
+	fi
+	rm -f "$stage/bin/$(basename "$b")"
+	install -m 0755 "$b" "$stage/bin/$(basename "$b")"
+	pack_needed "$b"
+done
+for l in "${libs[@]}"; do
+	[ -f "$l" ] || die "$l does not exist (a library for $GUEST_LIB_DIR)"
+	mkdir -p "$stage$GUEST_LIB_DIR"
+	install -m 0755 "$l" "$stage$GUEST_LIB_DIR/$(basename "$l")"
+	pack_needed "$l"
+done
+
 # Tests drop privileges with setuid(65534) themselves; these entries only
 # give the ids names for id(1), ls -l and getpwuid().
 printf 'root:x:0:0:root:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$stage/etc/passwd"
@@ -106,7 +163,8 @@ printf 'root:x:0:0:root:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/
 # makes it (guest-init.sh gives /dev/kvshare to it; see tests/uapi/kvs_test.h).
 printf 'root:x:0:\nkvshare:x:65533:\nnogroup:x:65534:\n' >"$stage/etc/group"
 
-printf 'MODE=%s\nSUITE_TIMEOUT=%s\n' "$mode" "$timeout" >"$stage/etc/kvshare-vm/config"
+printf 'MODE=%s\nSUITE_TIMEOUT=%s\nLIB_DIR=%s\n' "$mode" "$timeout" "$GUEST_LIB_DIR" \
+	>"$stage/etc/kvshare-vm/config"
 : >"$stage/etc/kvshare-vm/suites"
 : >"$out.suites.tmp"
 for s in "${suites[@]}"; do
