@@ -58,6 +58,9 @@ static int kv_pool_map(struct kv_pool *pool)
 
 	if (__builtin_mul_overflow(pool->info.n_pages, pool->info.geom.page_bytes, &size))
 		return -EOVERFLOW;
+	/* An arbiter that answered KVS_ATTACH_MEM_FD without an fd. */
+	if (pool->info.mem_fd < 0)
+		return -ENODATA;
 	if (pool->info.pool_flags & KVS_POOL_DEVICE_MEM) {
 		/* A driver handle: imported and mapped on the device. */
 		ret = kv_cuda_map(pool->info.mem_fd, size, &pool->cuda);
