@@ -43,6 +43,13 @@ struct kvs_call {
 	void *host;			/* host's own context for the copies */
 	int nonblock;			/* EAGAIN rather than wait for a pool lock */
 	void *mem_out;			/* out of ATTACH: pool memory to hand over */
+	/*
+	 * LOOKUP with KVS_LOOKUP_WAIT: in, arm the client's parked wait
+	 * (kvs_client_parked()) instead of its poll wait; out, when it was
+	 * armed, ms until the claim waited on stops being in flight.
+	 */
+	int park;
+	__u32 park_ms;
 };
 
 /*
@@ -100,6 +107,14 @@ void kvs_client_set_waker(struct kvs_client *cl, void (*wake)(void *arg), void *
 void *kvs_client_wake_arg(struct kvs_client *cl);
 /* Whether a wait armed by the client's latest LOOKUP is still pending. */
 int kvs_client_waiting(struct kvs_client *cl);
+/*
+ * The same for the parked wait (kvs_call's park), which a host keeps for
+ * one command it completes later: the core clears it before calling @wake
+ * when that claim ends; kvs_client_unpark() disarms it when the host
+ * gives up first.  Only LOOKUPs with park arm or disarm it.
+ */
+int kvs_client_parked(struct kvs_client *cl);
+void kvs_client_unpark(struct kvs_client *cl);
 /* How long a claim is reported in flight, ms (0: never); default 10000. */
 #define KVS_CLAIM_TIMEOUT_MS	10000
 void kvs_core_set_claim_timeout(__u32 ms);

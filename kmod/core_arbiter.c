@@ -48,6 +48,11 @@ int kvs_client_waiting(struct kvs_client *cl)
 	return READ_ONCE(cl->waiting);
 }
 
+int kvs_client_parked(struct kvs_client *cl)
+{
+	return READ_ONCE(cl->parked);
+}
+
 void kvs_arb_init_pages(struct kvs_pool *pool)
 {
 	u32 i;
@@ -179,21 +184,38 @@ static void kvs_claim_end(struct kvs_pool *pool, u32 i)
 	if (!pool->n_waiting)
 		return;
 	list_for_each_entry(w, &pool->clients, node) {
-		if (!w->waiting || w->wait_page != i)
-			continue;
-		WRITE_ONCE(w->waiting, false);
-		pool->n_waiting--;
-		if (w->wake)
+		bool woken = false;
+
+		if (w->waiting && w->wait_page == i) {
+			WRITE_ONCE(w->waiting, false);
+			pool->n_waiting--;
+			woken = true;
+		}
+		if (w->parked && w->park_page == i) {
+			WRITE_ONCE(w->parked, false);
+			pool->n_waiting--;
+			woken = true;
+		}
+		if (woken && w->wake)
 			w->wake(w->wake_arg);
 	}
 }
 
-/* Disarm @cl's wait, if armed. */
+/* Disarm @cl's poll wait, if armed. */
 static void kvs_wait_disarm(struct kvs_client *cl)
 {
 	if (!cl->waiting)
 		return;
 	WRITE_ONCE(cl->waiting, false);
+	cl->pool->n_waiting--;
+}
+
+/* Disarm @cl's parked wait, if armed. */
+void kvs_arb_unpark(struct kvs_client *cl)
+{
+	if (!cl->parked)
+		return;
+	WRITE_ONCE(cl->parked, false);
 	cl->pool->n_waiting--;
 }
 
@@ -477,11 +499,34 @@ static void kvs_lookup_slot_ahead(struct kvs_pool *pool, u64 ns,
 }
 
 /*
+ * Arm @cl's poll wait, or with @park_ms its parked wait, on claimed page
+ * @i, and say in *@park_ms how long that claim has left to live.
+ */
+static void kvs_wait_arm(struct kvs_client *cl, u32 i, u32 *park_ms)
+{
+	struct kvs_pool *pool = cl->pool;
+
+	if (park_ms) {
+		u32 age = (u32)(kvs_now_ms() - pool->pages[i].claimed_at);
+		u32 timeout = READ_ONCE(kvs_claim_timeout_ms);
+
+		*park_ms = timeout > age ? timeout - age : 0;
+		cl->park_page = i;
+		WRITE_ONCE(cl->parked, true);
+	} else {
+		cl->wait_page = i;
+		WRITE_ONCE(cl->waiting, true);
+	}
+	pool->n_waiting++;
+	pool->inflight_waits++;
+}
+
+/*
  * KVS_LOOKUP_WAIT after a run that stopped at keys[0]: count the keys in
  * flight in other files' live claims from there, and wait on the first.
  */
 static u32 kvs_lookup_inflight(struct kvs_client *cl, const struct kvs_key *keys,
-			       u32 count)
+			       u32 count, u32 *park_ms)
 {
 	struct kvs_pool *pool = cl->pool;
 	u32 k;
@@ -492,25 +537,25 @@ static u32 kvs_lookup_inflight(struct kvs_client *cl, const struct kvs_key *keys
 		if (i == KVS_NO_PAGE || !kvs_claim_live(&pool->pages[i]) ||
 		    pool->pages[i].owner == cl->id)
 			break;
-		if (!k) {
-			cl->wait_page = i;
-			WRITE_ONCE(cl->waiting, true);
-			pool->n_waiting++;
-			pool->inflight_waits++;
-		}
+		if (!k)
+			kvs_wait_arm(cl, i, park_ms);
 	}
 	return k;
 }
 
 int kvs_arb_lookup(struct kvs_client *cl, const struct kvs_key *keys,
-		   u32 count, u32 *pages, u32 *n_hit, u32 *n_inflight)
+		   u32 count, u32 *pages, u32 *n_hit, u32 *n_inflight,
+		   u32 *park_ms)
 {
 	struct kvs_pool *pool = cl->pool;
 	u32 k, hits;
 	int ret;
 
-	/* Every LOOKUP disarms the wait the previous one armed. */
-	kvs_wait_disarm(cl);
+	/* Every LOOKUP disarms the wait the previous one of its kind armed. */
+	if (park_ms)
+		kvs_arb_unpark(cl);
+	else
+		kvs_wait_disarm(cl);
 	for (k = 0; k < min(count, KVS_SLOT_AHEAD); k++)
 		kvs_lookup_slot_ahead(pool, cl->ns, keys, pages, k);
 	for (hits = 0; hits < count; hits++) {
@@ -543,7 +588,8 @@ int kvs_arb_lookup(struct kvs_client *cl, const struct kvs_key *keys,
 	pool->n_held += hits;
 	*n_hit = hits;
 	if (n_inflight)
-		*n_inflight = kvs_lookup_inflight(cl, keys + hits, count - hits);
+		*n_inflight = kvs_lookup_inflight(cl, keys + hits, count - hits,
+						  park_ms);
 	return 0;
 }
 
@@ -605,6 +651,7 @@ void kvs_arb_release_all(struct kvs_client *cl)
 	kvs_uncharge(cl, cl->held);
 	cl->held = 0;
 	kvs_wait_disarm(cl);
+	kvs_arb_unpark(cl);
 }
 
 static int kvs_check_fail(struct kvs_pool *pool, const char *what, u32 page)
@@ -673,6 +720,11 @@ static int kvs_check_holds(struct kvs_pool *pool, u32 *refs)
 	return 0;
 }
 
+static bool kvs_check_wait_page(struct kvs_pool *pool, u32 i)
+{
+	return i < pool->n_pages && (pool->pages[i].flags & KVS_PG_CLAIMED);
+}
+
 /* Armed waits are counted, and each waits on a page in flight or OWNED. */
 static int kvs_check_waiting(struct kvs_pool *pool)
 {
@@ -680,13 +732,18 @@ static int kvs_check_waiting(struct kvs_pool *pool)
 	u32 n = 0;
 
 	list_for_each_entry(cl, &pool->clients, node) {
-		if (!cl->waiting)
-			continue;
-		n++;
-		if (cl->wait_page >= pool->n_pages ||
-		    !(pool->pages[cl->wait_page].flags & KVS_PG_CLAIMED))
-			return kvs_check_fail(pool, "wait on a page not in flight",
-					      cl->wait_page);
+		if (cl->waiting) {
+			n++;
+			if (!kvs_check_wait_page(pool, cl->wait_page))
+				return kvs_check_fail(pool, "wait on a page not in flight",
+						      cl->wait_page);
+		}
+		if (cl->parked) {
+			n++;
+			if (!kvs_check_wait_page(pool, cl->park_page))
+				return kvs_check_fail(pool, "parked on a page not in flight",
+						      cl->park_page);
+		}
 	}
 	if (n != pool->n_waiting)
 		return kvs_check_fail(pool, "waiting count", n);

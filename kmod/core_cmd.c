@@ -389,7 +389,8 @@ static int kvs_cmd_lookup(struct kvs_client *cl, void *arg, struct kvs_call *cal
 	if (ret)
 		goto out;
 	ret = kvs_arb_lookup(cl, keys, req->count, pages, &n_hit,
-			     req->flags & KVS_LOOKUP_WAIT ? &n_inflight : NULL);
+			     req->flags & KVS_LOOKUP_WAIT ? &n_inflight : NULL,
+			     call->park ? &call->park_ms : NULL);
 	mutex_unlock(&pool->lock);
 	if (ret || !n_hit)
 		goto out;

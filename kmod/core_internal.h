@@ -94,7 +94,7 @@ struct kvs_pool {
 	u64 allocs, alloc_fails, publishes, dup_publishes;
 	u64 lookups, hits, evictions;
 	u64 n_claimed, inflight_waits;
-	u32 n_waiting;			/* clients whose wait is armed */
+	u32 n_waiting;			/* armed waits, poll and parked */
 };
 
 struct kvs_client {
@@ -118,9 +118,15 @@ struct kvs_client {
 	 * latest LOOKUP waits on, while @waiting; whoever ends that claim
 	 * clears @waiting and calls @wake (the host's readiness signal).
 	 * @waiting is read without the lock by the host's poll.
+	 * @parked and @park_page are a second wait of the same kind, armed
+	 * by a LOOKUP whose call asks for it (struct kvs_call's park): the
+	 * host's parked io_uring command, which the poll wait's LOOKUPs
+	 * must not disarm.  Both count in pool->n_waiting.
 	 */
 	bool waiting;
 	u32 wait_page;
+	bool parked;
+	u32 park_page;
 	void (*wake)(void *arg);
 	void *wake_arg;
 };
@@ -175,8 +181,15 @@ int kvs_arb_alloc(struct kvs_client *cl, u32 count, u32 *pages,
 		  const struct kvs_key *claim);
 int kvs_arb_publish(struct kvs_client *cl, struct kvs_publish_entry *ents,
 		    u32 count, u32 *n_dup);
+/*
+ * @n_inflight NULL: a plain LOOKUP.  Else KVS_LOOKUP_WAIT: with @park_ms
+ * NULL it arms the poll wait; else the parked one, and *@park_ms is how
+ * long the claim waited on stays in flight unless it ends first.
+ */
 int kvs_arb_lookup(struct kvs_client *cl, const struct kvs_key *keys,
-		   u32 count, u32 *pages, u32 *n_hit, u32 *n_inflight);
+		   u32 count, u32 *pages, u32 *n_hit, u32 *n_inflight,
+		   u32 *park_ms);
+void kvs_arb_unpark(struct kvs_client *cl);
 int kvs_arb_put(struct kvs_client *cl, const u32 *pages, u32 count);
 void kvs_arb_release_all(struct kvs_client *cl);
 int kvs_arb_check(struct kvs_pool *pool);

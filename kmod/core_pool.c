@@ -167,6 +167,20 @@ u32 kvs_client_pool_id(struct kvs_client *cl)
 	return id;
 }
 
+void kvs_client_unpark(struct kvs_client *cl)
+{
+	struct kvs_pool *pool;
+
+	down_read(&cl->attach_lock);
+	pool = READ_ONCE(cl->pool);
+	if (pool) {
+		mutex_lock(&pool->lock);
+		kvs_arb_unpark(cl);
+		mutex_unlock(&pool->lock);
+	}
+	up_read(&cl->attach_lock);
+}
+
 u64 kvs_client_held(struct kvs_client *cl)
 {
 	struct kvs_pool *pool;

@@ -301,39 +301,49 @@ void kvs_file_cred(const struct file *file, struct kvs_cred *cred)
 
 /*
  * In-flight dedupe's readiness: the core calls this, under a pool lock,
- * when the claim the file's latest LOOKUP waits on ends.
+ * when a claim the file waits on ends (the poll wait, the parked io_uring
+ * LOOKUP, or both).
  */
 static void kvs_wake(void *arg)
 {
-	wake_up_interruptible_poll(arg, EPOLLIN | EPOLLRDNORM);
+	struct kvs_file_ctx *ctx = arg;
+
+	wake_up_interruptible_poll(&ctx->wq, EPOLLIN | EPOLLRDNORM);
+	kvs_uwait_wake(&ctx->uwait);
 }
 
 static int kvs_open(struct inode *inode, struct file *file)
 {
-	wait_queue_head_t *wq = kmalloc(sizeof(*wq), GFP_KERNEL_ACCOUNT);
+	struct kvs_file_ctx *ctx = kzalloc(sizeof(*ctx), GFP_KERNEL_ACCOUNT);
 	struct kvs_client *cl;
 
-	if (!wq)
+	if (!ctx)
 		return -ENOMEM;
 	cl = kvs_client_new();
 	if (!cl) {
-		kfree(wq);
+		kfree(ctx);
 		return -ENOMEM;
 	}
-	init_waitqueue_head(wq);
-	kvs_client_set_waker(cl, kvs_wake, wq);
+	init_waitqueue_head(&ctx->wq);
+	kvs_uwait_init(&ctx->uwait, cl);
+	kvs_client_set_waker(cl, kvs_wake, ctx);
 	file->private_data = cl;
 	return 0;
 }
 
+/*
+ * A parked io_uring command holds the file, so none is left by now; the
+ * context goes after the client, whose pool could still call kvs_wake().
+ */
 static int kvs_release(struct inode *inode, struct file *file)
 {
 	struct kvs_client *cl = file->private_data;
-	wait_queue_head_t *wq = kvs_client_wake_arg(cl);
+	struct kvs_file_ctx *ctx = kvs_client_wake_arg(cl);
 
 	kvs_client_free(cl);
+	kvs_uwait_fini(&ctx->uwait);
 	/* No poller is left: the file is going, so no one is polling it. */
-	kfree(wq);
+	kfree(ctx);
 	return 0;
 }
 
@@ -346,8 +356,9 @@ static int kvs_release(struct inode *inode, struct file *file)
 static __poll_t kvs_poll(struct file *file, poll_table *pt)
 {
 	struct kvs_client *cl = file->private_data;
+	struct kvs_file_ctx *ctx = kvs_client_wake_arg(cl);
 
-	poll_wait(file, kvs_client_wake_arg(cl), pt);
+	poll_wait(file, &ctx->wq, pt);
 	return kvs_client_waiting(cl) ? 0 : EPOLLIN | EPOLLRDNORM;
 }
 

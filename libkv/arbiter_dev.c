@@ -3,12 +3,17 @@
  * The device transport: control commands by ioctl; the page commands
  * (ALLOC, PUBLISH, LOOKUP, PUT) through one io_uring SQE each when the
  * module offers IORING_OP_URING_CMD, so that a whole prefix is looked up
- * or released in one submission, and by ioctl otherwise.
+ * or released in one submission, and by ioctl otherwise.  An in-flight
+ * wait (kv_dev_lookup_wait()) parks one LOOKUP in the kernel until the
+ * claim ends, on a ring of the calling thread's own.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "arbiter_internal.h"
@@ -88,4 +93,145 @@ int kv_dev_page_cmd(struct kv_arbiter *arb, unsigned int cmd, void *arg,
 	if (arb->uring)
 		return kv_dev_uring_cmd(arb, cmd, arg, size);
 	return kv_dev_call(arb, cmd, arg);
+}
+
+/*
+ * The calling thread's ring for parked LOOKUPs (SQE128 and CQE32, for
+ * n_inflight in res2).  Not arb->ring: that one is shared under arb->lock,
+ * which a wait of up to seconds must not hold.  Freed when the thread
+ * exits; NULL where io_uring cannot make one (tried once per thread).
+ */
+static pthread_key_t kv_wait_key;
+static pthread_once_t kv_wait_once = PTHREAD_ONCE_INIT;
+static int kv_wait_key_ok;
+static __thread int kv_wait_failed;
+
+static void kv_wait_ring_free(void *ring)
+{
+	io_uring_queue_exit(ring);
+	free(ring);
+}
+
+static void kv_wait_key_init(void)
+{
+	kv_wait_key_ok = !pthread_key_create(&kv_wait_key, kv_wait_ring_free);
+}
+
+static struct io_uring *kv_wait_ring(void)
+{
+	struct io_uring *ring;
+
+	pthread_once(&kv_wait_once, kv_wait_key_init);
+	if (!kv_wait_key_ok || kv_wait_failed)
+		return NULL;
+	ring = pthread_getspecific(kv_wait_key);
+	if (ring)
+		return ring;
+	ring = calloc(1, sizeof(*ring));
+	if (ring && io_uring_queue_init(2, ring,
+					IORING_SETUP_SQE128 | IORING_SETUP_CQE32) < 0) {
+		free(ring);
+		ring = NULL;
+	}
+	if (ring && pthread_setspecific(kv_wait_key, ring)) {
+		kv_wait_ring_free(ring);
+		ring = NULL;
+	}
+	kv_wait_failed = !ring;
+	return ring;
+}
+
+/* One parked LOOKUP of up to @ms: its hits, *@n_inflight from res2. */
+static int kv_dev_park(struct kv_arbiter *arb, struct io_uring *ring,
+		       const struct kvs_key *keys, uint32_t count, uint32_t *pages,
+		       uint32_t ms, uint32_t *n_inflight)
+{
+	struct kvs_uring_lookup req = {
+		.lookup = {
+			.count = count,
+			.flags = KVS_LOOKUP_WAIT,
+			.keys = (uintptr_t)keys,
+			.pages = (uintptr_t)pages,
+		},
+		.timeout_ms = ms,
+	};
+	struct io_uring_cqe *cqe;
+	struct io_uring_sqe *sqe;
+	int ret;
+
+	sqe = io_uring_get_sqe(ring);
+	if (!sqe)
+		return -EBUSY;
+	memset(sqe, 0, 2 * sizeof(*sqe));	/* a 128-byte SQE */
+	sqe->opcode = IORING_OP_URING_CMD;
+	sqe->fd = arb->fd;
+	sqe->cmd_op = KVS_IOC_LOOKUP;
+	memcpy(sqe->cmd, &req, sizeof(req));
+	ret = io_uring_submit(ring);
+	if (ret < 0)
+		return ret;
+	/* The kernel answers by @ms at the latest, whatever happens. */
+	do {
+		ret = io_uring_wait_cqe(ring, &cqe);
+	} while (ret == -EINTR);
+	if (ret < 0)
+		return ret;
+	ret = cqe->res;
+	*n_inflight = ret < 0 ? 0 : (uint32_t)cqe->big_cqe[0];
+	io_uring_cqe_seen(ring, cqe);
+	return ret;
+}
+
+static int64_t kv_dev_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * kv_lookup_wait() with the wait parked in the kernel: woken by the
+ * claim's end itself, and the lookup again done there, so one system call
+ * per claim waited on instead of a LOOKUP, a poll() and a LOOKUP.  Waits
+ * longer than the kernel allows at once are several parks.  Returns the
+ * hits (*@n_inflight: keys still in flight after them), -errno with
+ * nothing held, or -EOPNOTSUPP where it cannot park (not the module's
+ * io_uring, @timeout_ms < 1, another thread of the handle parked already,
+ * an older module): the caller then waits by poll().
+ */
+int kv_dev_lookup_wait(struct kv_arbiter *arb, const struct kvs_key *keys,
+		       uint32_t count, uint32_t *pages, int timeout_ms,
+		       uint32_t *n_inflight)
+{
+	int64_t deadline = kv_dev_now_ms() + timeout_ms;
+	struct io_uring *ring;
+	uint32_t done = 0, inflight = 0;
+	int ret;
+
+	if (!arb->uring || timeout_ms < 1)
+		return -EOPNOTSUPP;
+	ring = kv_wait_ring();
+	if (!ring)
+		return -EOPNOTSUPP;
+	for (;;) {
+		int64_t left = deadline - kv_dev_now_ms();
+		uint32_t ms = left < 1 ? 1 : left > KVS_URING_WAIT_MAX_MS ?
+			      KVS_URING_WAIT_MAX_MS : (uint32_t)left;
+
+		ret = kv_dev_park(arb, ring, keys + done, count - done, pages + done,
+				  ms, &inflight);
+		if (ret < 0)
+			break;
+		done += ret;
+		if (!inflight || done == count || kv_dev_now_ms() >= deadline) {
+			if (n_inflight)
+				*n_inflight = inflight;
+			return (int)done;
+		}
+	}
+	if (done)
+		kv_put(arb, pages, done);
+	/* Another thread of the handle has the one parked LOOKUP. */
+	return ret == -EBUSY ? -EOPNOTSUPP : ret;
 }

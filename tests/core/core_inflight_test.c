@@ -356,3 +356,86 @@ TEST_F(inf, bad_claims)
 }
 
 TEST_HARNESS_MAIN
+
+/* wait_chain() arming the parked wait (the module's io_uring LOOKUP). */
+static int park_chain(struct kt_client *c, __u64 chain, __u64 first, __u32 n,
+		      __u32 *pages, __u32 *n_hit, __u32 *n_inflight, __u32 *park_ms)
+{
+	int ret;
+
+	c->call.park = 1;
+	c->call.park_ms = ~0u;
+	ret = wait_chain(c, chain, first, n, pages, n_hit, n_inflight);
+	c->call.park = 0;
+	*park_ms = c->call.park_ms;
+	return ret;
+}
+
+TEST_F(inf, parked_wait_is_a_second_wait)
+{
+	__u32 p[2], q[2], hit, inf, ms;
+
+	kvs_core_set_claim_timeout(5000);
+	ASSERT_EQ(0, claim_chain(self->a, 17, 0, 2, p));
+	ASSERT_EQ(0, park_chain(self->b, 17, 0, 2, q, &hit, &inf, &ms));
+	EXPECT_EQ(0, hit);
+	EXPECT_EQ(2, inf);
+	/* What is left of the claim's life, not more. */
+	EXPECT_GT(ms, 0);
+	EXPECT_LE(ms, 5000);
+	EXPECT_TRUE(kvs_client_parked(self->b->cl));
+	EXPECT_FALSE(kvs_client_waiting(self->b->cl));
+	CHECK();
+	/* The poll wait comes and goes without touching the parked one. */
+	ASSERT_EQ(0, wait_chain(self->b, 17, 0, 2, q, &hit, &inf));
+	EXPECT_TRUE(kvs_client_waiting(self->b->cl));
+	ASSERT_EQ(0, kt_lookup_chain(self->b, 17, 0, 2, q, &hit));
+	EXPECT_FALSE(kvs_client_waiting(self->b->cl));
+	EXPECT_TRUE(kvs_client_parked(self->b->cl));
+	ASSERT_EQ(0, wait_chain(self->b, 17, 0, 2, q, &hit, &inf));
+	CHECK();
+	/* The claim ends: both cleared, and one wake for the two. */
+	ASSERT_EQ(0, kt_publish_chain(self->a, p, 1, KVS_NO_PAGE, 17, 0, NULL, NULL));
+	EXPECT_EQ(1, wakes[1]);
+	EXPECT_FALSE(kvs_client_parked(self->b->cl));
+	EXPECT_FALSE(kvs_client_waiting(self->b->cl));
+	CHECK();
+	/* Parked again on the next key; the host gives up: disarmed, no wake. */
+	ASSERT_EQ(0, park_chain(self->b, 17, 0, 2, q, &hit, &inf, &ms));
+	EXPECT_EQ(1, hit);
+	EXPECT_EQ(1, inf);
+	EXPECT_TRUE(kvs_client_parked(self->b->cl));
+	kvs_client_unpark(self->b->cl);
+	EXPECT_FALSE(kvs_client_parked(self->b->cl));
+	CHECK();
+	ASSERT_EQ(0, kt_put(self->a, p + 1, 1));
+	EXPECT_EQ(1, wakes[1]);
+	CHECK();
+	kvs_core_set_claim_timeout(KVS_CLAIM_TIMEOUT_MS);
+}
+
+TEST_F(inf, parked_wait_ends_with_its_owner_or_its_file)
+{
+	__u32 p, q, hit, inf, ms;
+
+	ASSERT_EQ(0, claim_chain(self->a, 18, 0, 1, &p));
+	ASSERT_EQ(0, park_chain(self->b, 18, 0, 1, &q, &hit, &inf, &ms));
+	ASSERT_EQ(0, park_chain(self->c, 18, 0, 1, &q, &hit, &inf, &ms));
+	EXPECT_TRUE(kvs_client_parked(self->c->cl));
+	/* The waiter's file goes: its parked wait no longer counts. */
+	kt_free(self->c);
+	self->c = NULL;
+	CHECK();
+	/* The owner's goes: the other waiter is woken at once. */
+	kt_free(self->a);
+	self->a = NULL;
+	EXPECT_EQ(1, wakes[1]);
+	EXPECT_FALSE(kvs_client_parked(self->b->cl));
+	CHECK();
+	/* No park without a claim in flight. */
+	ASSERT_EQ(0, park_chain(self->b, 18, 0, 1, &q, &hit, &inf, &ms));
+	EXPECT_EQ(0, inf);
+	EXPECT_EQ(~0u, ms);
+	EXPECT_FALSE(kvs_client_parked(self->b->cl));
+	CHECK();
+}

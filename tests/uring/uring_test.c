@@ -1576,7 +1576,7 @@ static const struct zero_field zero_fields[] = {
 	ZF(KVS_IOC_PUBLISH, kvs_publish, pad),
 	ZF(KVS_IOC_PUBLISH, kvs_publish, reserved[0]),
 	ZF(KVS_IOC_PUBLISH, kvs_publish, reserved[1]),
-	/* flags bit 0 is KVS_LOOKUP_WAIT, EOPNOTSUPP here. */
+	/* flags bit 0 is KVS_LOOKUP_WAIT: uring_wait_test's. */
 	ZF(KVS_IOC_LOOKUP, kvs_lookup, n_hit),
 	ZF(KVS_IOC_LOOKUP, kvs_lookup, n_inflight),
 	ZF(KVS_IOC_LOOKUP, kvs_lookup, reserved[0]),

@@ -344,7 +344,7 @@ struct kvs_publish {
  *        are any arms this file's wait on the first of them (below).
  * Errors: EBADFD not attached; EDQUOT the run would exceed the file's
  *         quota or a per-user limit (nothing is taken; a shorter chain may
- *         fit); EOPNOTSUPP KVS_LOOKUP_WAIT through io_uring.
+ *         fit).  Through io_uring KVS_LOOKUP_WAIT parks (see there).
  *
  * In-flight dedupe.  A client that misses a run of keys and is going to
  * compute their pages claims them: ALLOC with KVS_ALLOC_CLAIM.  Another
@@ -519,15 +519,46 @@ struct kvs_pages {
  * the arbiter copies it once before looking at it.  ALLOC, PUBLISH,
  * LOOKUP and PUT are carried; the arrays they point to are read and
  * written as for the ioctl, and cqe->res is the negative errno or:
- * LOOKUP n_hit, PUBLISH n_dup, ALLOC and PUT 0 (LOOKUP's n_inflight does
- * not fit, so KVS_LOOKUP_WAIT is EOPNOTSUPP here).  Commands complete before
- * the submission returns, so nothing stays in flight.  Holdings taken
- * this way belong to the device file, exactly as the ioctl's do.
+ * LOOKUP n_hit, PUBLISH n_dup, ALLOC and PUT 0.  Commands complete before
+ * the submission returns, except a LOOKUP that waits (below).  Holdings
+ * taken this way belong to the device file, exactly as the ioctl's do.
  * Errors besides the command's own: EINVAL the ring lacks SQE128;
  * EOPNOTSUPP a command io_uring does not carry; EAGAIN never reaches the
  * CQE (a contended pool is retried from io_uring's worker).
+ *
+ * LOOKUP with KVS_LOOKUP_WAIT parks instead of asking for poll(): the
+ * payload is struct kvs_uring_lookup (cmd_op still KVS_IOC_LOOKUP), on a
+ * ring set up with IORING_SETUP_CQE32 as well.  If keys right after the
+ * run are in flight the command takes the run's references and stays
+ * parked until the claim on the first of them ends (published, put,
+ * claimed under another key, its file closed, whichever way its process
+ * ended, or the claim timed out), then looks up the rest again in the
+ * submitter's task, and parks again while the next key is in flight,
+ * until timeout_ms after submission.  The arbiter is never held while it
+ * is parked.  It completes with
+ *   cqe->res:       the hits of all its rounds (pages[0..res) written and
+ *                   referenced), or -errno as for the ioctl when nothing
+ *                   was taken (an error after hits completes with them);
+ *   cqe->big_cqe[0] (res2): the keys in flight right after the hits when
+ *                   the deadline passed (wait again, or compute them),
+ *                   else 0: res < count then means compute keys[res..].
+ * The struct's n_hit and n_inflight are not written back.  A file has
+ * one parked LOOKUP at a time; its poll wait (ioctl LOOKUP) is separate.
+ * 6.1 cannot cancel a uring_cmd, so a parked one ends by its deadline
+ * at the latest, and ECANCELED (seen by nobody) within a tick when its
+ * process exits or execs: ring teardown never waits longer than that.
+ * Errors besides the LOOKUP's own: EINVAL no CQE32, pad set, or cmd_op's
+ * size not that of struct kvs_lookup; ERANGE timeout_ms 0 or above
+ * KVS_URING_WAIT_MAX_MS; EBUSY the file has a LOOKUP parked already.
  */
 #define KVS_URING_PAYLOAD_MAX	80
+#define KVS_URING_WAIT_MAX_MS	30000
+
+struct kvs_uring_lookup {
+	struct kvs_lookup lookup;	/* flags has KVS_LOOKUP_WAIT */
+	__u32 timeout_ms;		/* 1..KVS_URING_WAIT_MAX_MS */
+	__u32 pad;			/* must be 0 */
+};
 
 /*
  * KVS_IOC_USER_LIMITS: one user's usage against the per-user limits (a
