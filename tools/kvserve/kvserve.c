@@ -8,11 +8,12 @@
  *   match   the prompt against the worker's radix tree, then the arbiter
  *           (LOOKUP of chained SHA-256 block keys): pages some process
  *           already computed;
- *   prefill the rest, one request at a time, with a small transformer
- *           (model.c) whose attention is libkv's paged C reference, reading
- *           the shared pages in place; PUBLISH the prompt's full pages at
- *           once (a duplicate: use the canonical), so that requests that
- *           come while this one decodes find them;
+ *   prefill the rest, one request at a time, in chunks (--prefill-chunk),
+ *           with a small transformer (model.c) whose attention is libkv's
+ *           paged C reference, reading the shared pages in place; PUBLISH
+ *           each chunk's full pages at once (a duplicate: use the
+ *           canonical), so that workers waiting for them in flight and
+ *           requests that come while this one decodes find them;
  *   decode  greedily, all the requests a worker holds (--batch) together:
  *           one batched call of the paged decode kernel per layer and
  *           generated token; a finished request makes room for the next;
@@ -61,6 +62,7 @@ struct opts {
 	bool cuda;			/* --memory cuda: the pool is device memory */
 	unsigned int workers, requests, system_tokens, doc_tokens, docs;
 	unsigned int question_tokens, q_heads, gen_tokens, verify, batch;
+	unsigned int prefill_chunk;	/* tokens; 0: the whole prompt in one call */
 	unsigned int private_pages;	/* 0: as many as the pool has */
 	unsigned int inflight_wait_ms;	/* in-flight dedupe; 0: off */
 	bool no_share;
@@ -185,6 +187,7 @@ struct worker {
 	struct kvs_geometry geom;
 	uint32_t n_prompt, n_kv, n_all;
 	uint32_t max_pages;		/* of one request */
+	uint32_t chunk;			/* prefill chunk in tokens, whole pages; 0: none */
 	uint32_t pool_pages;
 	bool dead;			/* the arbiter is gone: serve unshared */
 	struct request *reqs;		/* [batch] */
@@ -330,14 +333,19 @@ static void arbiter_failed(struct worker *w, int err)
 }
 
 /*
- * Match, reserve, prefill and cache the prompt's full pages at once (so
- * that the next request, here or in another worker, finds them while this
- * one decodes).  Shared: through the arbiter; -EAGAIN when an arbiter call
- * failed and the request was dropped, to be served privately.
+ * Match, reserve, prefill and cache the prompt's full pages.  The prefill
+ * goes in chunks of --prefill-chunk tokens (as engines' chunked prefill),
+ * each chunk's full pages cached (PUBLISHed) as soon as they are computed:
+ * a worker waiting for them in flight (--inflight-wait) takes them then,
+ * not only after this whole prompt, and the next request, here or in
+ * another worker, finds them while this one decodes.  Shared: through the
+ * arbiter; -EAGAIN when an arbiter call failed and the request was
+ * dropped, to be served privately.
  */
 static int req_prefill(struct worker *w, struct request *q)
 {
-	const uint32_t T = w->geom.tokens_per_page;
+	const uint32_t T = w->geom.tokens_per_page, C = w->chunk;
+	uint32_t pos, end;
 	struct model_seq seq;
 	uint64_t errs = w->cache ? kv_prefix_stats(w->cache)->errors : 0;
 	struct span sp = span_start();
@@ -386,34 +394,38 @@ static int req_prefill(struct worker *w, struct request *q)
 		q->req.n_tokens = w->n_kv;
 	}
 	span_end(&sp, &w->t.match_ns, &w->t.match_cpu_ns);
-	ret = req_seq(w, q, &seq);
-	sp = span_start();
-	if (!ret)
-		ret = model_prefill(w->model, &seq, q->tokens, matched, w->n_prompt - matched,
-				    &q->next);
-	span_end(&sp, &w->t.prefill_ns, &w->t.prefill_cpu_ns);
-	if (ret) {
-		req_abort(w, q);
-		return ret;
+	for (pos = matched; pos < w->n_prompt; pos = end) {
+		end = C ? (pos / C + 1) * C : w->n_prompt;
+		if (end > w->n_prompt)
+			end = w->n_prompt;
+		ret = req_seq(w, q, &seq);
+		sp = span_start();
+		if (!ret)
+			ret = model_prefill(w->model, &seq, q->tokens, pos, end - pos, &q->next);
+		span_end(&sp, &w->t.prefill_ns, &w->t.prefill_cpu_ns);
+		if (ret) {
+			req_abort(w, q);
+			return ret;
+		}
+		w->t.prefill_tokens += end - pos;
+		/* The full pages so far into the tree now: the row reads the tree's pages. */
+		q->req.n_tokens = end;
+		sp = span_start();
+		ret = q->priv ? kv_radix_cache_unfinished_req(w->pc.tree, w->rt, &q->req, 0)
+			      : kv_prefix_cache_unfinished(w->cache, w->rt, &q->req);
+		span_end(&sp, &w->t.publish_ns, &w->t.publish_cpu_ns);
+		q->req.n_tokens = w->n_kv;
+		if (ret) {
+			req_abort(w, q);
+			if (q->priv)
+				return ret;
+			arbiter_failed(w, ret);
+			return -EAGAIN;
+		}
 	}
-	w->t.prefill_tokens += w->n_prompt - matched;
 	q->pos = w->n_prompt;
 	hidden = model_last_hidden(w->model, &len);
 	memcpy(q->hidden, hidden, len * sizeof(float));
-	/* The prompt's full pages into the tree now: its row reads the tree's pages. */
-	q->req.n_tokens = w->n_prompt;
-	sp = span_start();
-	ret = q->priv ? kv_radix_cache_unfinished_req(w->pc.tree, w->rt, &q->req, 0)
-		      : kv_prefix_cache_unfinished(w->cache, w->rt, &q->req);
-	span_end(&sp, &w->t.publish_ns, &w->t.publish_cpu_ns);
-	q->req.n_tokens = w->n_kv;
-	if (ret) {
-		req_abort(w, q);
-		if (q->priv)
-			return ret;
-		arbiter_failed(w, ret);
-		return -EAGAIN;
-	}
 	return 0;
 }
 
@@ -830,6 +842,10 @@ static int worker_setup(struct worker *w)
 	w->geom.page_bytes = kv_page_bytes(&info->geom);
 	w->pool_pages = info->n_pages;
 	w->max_pages = w->n_all / w->geom.tokens_per_page + 1;
+	/* Chunks end on page boundaries: each one's pages are full when cached. */
+	w->chunk = o->prefill_chunk / w->geom.tokens_per_page * w->geom.tokens_per_page;
+	if (o->prefill_chunk && !w->chunk)
+		w->chunk = w->geom.tokens_per_page;
 	ret = model_create(&info->geom, o->q_heads, o->model_seed,
 			   w->n_all > B ? w->n_all : B, &w->model);
 	if (ret == -EINVAL) {
@@ -1035,7 +1051,8 @@ static void usage(FILE *f)
 	      "               [--system-tokens S] [--doc-tokens D] [--docs K]\n"
 	      "               [--question-tokens Q] [--q-heads H] [--gen-tokens G]\n"
 	      "               [--batch B] [--no-share] [--private-pages P]\n"
-	      "               [--inflight-wait MS] [--burst] [--memory host|cuda]\n"
+	      "               [--inflight-wait MS] [--burst] [--prefill-chunk C]\n"
+	      "               [--memory host|cuda]\n"
 	      "               [--verify V] [--model-seed M] [--salt STR] [--seed N]\n\n"
 	      "N worker processes each serve R prompts of S shared system-prompt tokens,\n"
 	      "D tokens of one of K shared documents and Q unique tokens, and generate G\n"
@@ -1055,6 +1072,8 @@ static void usage(FILE *f)
 	      "--seed picks the texts.  --inflight-wait MS: a worker that misses prompt\n"
 	      "pages another worker is computing waits up to MS for them instead of\n"
 	      "computing them too, and claims those it computes (in-flight dedupe).\n"
+	      "A prompt is prefilled in chunks of C tokens (whole pages; 0: at once),\n"
+	      "each chunk's full pages cached and published as soon as computed.\n"
 	      "The workers start serving together, once all are set up; with --burst\n"
 	      "every worker's first request is on document 0, a burst of one new\n"
 	      "prefix.  The summary gives time to first token (the first requests from\n"
@@ -1062,7 +1081,8 @@ static void usage(FILE *f)
 	      "--memory cuda: the pool is GPU memory (kvshared memory=cuda); today only\n"
 	      "on the tests' CUDA driver stand-in, where attention is the C reference.\n"
 	      "Defaults: 4 workers x 24 requests, 1024 + 2048 of 4 + 96 tokens, 4 q\n"
-	      "heads, 8 generated tokens, batches of 8, --verify 4, seeds 1.\n", f);
+	      "heads, 8 generated tokens, batches of 8, chunks of 512, --verify 4,\n"
+	      "seeds 1.\n", f);
 }
 
 static int parse(int argc, char **argv, struct opts *o)
@@ -1078,6 +1098,7 @@ static int parse(int argc, char **argv, struct opts *o)
 		{ "salt", 1, NULL, 'S' }, { "seed", 1, NULL, 'x' },
 		{ "model-seed", 1, NULL, 'm' }, { "inflight-wait", 1, NULL, 'W' },
 		{ "memory", 1, NULL, 'M' }, { "burst", 0, NULL, 'B' },
+		{ "prefill-chunk", 1, NULL, 'C' },
 		{ "help", 0, NULL, 'h' }, { NULL, 0, NULL, 0 },
 	};
 	unsigned int *nums[128] = {
@@ -1085,7 +1106,7 @@ static int parse(int argc, char **argv, struct opts *o)
 		['d'] = &o->doc_tokens, ['k'] = &o->docs, ['q'] = &o->question_tokens,
 		['H'] = &o->q_heads, ['g'] = &o->gen_tokens, ['v'] = &o->verify,
 		['b'] = &o->batch, ['P'] = &o->private_pages,
-		['W'] = &o->inflight_wait_ms,
+		['W'] = &o->inflight_wait_ms, ['C'] = &o->prefill_chunk,
 	};
 	int c, idx = 0;
 
@@ -1504,7 +1525,7 @@ int main(int argc, char **argv)
 		.pool = "kvserve", .workers = 4, .requests = 24,
 		.system_tokens = 1024, .doc_tokens = 2048, .docs = 4,
 		.question_tokens = 96, .q_heads = 4, .gen_tokens = 8, .verify = 4, .seed = 1,
-		.model_seed = 1, .batch = 8,
+		.model_seed = 1, .batch = 8, .prefill_chunk = 512,
 	};
 	struct kvs_pool_attach info = { 0 };
 	struct kvs_geometry geom = { 0 };
