@@ -127,12 +127,22 @@ load_after=$(load)
 	awk '{ printf "| %d | %.2fx | %.2fx | %.3f | %.3f |\n", $1, $18, $20, $19, 1 / $1 }' "$dat"
 	echo
 	awk '$1 == 4 {
-		t = $18; m = $19
+		t = $18; m = $19; w = $20
 		printf "Goals at 4 workers: throughput %.2fx no-share (goal >= 3x): %s; ", t,
 		       (t >= 3 ? "met" : "NOT met")
-		printf "prefix memory %.3f of no-share (goal ~1/4 = 0.250): %s\n", m,
+		printf "prefix memory %.3f of no-share (goal ~1/4 = 0.250): %s.  ", m,
 		       ((m > 0.2 && m < 0.3) ? "met" : "NOT met")
+		printf "The work sharing saved: %.2fx (CPU a request), the most the throughput can\n", w
+		printf "gain when the workers have the cores to themselves and never wait.\n"
 	}' "$dat"
+	# With more runnable work than cores, the rates follow the other load.
+	awk -v cores="$(nproc)" -v a="$load_before" -v b="$load_after" 'BEGIN {
+		split(a, x, " "); split(b, y, " ")
+		if (x[1] > cores || y[1] > cores)
+			printf "The machine was loaded (load average %s, then %s, on %d cores): " \
+			       "the rates and their ratios move with that load; the work ratio " \
+			       "moves less.\n", x[1], y[1], cores
+	}'
 } | tee "$md"
 
 if command -v gnuplot >/dev/null 2>&1; then
