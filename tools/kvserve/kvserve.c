@@ -88,7 +88,7 @@ struct tally {
 	 * or PUT of a prompt's and a finished request's pages.
 	 */
 	uint64_t match_ns, match_cpu_ns, prefill_cpu_ns, publish_ns, publish_cpu_ns;
-	uint64_t decode_cpu_ns, verify_ns, serve_cpu_ns;
+	uint64_t decode_cpu_ns, verify_ns, verify_cpu_ns, serve_cpu_ns;
 	uint64_t setup_ns;		/* process start to ready: fork, pool, model */
 	uint64_t start_ns, end_ns;	/* CLOCK_MONOTONIC: serving, setup excluded */
 	uint64_t held_pages, prefix_pages;	/* in the worker's trees at its end */
@@ -614,7 +614,6 @@ static int serve_private(struct worker *w, struct request *q)
 static int finish(struct worker *w, struct request *q)
 {
 	const struct opts *o = w->o;
-	uint64_t unused = 0;
 	struct span sp;
 	int ret = 0;
 
@@ -623,7 +622,7 @@ static int finish(struct worker *w, struct request *q)
 	if (o->verify && q->r % o->verify == 0) {
 		sp = span_start();
 		ret = verify(w, q);
-		span_end(&sp, &w->t.verify_ns, &unused);
+		span_end(&sp, &w->t.verify_ns, &w->t.verify_cpu_ns);
 		if (ret == -EIO)
 			w->t.mismatches++;
 	}
@@ -1473,16 +1472,17 @@ static void report_time(const struct opts *o, const struct results *res,
 	parts = sum->match_ns + sum->prefill_ns + sum->publish_ns + sum->decode_ns +
 		sum->verify_ns;
 	parts_cpu = sum->match_cpu_ns + sum->prefill_cpu_ns + sum->publish_cpu_ns +
-		    sum->decode_cpu_ns;
+		    sum->decode_cpu_ns + sum->verify_cpu_ns;
 	printf("  time per worker        serving %.0f ms, %.0f on a CPU (wall / CPU ms): "
 	       "prefill %.0f / %.0f, decode %.0f / %.0f, match (tree, keys, LOOKUP, "
-	       "waits) %.0f / %.0f, publish %.0f / %.0f, verify %.0f, other %.0f / %.0f; "
+	       "waits) %.0f / %.0f, publish %.0f / %.0f, verify %.0f / %.0f, other %.0f / %.0f; "
 	       "setup %.0f ms before the start, idle %.0f ms after its last request\n",
 	       wall / 1e6 / n, cpu / 1e6 / n, sum->prefill_ns / 1e6 / n,
 	       sum->prefill_cpu_ns / 1e6 / n, sum->decode_ns / 1e6 / n,
 	       sum->decode_cpu_ns / 1e6 / n, sum->match_ns / 1e6 / n,
 	       sum->match_cpu_ns / 1e6 / n, sum->publish_ns / 1e6 / n,
 	       sum->publish_cpu_ns / 1e6 / n, sum->verify_ns / 1e6 / n,
+	       sum->verify_cpu_ns / 1e6 / n,
 	       wall > parts ? (wall - parts) / 1e6 / n : 0.0,
 	       cpu > parts_cpu ? (cpu - parts_cpu) / 1e6 / n : 0.0,
 	       sum->setup_ns / 1e6 / n, idle / 1e6 / n);
