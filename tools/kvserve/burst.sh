@@ -6,13 +6,13 @@
 # --burst: a prefix no one has computed), three ways side by side in each
 # round, in a fresh kvshared session each: shared with in-flight dedupe
 # (--inflight-wait 2000: one worker computes each prefix page, the others
-# wait for it), shared without it (every worker computes the prefix and
-# PUBLISH keeps one), and --no-share.  Reports, as medians over $ROUNDS
-# rounds (default 3): the first requests' time to first token (median, p90
-# and max over the workers, from the common start), pages computed and
-# computed twice, and throughput, as a markdown table on stdout and in
-# $BUILD/serve-burst.md.  Other arguments go to every kvserve run
-# (default --requests 4 --verify 0).
+# wait for it), shared without it (--inflight-wait 0: every worker computes
+# the prefix and PUBLISH keeps one), and --no-share.  Reports, as medians
+# over $ROUNDS rounds (default 3): the first requests' time to first token
+# (median, p90 and max over the workers, from the common start), pages
+# computed and computed twice, and throughput, as a markdown table on
+# stdout and in $BUILD/serve-burst.md.  Other arguments go to every
+# kvserve run (default --requests 4 --verify 0).
 #
 # Usage: [WORKERS=4] [ROUNDS=3] tools/kvserve/burst.sh [kvserve options...]
 set -euo pipefail
@@ -24,8 +24,8 @@ rounds=${ROUNDS:-3}
 md=$build/serve-burst.md
 raw=$build/serve-burst.raw
 args=(--requests 4 --verify 0 "$@" --workers "$workers" --burst)
-modes=("--inflight-wait 2000" "" "--no-share")
-names=("shared, --inflight-wait 2000" "shared, no in-flight dedupe" "--no-share")
+modes=("--inflight-wait 2000" "--inflight-wait 0" "--no-share")
+names=("shared, --inflight-wait 2000" "shared, --inflight-wait 0 (no in-flight dedupe)" "--no-share")
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 
@@ -33,7 +33,7 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 run() {
 	local out
 
-	# shellcheck disable=SC2086 # a mode is zero or more words
+	# shellcheck disable=SC2086 # a mode is one or more words
 	out=$(BUILD=$build "$here/run.sh" "${args[@]}" $1 2>&1) || {
 		echo "burst.sh: kvserve ${args[*]} $1 failed:" >&2
 		echo "$out" >&2

@@ -1070,7 +1070,8 @@ static void usage(FILE *f)
 	      "block keys' salt names the model (M and H) unless --salt replaces it.\n"
 	      "--seed picks the texts.  --inflight-wait MS: a worker that misses prompt\n"
 	      "pages another worker is computing waits up to MS for them instead of\n"
-	      "computing them too, and claims those it computes (in-flight dedupe).\n"
+	      "computing them too, and claims those it computes (in-flight dedupe;\n"
+	      "default 2000, 0: off, every worker computes what it misses).\n"
 	      "A prompt is prefilled in chunks of C tokens (whole pages; 0: at once),\n"
 	      "each chunk's full pages cached and published as soon as computed.\n"
 	      "The workers start serving together, once all are set up; with --burst\n"
@@ -1525,7 +1526,7 @@ int main(int argc, char **argv)
 		.pool = "kvserve", .workers = 4, .requests = 24,
 		.system_tokens = 1024, .doc_tokens = 2048, .docs = 4,
 		.question_tokens = 96, .q_heads = 4, .gen_tokens = 8, .verify = 4, .seed = 1,
-		.model_seed = 1, .batch = 8, .prefill_chunk = 512,
+		.model_seed = 1, .batch = 8, .prefill_chunk = 512, .inflight_wait_ms = 2000,
 	};
 	struct kvs_pool_attach info = { 0 };
 	struct kvs_geometry geom = { 0 };
