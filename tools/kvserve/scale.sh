@@ -130,7 +130,7 @@ load_after=$(load)
 		t = $18; m = $19; w = $20
 		printf "Goals at 4 workers: throughput %.2fx no-share (goal >= 3x): %s; ", t,
 		       (t >= 3 ? "met" : "NOT met")
-		printf "prefix memory %.3f of no-share (goal ~1/4 = 0.250): %s.  ", m,
+		printf "prefix memory %.3f of no-share (goal ~1/4 = 0.250): %s.\n", m,
 		       ((m > 0.2 && m < 0.3) ? "met" : "NOT met")
 		printf "The work sharing saved: %.2fx (CPU a request), the most the throughput can\n", w
 		printf "gain when the workers have the cores to themselves and never wait.\n"
