@@ -10,8 +10,9 @@
 # requests/s and tokens/s, prefill tokens computed, pages computed twice,
 # KV pages resident per worker and resident in total (pool pages count
 # once however many workers hold them; and those of the prompts' shared
-# prefixes), and the workers' CPU time a request (the work, which other
-# load on the machine changes far less than the rates), as a markdown
+# prefixes), and the CPU time a request of all the run's processes (the
+# workers, kvshared, setup included: the work, which other load on the
+# machine changes far less than the rates), as a markdown
 # table on stdout and in $BUILD/$NAME.md (NAME default serve-scale), and
 # plots throughput and memory against workers in $BUILD/$NAME.svg
 # (gnuplot; skipped with a note if it is missing).
@@ -46,7 +47,9 @@ run() {
 	local n=$1 out
 
 	shift
-	out=$(BUILD=$build "$here/run.sh" "${args[@]}" --workers "$n" "$@" 2>&1) || {
+	# times: the CPU time of the run's processes, kvshared's included.
+	out=$(BUILD=$build "$here/run.sh" "${args[@]}" --workers "$n" "$@" 2>&1
+	      st=$?; times; exit $st) || {
 		echo "scale.sh: kvserve --workers $n $* failed:" >&2
 		echo "$out" >&2
 		return 1
@@ -57,8 +60,11 @@ run() {
 		/^  prefill / { pf = $2 }
 		/^  pages computed/ { dup = substr($4, 3) }
 		/^  KV pages at the end/ { res = $6; pre = $8; sub(/^\(/, "", pre); held = $(NF - 3) }
-		/^  time per worker/ { cpu = $7 }
-		END { print rps, tps, pf, held, res, pre, dup, (req ? cpu * n / req : 0) }'
+		/^[0-9]+m[0-9.]+s [0-9]+m[0-9.]+s$/ {
+			split($1, u, "m"); split($2, s, "m")
+			cpu = (u[1] * 60 + u[2] + s[1] * 60 + s[2]) * 1000
+		}
+		END { print rps, tps, pf, held, res, pre, dup, (req ? cpu / req : 0) }'
 }
 
 load_before=$(load)
@@ -132,8 +138,8 @@ load_after=$(load)
 		       (t >= 3 ? "met" : "NOT met")
 		printf "prefix memory %.3f of no-share (goal ~1/4 = 0.250): %s.\n", m,
 		       ((m > 0.2 && m < 0.3) ? "met" : "NOT met")
-		printf "The work sharing saved: %.2fx (CPU a request), the most the throughput can\n", w
-		printf "gain when the workers have the cores to themselves and never wait.\n"
+		printf "The work sharing saved: %.2fx (CPU a request, kvshared included), the most the\n", w
+		printf "throughput can gain when the run has the cores to itself and never waits.\n"
 	}' "$dat"
 	# With more runnable work than cores, the rates follow the other load.
 	awk -v cores="$(nproc)" -v a="$load_before" -v b="$load_after" 'BEGIN {
