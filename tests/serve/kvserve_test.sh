@@ -20,7 +20,7 @@ trap '[ -z "$daemon" ] || kill -9 "$daemon" 2>/dev/null; rm -rf "$out" "$out2" "
 pool="kvserve:pages=1024,layers=2,kv_heads=2,head_dim=64,tokens_per_page=16,dtype=bf16,mode=0600,memory=host"
 
 echo "TAP version 13"
-echo "1..12"
+echo "1..17"
 BUILD=$build tools/kvserve/run.sh --workers 3 --requests 8 --system-tokens 512 \
 	--doc-tokens 512 --docs 2 --question-tokens 40 --verify 1 >"$out" 2>&1
 st=$?
@@ -160,10 +160,72 @@ else
 	echo "not ok 11 kvserve: full pool: status $st_full, $fb served without sharing"
 fi
 
+# A burst: every worker's first request on the same new document, all
+# released together.  With in-flight dedupe each of its pages is computed
+# once: the first worker to claim a page computes it, the others wait and
+# take it (found through the arbiter); without sharing the outputs are the
+# same bits.  Time to first token is reported for the 3 first requests.
+burst="--workers 3 --requests 3 --system-tokens 256 --doc-tokens 256 --docs 2 --question-tokens 40 --verify 1 --batch 3 --burst"
+BUILD=$build tools/kvshared-session.sh --pool "$pool" -- \
+	"$build/kvserve" $burst --inflight-wait 10000 >"$tmp/burst" 2>&1; st_burst=$?
+BUILD=$build tools/kvshared-session.sh --pool "$pool" -- \
+	"$build/kvserve" $burst --no-share >"$tmp/burst-private" 2>&1; st_bp=$?
+for f in burst burst-private; do echo "# --- $f"; sed 's/^/# /' "$tmp/$f"; done
+remote=$(sed -n 's/.*tree, \([0-9]*\) found through the arbiter.*/\1/p' "$tmp/burst")
+if [ "$st_burst" = 0 ] && [ "$(verified "$tmp/burst")" = 9 ] &&
+   grep -q 'computed *[1-9][0-9]* (+0 computed twice' "$tmp/burst" &&
+   grep -q 'in-flight dedupe .* [1-9][0-9]* pages claimed while computed' "$tmp/burst" &&
+   [ "${remote:-0}" -ge 64 ]; then
+	echo "ok 12 kvserve --burst --inflight-wait: every page computed once, $remote pages taken from other workers"
+else
+	echo "not ok 12 kvserve --burst --inflight-wait: status $st_burst, duplicates or too few pages from the arbiter ('$remote', expected >= 64: 2 workers x 32 burst prefix pages)"
+fi
+if [ "$st_bp" = 0 ] && [ -n "$(digest "$tmp/burst")" ] &&
+   [ "$(digest "$tmp/burst-private")" = "$(digest "$tmp/burst")" ] &&
+   [ "$(verified "$tmp/burst-private")" = 9 ]; then
+	echo "ok 13 kvserve --burst --no-share: the same outputs as shared ($(digest "$tmp/burst"))"
+else
+	echo "not ok 13 kvserve --burst --no-share: status $st_bp, digests '$(digest "$tmp/burst")' '$(digest "$tmp/burst-private")'"
+fi
+# The summary says where time went and the first tokens' latency.
+ttft='time to first token .*--burst.*common start: median [0-9.]* ms, p90 [0-9.]*, max [0-9.]* (3); every request.*median [0-9.]* ms, p90 [0-9.]*, max [0-9.]* (9)$'
+if grep -q "$ttft" "$tmp/burst" && grep -q "$ttft" "$tmp/burst-private" &&
+   grep -q '^  time per worker *serving [0-9]* ms, [0-9]* on a CPU.*prefill [0-9]* / [0-9]*' "$tmp/burst"; then
+	echo "ok 14 kvserve: time per worker and time to first token (3 first requests, 9 in all) reported"
+else
+	echo "not ok 14 kvserve: time per worker or time to first token lines missing"
+fi
+
+# Chunked prefill: chunks of one page, and the whole prompt at once,
+# give the same bits as the default chunks, every request equal to a
+# recompute.
+serve --batch 3 --prefill-chunk 16 >"$tmp/chunk16" 2>&1; st_c16=$?
+serve --batch 3 --prefill-chunk 0 >"$tmp/chunk0" 2>&1; st_c0=$?
+for f in chunk16 chunk0; do echo "# --- $f"; sed 's/^/# /' "$tmp/$f"; done
+if [ "$st_c16" = 0 ] && [ "$st_c0" = 0 ] && [ "$(digest "$tmp/chunk16")" = "$ref" ] &&
+   [ "$(digest "$tmp/chunk0")" = "$ref" ] && [ "$(verified "$tmp/chunk16")" = 12 ] &&
+   [ "$(verified "$tmp/chunk0")" = 12 ]; then
+	echo "ok 15 kvserve --prefill-chunk 16 and 0: the same outputs as the default chunks"
+else
+	echo "not ok 15 kvserve --prefill-chunk: status $st_c16/$st_c0, digests '$(digest "$tmp/chunk16")' '$(digest "$tmp/chunk0")' vs '$ref'"
+fi
+
+# Workers start serving together once all are set up: workers whose
+# setup fails (3 query heads over 2 KV heads) must not hold the others,
+# nor the parent, at that start line.
+BUILD=$build tools/kvshared-session.sh --pool "$pool" -- \
+	timeout 60 "$build/kvserve" $small --q-heads 3 >"$tmp/badsetup" 2>&1; st_bad=$?
+sed 's/^/# /' "$tmp/badsetup"
+if [ "$st_bad" = 1 ] && grep -q 'q-heads 3 does not fit' "$tmp/badsetup"; then
+	echo "ok 16 kvserve: workers that fail their setup end the run, not hang it"
+else
+	echo "not ok 16 kvserve: failed setup: status $st_bad (124: hung at the start line)"
+fi
+
 # The daemon stops (SIGSTOP) while the workers serve: libkv's calls time
 # out (ETIMEDOUT) and the workers go on without sharing instead of hanging.
 if ! grep -q ETIMEDOUT include/kvshare/arbiter.h 2>/dev/null; then
-	echo "ok 12 # SKIP libkv's arbiter calls have no deadline yet: a stopped daemon would hang them"
+	echo "ok 17 # SKIP libkv's arbiter calls have no deadline yet: a stopped daemon would hang them"
 	exit 0
 fi
 "$build/kvshared" --mode socket --socket "$tmp/sock2" --pool "$pool" 2>"$tmp/log2" &
@@ -189,7 +251,7 @@ fb=$(sed -n 's/.*arbiter failures *\([0-9]*\) requests served without sharing.*/
 if [ "$st_stopped" = 0 ] && [ "${fb:-0}" -gt 0 ] && [ "$(verified "$tmp/stopped")" = 12 ] &&
    [ "$(digest "$tmp/stopped")" = "$ref" ] &&
    grep -Eq 'sharing ended: (Connection timed out|Transport endpoint is not connected)' "$tmp/stopped"; then
-	echo "ok 12 kvserve: daemon stopped mid-run: $fb requests served without sharing after a deadline"
+	echo "ok 17 kvserve: daemon stopped mid-run: $fb requests served without sharing after a deadline"
 else
-	echo "not ok 12 kvserve: daemon stopped mid-run: status $st_stopped, $fb served without sharing"
+	echo "not ok 17 kvserve: daemon stopped mid-run: status $st_stopped, $fb served without sharing"
 fi

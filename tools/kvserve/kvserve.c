@@ -8,11 +8,12 @@
  *   match   the prompt against the worker's radix tree, then the arbiter
  *           (LOOKUP of chained SHA-256 block keys): pages some process
  *           already computed;
- *   prefill the rest, one request at a time, with a small transformer
- *           (model.c) whose attention is libkv's paged C reference, reading
- *           the shared pages in place; PUBLISH the prompt's full pages at
- *           once (a duplicate: use the canonical), so that requests that
- *           come while this one decodes find them;
+ *   prefill the rest, one request at a time, in chunks (--prefill-chunk),
+ *           with a small transformer (model.c) whose attention is libkv's
+ *           paged C reference, reading the shared pages in place; PUBLISH
+ *           each chunk's full pages at once (a duplicate: use the
+ *           canonical), so that workers waiting for them in flight and
+ *           requests that come while this one decodes find them;
  *   decode  greedily, all the requests a worker holds (--batch) together:
  *           one batched call of the paged decode kernel per layer and
  *           generated token; a finished request makes room for the next;
@@ -33,7 +34,9 @@
  * batching and the attention code are all on trial, and the recompute's
  * time is the cost sharing saved.  The outputs digest (tokens and final
  * states of every request) is the same with or without sharing, whatever
- * the batch: the model is deterministic to the bit.
+ * the batch: the model is deterministic to the bit.  With --memory cuda the
+ * pages the CUDA kernels wrote are compared within tests/attn's tolerances
+ * instead (the kernels sum in another order), layer 0's KV still to the bit.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -62,9 +65,11 @@ struct opts {
 	bool cuda;			/* --memory cuda: the pool is device memory */
 	unsigned int workers, requests, system_tokens, doc_tokens, docs;
 	unsigned int question_tokens, q_heads, gen_tokens, verify, batch;
+	unsigned int prefill_chunk;	/* tokens; 0: the whole prompt in one call */
 	unsigned int private_pages;	/* 0: as many as the pool has */
 	unsigned int inflight_wait_ms;	/* in-flight dedupe; 0: off */
 	bool no_share;
+	bool burst;			/* every worker's first request: document 0 */
 	uint64_t seed, model_seed;
 	char default_salt[96];
 };
@@ -84,6 +89,16 @@ struct tally {
 	 */
 	uint64_t tol_flips, tol_err[4];
 	uint64_t prefill_ns, decode_ns, verify_prefill_ns;
+	/*
+	 * Where a worker's time goes, wall clock and its own CPU time (the
+	 * difference: waiting for a core, an arbiter reply or a page another
+	 * worker computes).  match: the radix tree, the block keys' hashing,
+	 * LOOKUP (and in-flight waits), ALLOC; publish: the keys and PUBLISH
+	 * or PUT of a prompt's and a finished request's pages.
+	 */
+	uint64_t match_ns, match_cpu_ns, prefill_cpu_ns, publish_ns, publish_cpu_ns;
+	uint64_t decode_cpu_ns, verify_ns, verify_cpu_ns, serve_cpu_ns;
+	uint64_t setup_ns;		/* process start to ready: fork, pool, model */
 	uint64_t start_ns, end_ns;	/* CLOCK_MONOTONIC: serving, setup excluded */
 	uint64_t held_pages, prefix_pages;	/* in the worker's trees at its end */
 	uint64_t private_pages, private_prefix_pages;	/* of which private */
@@ -104,12 +119,33 @@ static uint64_t splitmix64(uint64_t *s)
 	return z ^ (z >> 31);
 }
 
-static uint64_t now_ns(void)
+static uint64_t clock_ns(clockid_t id)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(id, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+static uint64_t now_ns(void)
+{
+	return clock_ns(CLOCK_MONOTONIC);
+}
+
+/* A span of wall and CPU time, for struct tally's breakdown. */
+struct span {
+	uint64_t wall, cpu;
+};
+
+static struct span span_start(void)
+{
+	return (struct span){ now_ns(), clock_ns(CLOCK_PROCESS_CPUTIME_ID) };
+}
+
+static void span_end(const struct span *s, uint64_t *wall, uint64_t *cpu)
+{
+	*wall += now_ns() - s->wall;
+	*cpu += clock_ns(CLOCK_PROCESS_CPUTIME_ID) - s->cpu;
 }
 
 /* @n token ids drawn from stream @stream (a "text"). */
@@ -160,6 +196,7 @@ struct worker {
 	struct kvs_geometry geom;
 	uint32_t n_prompt, n_kv, n_all;
 	uint32_t max_pages;		/* of one request */
+	uint32_t chunk;			/* prefill chunk in tokens, whole pages; 0: none */
 	uint32_t pool_pages;
 	bool dead;			/* the arbiter is gone: serve unshared */
 	struct request *reqs;		/* [batch] */
@@ -170,6 +207,8 @@ struct worker {
 	float *bhidden;
 	uint8_t *scratch;		/* private pages for the recompute */
 	uint32_t *scratch_pages;
+	uint64_t *ttft;			/* [requests]: ns to the first token, 0: none */
+	uint64_t go_ns;			/* when all workers were released to serve */
 	uint64_t *bitmap;		/* pool pages the worker holds at its end */
 	uint64_t *prefix_bitmap;	/* of which the shared part of a prompt */
 	uint32_t bitmap_pages;
@@ -303,16 +342,22 @@ static void arbiter_failed(struct worker *w, int err)
 }
 
 /*
- * Match, reserve, prefill and cache the prompt's full pages at once (so
- * that the next request, here or in another worker, finds them while this
- * one decodes).  Shared: through the arbiter; -EAGAIN when an arbiter call
- * failed and the request was dropped, to be served privately.
+ * Match, reserve, prefill and cache the prompt's full pages.  The prefill
+ * goes in chunks of --prefill-chunk tokens (as engines' chunked prefill),
+ * each chunk's full pages cached (PUBLISHed) as soon as they are computed:
+ * a worker waiting for them in flight (--inflight-wait) takes them then,
+ * not only after this whole prompt, and the next request, here or in
+ * another worker, finds them while this one decodes.  Shared: through the
+ * arbiter; -EAGAIN when an arbiter call failed and the request was
+ * dropped, to be served privately.
  */
 static int req_prefill(struct worker *w, struct request *q)
 {
-	const uint32_t T = w->geom.tokens_per_page;
+	const uint32_t T = w->geom.tokens_per_page, C = w->chunk;
+	uint32_t pos, end;
 	struct model_seq seq;
-	uint64_t errs = w->cache ? kv_prefix_stats(w->cache)->errors : 0, t0;
+	uint64_t errs = w->cache ? kv_prefix_stats(w->cache)->errors : 0;
+	struct span sp = span_start();
 	const float *hidden;
 	long matched;
 	uint32_t need, len;
@@ -357,32 +402,39 @@ static int req_prefill(struct worker *w, struct request *q)
 		}
 		q->req.n_tokens = w->n_kv;
 	}
-	ret = req_seq(w, q, &seq);
-	t0 = now_ns();
-	if (!ret)
-		ret = model_prefill(w->model, &seq, q->tokens, matched, w->n_prompt - matched,
-				    &q->next);
-	w->t.prefill_ns += now_ns() - t0;
-	if (ret) {
-		req_abort(w, q);
-		return ret;
+	span_end(&sp, &w->t.match_ns, &w->t.match_cpu_ns);
+	for (pos = matched; pos < w->n_prompt; pos = end) {
+		end = C ? (pos / C + 1) * C : w->n_prompt;
+		if (end > w->n_prompt)
+			end = w->n_prompt;
+		ret = req_seq(w, q, &seq);
+		sp = span_start();
+		if (!ret)
+			ret = model_prefill(w->model, &seq, q->tokens, pos, end - pos, &q->next);
+		span_end(&sp, &w->t.prefill_ns, &w->t.prefill_cpu_ns);
+		if (ret) {
+			req_abort(w, q);
+			return ret;
+		}
+		w->t.prefill_tokens += end - pos;
+		/* The full pages so far into the tree now: the row reads the tree's pages. */
+		q->req.n_tokens = end;
+		sp = span_start();
+		ret = q->priv ? kv_radix_cache_unfinished_req(w->pc.tree, w->rt, &q->req, 0)
+			      : kv_prefix_cache_unfinished(w->cache, w->rt, &q->req);
+		span_end(&sp, &w->t.publish_ns, &w->t.publish_cpu_ns);
+		q->req.n_tokens = w->n_kv;
+		if (ret) {
+			req_abort(w, q);
+			if (q->priv)
+				return ret;
+			arbiter_failed(w, ret);
+			return -EAGAIN;
+		}
 	}
-	w->t.prefill_tokens += w->n_prompt - matched;
 	q->pos = w->n_prompt;
 	hidden = model_last_hidden(w->model, &len);
 	memcpy(q->hidden, hidden, len * sizeof(float));
-	/* The prompt's full pages into the tree now: its row reads the tree's pages. */
-	q->req.n_tokens = w->n_prompt;
-	ret = q->priv ? kv_radix_cache_unfinished_req(w->pc.tree, w->rt, &q->req, 0)
-		      : kv_prefix_cache_unfinished(w->cache, w->rt, &q->req);
-	q->req.n_tokens = w->n_kv;
-	if (ret) {
-		req_abort(w, q);
-		if (q->priv)
-			return ret;
-		arbiter_failed(w, ret);
-		return -EAGAIN;
-	}
 	return 0;
 }
 
@@ -546,9 +598,13 @@ static int verify(struct worker *w, struct request *q)
 	return 0;
 }
 
-static void prompt(const struct opts *o, uint32_t *tokens, uint64_t pick)
+/* A request's prompt; @first_doc: document 0 whatever @pick says (--burst). */
+static void prompt(const struct opts *o, uint32_t *tokens, uint64_t pick, bool first_doc)
 {
 	unsigned int doc = splitmix64(&pick) % o->docs;
+
+	if (first_doc)
+		doc = 0;
 
 	text(tokens, o->system_tokens, o->seed);
 	text(tokens + o->system_tokens, o->doc_tokens, o->seed + 1 + doc);
@@ -659,12 +715,15 @@ static int serve_private(struct worker *w, struct request *q)
 static int finish(struct worker *w, struct request *q)
 {
 	const struct opts *o = w->o;
+	struct span sp;
 	int ret = 0;
 
 	q->tokens[w->n_kv] = q->next;
 	w->t.digest ^= req_digest(w, q);
 	if (o->verify && q->r % o->verify == 0) {
+		sp = span_start();
 		ret = verify(w, q);
+		span_end(&sp, &w->t.verify_ns, &w->t.verify_cpu_ns);
 		if (ret == -EIO)
 			w->t.mismatches++;
 	}
@@ -672,10 +731,13 @@ static int finish(struct worker *w, struct request *q)
 		req_abort(w, q);
 		return ret;
 	}
+	sp = span_start();
 	if (q->priv) {
 		ret = kv_radix_cache_finished_req(w->pc.tree, w->rt, &q->req, 0);
+		span_end(&sp, &w->t.publish_ns, &w->t.publish_cpu_ns);
 	} else {
 		ret = kv_prefix_cache_finished(w->cache, w->rt, &q->req);
+		span_end(&sp, &w->t.publish_ns, &w->t.publish_cpu_ns);
 		if (ret) {
 			/* Served and checked; only its new pages are not shared. */
 			w->t.unpublished++;
@@ -694,15 +756,19 @@ static int finish(struct worker *w, struct request *q)
 static int admit(struct worker *w, unsigned int r)
 {
 	struct request *q = &w->reqs[w->n_active];
+	/* The first request arrives at the common start, the rest when taken. */
+	uint64_t arrived = r ? now_ns() : w->go_ns;
 	int ret;
 
 	q->r = r;
 	q->priv = w->o->no_share;
 	q->fell_back = false;
-	prompt(w->o, q->tokens, w->id * 1000003ull + r + w->o->seed);
+	prompt(w->o, q->tokens, w->id * 1000003ull + r + w->o->seed, w->o->burst && !r);
 	ret = w->dead ? -EAGAIN : req_prefill(w, q);
 	if (ret == -EAGAIN)
 		ret = serve_private(w, q);
+	if (!ret)
+		w->ttft[r] = now_ns() - arrived;
 	if (!ret && q->pos < w->n_kv)
 		w->n_active++;
 	else if (!ret)
@@ -720,7 +786,7 @@ static int admit(struct worker *w, unsigned int r)
 static void decode_step(struct worker *w)
 {
 	unsigned int i, n, k, priv;
-	uint64_t t0 = now_ns();
+	struct span sp = span_start();
 	int ret;
 
 	for (priv = 0; priv < 2; priv++) {
@@ -763,7 +829,7 @@ static void decode_step(struct worker *w)
 			       hid_len(w) * sizeof(float));
 		}
 	}
-	w->t.decode_ns += now_ns() - t0;
+	span_end(&sp, &w->t.decode_ns, &w->t.decode_cpu_ns);
 	for (i = 0; i < w->n_active; i++) {
 		struct request *q = &w->reqs[i];
 
@@ -886,6 +952,10 @@ static int worker_setup(struct worker *w)
 	w->geom.page_bytes = kv_page_bytes(&info->geom);
 	w->pool_pages = info->n_pages;
 	w->max_pages = w->n_all / w->geom.tokens_per_page + 1;
+	/* Chunks end on page boundaries: each one's pages are full when cached. */
+	w->chunk = o->prefill_chunk / w->geom.tokens_per_page * w->geom.tokens_per_page;
+	if (o->prefill_chunk && !w->chunk)
+		w->chunk = w->geom.tokens_per_page;
 	ret = model_create(&info->geom, o->q_heads, o->model_seed,
 			   w->n_all > B ? w->n_all : B, &w->model);
 	if (ret == -EINVAL) {
@@ -998,15 +1068,45 @@ static void worker_tally(struct worker *w)
 	}
 }
 
-static int worker_run(struct worker *w)
+/*
+ * The start line: every worker, set up or failed, writes a byte to
+ * @ready and waits for EOF on @go, which the parent gives (by closing its
+ * end) once all are ready or gone, and after it wrote the release time to
+ * *go_ns.  So the workers serve from one moment on (--burst's requests
+ * arrive together), the setup of one is not in another's serving time,
+ * and a worker that died early blocks nobody.
+ */
+struct gate {
+	int ready, go;			/* write end, read end */
+	const volatile uint64_t *go_ns;
+};
+
+static uint64_t gate_pass(const struct gate *g)
+{
+	char c = 1;
+
+	if (write(g->ready, &c, 1) != 1)
+		perror("kvserve: worker: start line");
+	close(g->ready);
+	while (read(g->go, &c, 1) < 0 && errno == EINTR)
+		;
+	close(g->go);
+	return *g->go_ns ? *g->go_ns : now_ns();
+}
+
+static int worker_run(struct worker *w, const struct gate *g)
 {
 	unsigned int r = 0, i;
+	uint64_t born = now_ns(), cpu;
 	int ret;
 
 	ret = worker_setup(w);
+	w->t.setup_ns = now_ns() - born;
+	w->go_ns = gate_pass(g);
 	if (ret)
 		goto out;
 	w->t.start_ns = now_ns();
+	cpu = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
 	while (r < w->o->requests || w->n_active) {
 		while (w->n_active < w->o->batch && r < w->o->requests) {
 			ret = admit(w, r);
@@ -1021,6 +1121,7 @@ static int worker_run(struct worker *w)
 			decode_step(w);
 	}
 	w->t.end_ns = now_ns();
+	w->t.serve_cpu_ns = clock_ns(CLOCK_PROCESS_CPUTIME_ID) - cpu;
 	worker_tally(w);
 	w->t.ok = 1;
 	ret = 0;
@@ -1060,7 +1161,8 @@ static void usage(FILE *f)
 	      "               [--system-tokens S] [--doc-tokens D] [--docs K]\n"
 	      "               [--question-tokens Q] [--q-heads H] [--gen-tokens G]\n"
 	      "               [--batch B] [--no-share] [--private-pages P]\n"
-	      "               [--inflight-wait MS] [--memory host|cuda]\n"
+	      "               [--inflight-wait MS] [--burst] [--prefill-chunk C]\n"
+	      "               [--memory host|cuda]\n"
 	      "               [--verify V] [--model-seed M] [--salt STR] [--seed N]\n\n"
 	      "N worker processes each serve R prompts of S shared system-prompt tokens,\n"
 	      "D tokens of one of K shared documents and Q unique tokens, and generate G\n"
@@ -1079,12 +1181,20 @@ static void usage(FILE *f)
 	      "block keys' salt names the model (M and H) unless --salt replaces it.\n"
 	      "--seed picks the texts.  --inflight-wait MS: a worker that misses prompt\n"
 	      "pages another worker is computing waits up to MS for them instead of\n"
-	      "computing them too, and claims those it computes (in-flight dedupe).\n"
+	      "computing them too, and claims those it computes (in-flight dedupe;\n"
+	      "default 2000, 0: off, every worker computes what it misses).\n"
+	      "A prompt is prefilled in chunks of C tokens (whole pages; 0: at once),\n"
+	      "each chunk's full pages cached and published as soon as computed.\n"
+	      "The workers start serving together, once all are set up; with --burst\n"
+	      "every worker's first request is on document 0, a burst of one new\n"
+	      "prefix.  The summary gives time to first token (the first requests from\n"
+	      "the common start, every request from when its worker took it).\n"
 	      "--memory cuda: the pool is GPU memory (kvshared memory=cuda); attention on\n"
 	      "it runs on the CUDA kernels (build/kvserve-cuda; build/kvserve has none),\n"
 	      "checked against the C reference within tests/attn's tolerances.\n"
 	      "Defaults: 4 workers x 24 requests, 1024 + 2048 of 4 + 96 tokens, 4 q\n"
-	      "heads, 8 generated tokens, batches of 8, --verify 4, seeds 1.\n", f);
+	      "heads, 8 generated tokens, batches of 8, chunks of 512, --verify 4,\n"
+	      "seeds 1.\n", f);
 }
 
 static int parse(int argc, char **argv, struct opts *o)
@@ -1099,7 +1209,8 @@ static int parse(int argc, char **argv, struct opts *o)
 		{ "private-pages", 1, NULL, 'P' }, { "no-share", 0, NULL, 'n' },
 		{ "salt", 1, NULL, 'S' }, { "seed", 1, NULL, 'x' },
 		{ "model-seed", 1, NULL, 'm' }, { "inflight-wait", 1, NULL, 'W' },
-		{ "memory", 1, NULL, 'M' },
+		{ "memory", 1, NULL, 'M' }, { "burst", 0, NULL, 'B' },
+		{ "prefill-chunk", 1, NULL, 'C' },
 		{ "help", 0, NULL, 'h' }, { NULL, 0, NULL, 0 },
 	};
 	unsigned int *nums[128] = {
@@ -1107,7 +1218,7 @@ static int parse(int argc, char **argv, struct opts *o)
 		['d'] = &o->doc_tokens, ['k'] = &o->docs, ['q'] = &o->question_tokens,
 		['H'] = &o->q_heads, ['g'] = &o->gen_tokens, ['v'] = &o->verify,
 		['b'] = &o->batch, ['P'] = &o->private_pages,
-		['W'] = &o->inflight_wait_ms,
+		['W'] = &o->inflight_wait_ms, ['C'] = &o->prefill_chunk,
 	};
 	int c, idx = 0;
 
@@ -1128,6 +1239,7 @@ static int parse(int argc, char **argv, struct opts *o)
 			o->cuda = !strcmp(optarg, "cuda");
 			continue;
 		case 'n': o->no_share = true; continue;
+		case 'B': o->burst = true; continue;
 		case 'h': usage(stdout); exit(0);
 		case 'x':
 		case 'm':
@@ -1240,6 +1352,8 @@ static int pool_report(const struct opts *o, struct kvs_pool_stats *st,
 struct results {
 	struct tally *t;
 	uint64_t *bitmaps;		/* [workers][2][words] */
+	uint64_t *ttft;			/* [workers][requests] */
+	volatile uint64_t *go_ns;	/* the release time */
 	size_t words;
 	uint32_t pool_pages;
 };
@@ -1258,14 +1372,40 @@ static uint64_t distinct(const struct opts *o, const struct results *res, unsign
 	return n;
 }
 
+/* Wait until every worker is ready or gone, then release them all at once. */
+static void release(const struct opts *o, struct results *res, int ready, int go)
+{
+	unsigned int n = 0;
+	char buf[64];
+	ssize_t got;
+
+	while (n < o->workers) {
+		got = read(ready, buf, sizeof(buf));
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			break;
+		n += got;
+	}
+	*res->go_ns = now_ns();
+	close(go);
+	close(ready);
+}
+
 static int spawn(const struct opts *o, struct results *res, struct tally *sum)
 {
 	unsigned int i, failed = 0;
+	int ready[2], go[2];
 	pid_t *pids;
 
 	pids = calloc(o->workers, sizeof(*pids));
 	if (!pids)
 		return -ENOMEM;
+	if (pipe(ready) || pipe(go)) {
+		perror("kvserve: pipe");
+		free(pids);
+		return -errno;
+	}
 	for (i = 0; i < o->workers; i++) {
 		pid_t pid = fork();
 
@@ -1275,17 +1415,24 @@ static int spawn(const struct opts *o, struct results *res, struct tally *sum)
 		}
 		if (!pid) {
 			struct worker w = { .o = o, .id = i };
+			struct gate g = { ready[1], go[0], res->go_ns };
 			int ret;
 
+			close(ready[0]);
+			close(go[1]);
 			w.bitmap = res->bitmaps + 2 * i * res->words;
 			w.prefix_bitmap = w.bitmap + res->words;
 			w.bitmap_pages = res->pool_pages;
-			ret = worker_run(&w);
+			w.ttft = res->ttft + (size_t)i * o->requests;
+			ret = worker_run(&w, &g);
 			res->t[i] = w.t;
 			_exit(ret ? 2 : 0);
 		}
 		pids[i] = pid;
 	}
+	close(ready[1]);
+	close(go[0]);
+	release(o, res, ready[0], go[1]);
 	for (i = 0; i < o->workers && pids[i]; i++) {
 		int st;
 
@@ -1408,6 +1555,88 @@ static void report(const struct opts *o, const struct tally *sum,
 	       wall * 1e3);
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* "median M ms, p90 P, max X" of the non-zero ones of @n values in @v (sorted here). */
+static void print_quantiles(uint64_t *v, size_t n)
+{
+	size_t i, k = 0;
+
+	for (i = 0; i < n; i++)
+		if (v[i])
+			v[k++] = v[i];
+	if (!k) {
+		printf("none");
+		return;
+	}
+	qsort(v, k, sizeof(*v), cmp_u64);
+	printf("median %.1f ms, p90 %.1f, max %.1f (%zu)", v[(k - 1) / 2] / 1e6,
+	       v[(k * 9 + 9) / 10 - 1] / 1e6, v[k - 1] / 1e6, k);
+}
+
+/*
+ * Where the workers' time went (per worker: wall / CPU ms) and time to
+ * first token.  Wall minus CPU in a phase is time waiting: for a core (more
+ * workers than cores), an arbiter reply, or pages another worker computes.
+ */
+static void report_time(const struct opts *o, const struct results *res,
+			const struct tally *sum)
+{
+	uint64_t n = 0, idle = 0, *first, *all;
+	uint64_t wall = 0, cpu, parts, parts_cpu;
+	unsigned int i;
+
+	for (i = 0; i < o->workers; i++) {
+		if (!res->t[i].ok)
+			continue;
+		n++;
+		wall += res->t[i].end_ns - res->t[i].start_ns;
+		idle += sum->end_ns - res->t[i].end_ns;
+	}
+	if (!n)
+		return;
+	cpu = sum->serve_cpu_ns;
+	parts = sum->match_ns + sum->prefill_ns + sum->publish_ns + sum->decode_ns +
+		sum->verify_ns;
+	parts_cpu = sum->match_cpu_ns + sum->prefill_cpu_ns + sum->publish_cpu_ns +
+		    sum->decode_cpu_ns + sum->verify_cpu_ns;
+	printf("  time per worker        serving %.0f ms, %.0f on a CPU (wall / CPU ms): "
+	       "prefill %.0f / %.0f, decode %.0f / %.0f, match (tree, keys, LOOKUP, "
+	       "waits) %.0f / %.0f, publish %.0f / %.0f, verify %.0f / %.0f, other %.0f / %.0f; "
+	       "setup %.0f ms before the start, idle %.0f ms after its last request\n",
+	       wall / 1e6 / n, cpu / 1e6 / n, sum->prefill_ns / 1e6 / n,
+	       sum->prefill_cpu_ns / 1e6 / n, sum->decode_ns / 1e6 / n,
+	       sum->decode_cpu_ns / 1e6 / n, sum->match_ns / 1e6 / n,
+	       sum->match_cpu_ns / 1e6 / n, sum->publish_ns / 1e6 / n,
+	       sum->publish_cpu_ns / 1e6 / n, sum->verify_ns / 1e6 / n,
+	       sum->verify_cpu_ns / 1e6 / n,
+	       wall > parts ? (wall - parts) / 1e6 / n : 0.0,
+	       cpu > parts_cpu ? (cpu - parts_cpu) / 1e6 / n : 0.0,
+	       sum->setup_ns / 1e6 / n, idle / 1e6 / n);
+	first = calloc(o->workers, sizeof(*first));
+	all = malloc((size_t)o->workers * o->requests * sizeof(*all));
+	if (!first || !all) {
+		free(first);
+		return;
+	}
+	for (i = 0; i < o->workers; i++)
+		first[i] = res->t[i].ok ? res->ttft[(size_t)i * o->requests] : 0;
+	memcpy(all, res->ttft, (size_t)o->workers * o->requests * sizeof(*all));
+	printf("  time to first token    first request of each worker%s, from the "
+	       "common start: ", o->burst ? " (--burst: one new document)" : "");
+	print_quantiles(first, o->workers);
+	printf("; every request, from when its worker took it: ");
+	print_quantiles(all, (size_t)o->workers * o->requests);
+	printf("\n");
+	free(first);
+	free(all);
+}
+
 /* The pool's size and geometry, before the workers start. */
 static int pool_geometry(const struct opts *o, struct kvs_pool_attach *info)
 {
@@ -1428,7 +1657,7 @@ int main(int argc, char **argv)
 		.pool = "kvserve", .workers = 4, .requests = 24,
 		.system_tokens = 1024, .doc_tokens = 2048, .docs = 4,
 		.question_tokens = 96, .q_heads = 4, .gen_tokens = 8, .verify = 4, .seed = 1,
-		.model_seed = 1, .batch = 8,
+		.model_seed = 1, .batch = 8, .prefill_chunk = 512, .inflight_wait_ms = 2000,
 	};
 	struct kvs_pool_attach info = { 0 };
 	struct kvs_geometry geom = { 0 };
@@ -1450,7 +1679,8 @@ int main(int argc, char **argv)
 	}
 	res.pool_pages = info.n_pages;
 	res.words = (info.n_pages + 63) / 64;
-	bytes = o.workers * (sizeof(struct tally) + 2 * res.words * sizeof(uint64_t));
+	bytes = o.workers * (sizeof(struct tally) + 2 * res.words * sizeof(uint64_t) +
+			     (size_t)o.requests * sizeof(uint64_t)) + sizeof(uint64_t);
 	mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (mem == MAP_FAILED) {
 		perror("kvserve: mmap");
@@ -1458,6 +1688,8 @@ int main(int argc, char **argv)
 	}
 	res.t = mem;
 	res.bitmaps = (uint64_t *)(res.t + o.workers);
+	res.ttft = res.bitmaps + 2 * o.workers * res.words;
+	res.go_ns = res.ttft + (size_t)o.workers * o.requests;
 	ret = spawn(&o, &res, &sum);
 	/* Pool pages once however many workers hold them; private ones each. */
 	resident = distinct(&o, &res, 0) + sum.private_pages;
@@ -1465,6 +1697,7 @@ int main(int argc, char **argv)
 	/* A worker found the arbiter gone: do not wait on it here either. */
 	check = sum.arbiter_gone ? sum.arbiter_gone : pool_report(&o, &st, &geom, &checked);
 	report(&o, &sum, &info.geom, resident, resident_prefix);
+	report_time(&o, &res, &sum);
 	if (!check)
 		printf("  pool                   %llu cached, %llu shared, %llu free, "
 		       "%llu evictions; %s\n",

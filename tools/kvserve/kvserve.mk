@@ -54,8 +54,11 @@ serve:
 	@$(MAKE) --no-print-directory $(BUILD)/kvshared $(BUILD)/kvserve $(BUILD)/kvctl
 	@BUILD=$(BUILD) tools/kvserve/run.sh $(SERVE_ARGS)
 
-# Sharing vs --no-share at 1, 2, 4 and 8 workers: table and plot under $(BUILD).
+# Sharing vs --no-share at 1, 2, 4 and 8 workers: table and plot under
+# $(BUILD); time to first token under a burst, with and without in-flight
+# dedupe.
 BENCH_CMDS += BUILD=$(BUILD) tools/kvserve/scale.sh;
+BENCH_CMDS += BUILD=$(BUILD) tools/kvserve/burst.sh;
 
 .PHONY: serve-scale
 serve-scale:
