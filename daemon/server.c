@@ -776,23 +776,21 @@ static int ring_enter(struct conn *c, struct kvs_ring_enter *re)
 }
 
 /*
- * Serve @r's pending request, if any: 1 if one was served (@r may be gone
- * then), 0 if none.
+ * Serve @r's pending request, if any: 1 if one was served, 0 if none (@r
+ * is gone if its request could not be framed).  A client sleeping in
+ * RING_ENTER is answered by the loop, which reads its socket within
+ * RING_SLICE_NS while polling: reading every client's socket after every
+ * request would cost the doorbell clients a system call each.
  */
 static int ring_poke(struct ring *r)
 {
-	switch (ring_serve(r)) {
-	case 1:
-		/* Its client may sleep in RING_ENTER: answer that now. */
-		if (__atomic_load_n(&r->ctl->enter, __ATOMIC_RELAXED) == r->served &&
-		    !r->c->out_len)
-			conn_read(r->c);
-		return 1;
-	case -1:
+	int ret = ring_serve(r);
+
+	if (ret < 0) {
 		conn_close(r->c, r->c->doom);
 		return 0;
 	}
-	return 0;
+	return ret;
 }
 
 /* Serve every ring once; how many requests were served. */
