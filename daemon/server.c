@@ -105,7 +105,6 @@
 #define MAX_GROUPS	65536		/* NGROUPS_MAX */
 #define RING_AREA_OFF	4096u		/* the control block's page, then the area */
 #define RING_SLICE_NS	20000		/* polling rings, epoll is looked at this often */
-#define RING_POLL_US	500		/* default: poll this long after a ring request */
 
 struct conn {
 	struct kvsd_watch w;
@@ -172,7 +171,7 @@ static struct {
 	uint64_t ring_active_ns;	/* when a ring request was last served */
 	uint8_t *scratch;		/* a ring request, copied out of the ring */
 	uint32_t scratch_cap;
-	uint64_t ring_poll_ns;		/* $KVSHARED_RING_POLL_US */
+	uint64_t ring_poll_ns;		/* ring_poll_us */
 } srv = { .listen = { .fd = -1 } };
 
 /* ---- connections ------------------------------------------------------- */
@@ -1422,34 +1421,12 @@ void kvsd_unix_unlink(const char *path, ino_t ino)
 		unlink(path);
 }
 
-/*
- * How long to poll the rings after a ring request: $KVSHARED_RING_POLL_US
- * (0: never poll, every ring request needs a doorbell), else RING_POLL_US.
- */
-static uint64_t ring_poll_us(void)
-{
-	const char *env = getenv("KVSHARED_RING_POLL_US");
-	unsigned long v;
-	char *end;
-
-	if (!env || !*env)
-		return RING_POLL_US;
-	errno = 0;
-	v = strtoul(env, &end, 10);
-	if (errno || *end || v > 1000000) {
-		kvsd_log("KVSHARED_RING_POLL_US=%s: not 0..1000000; using %d",
-			 env, RING_POLL_US);
-		return RING_POLL_US;
-	}
-	return v;
-}
-
 int kvsd_server_start(struct kvsd *d, const char *path)
 {
 	int fd;
 
 	srv.d = d;
-	srv.ring_poll_ns = ring_poll_us() * 1000;
+	srv.ring_poll_ns = (uint64_t)d->cfg->ring_poll_us * 1000;
 	kvsd_loop_set_poller(srv_poll);
 	srv.path = strdup(path);
 	if (!srv.path)
