@@ -626,15 +626,14 @@ struct kvs_msg {
  * reply in the area as the socket would send it, and stores sq's value
  * in cq (release): the reply is there when cq == sq.  Once it has copied
  * a request it stores its sq in taken: a client may spin while the daemon
- * works on its request, and sleep (RING_ENTER) when it is not being taken.
- * daemon_cpu says where the daemon polls: a client on that same CPU only
- * delays the daemon by spinning, and had better sleep at once;
+ * works on its request, and sleep (below) when it is not being taken.
+ * daemon_cpu says where the daemon last ran (polling, or woken by a
+ * doorbell): a client on that same CPU only delays the daemon by
+ * spinning, and had better sleep at once;
  * client_cpu says where the client posted from, and the daemon does not
  * keep polling for a client on its own CPU, which it would only keep from
  * running (both hints: nothing depends on them).  A client that
- * sleeps for request sq stores sq in enter before it sends RING_ENTER, so
- * that the daemon which serves the request by polling answers the ENTER
- * at once too (a hint: the reply to ENTER comes either way).  A request that
+ * sleeps for request sq stores sq in enter (below).  A request that
  * cannot be framed (bad magic, len below the header or above size) closes
  * the connection, as on the socket; commands other than the four page
  * commands fail with EOPNOTSUPP.  Requests posted while one is pending
@@ -682,7 +681,7 @@ struct kvs_ring_ctl {
 	__u32 cq;			/* daemon: requests served */
 	__u32 flags;			/* daemon: KVS_RING_* */
 	__u32 taken;			/* daemon: the sq of the request it copied */
-	__u32 daemon_cpu;		/* daemon: the CPU it polls on, + 1 (0: unknown) */
+	__u32 daemon_cpu;		/* daemon: the CPU it last ran on, + 1 (0: unknown) */
 	__u32 pad1[12];
 };
 
