@@ -67,6 +67,8 @@ static void usage(FILE *f)
 	      "  --max-buffer-total BYTES     for all connections (default 1G)\n"
 	      "  --stall-timeout-ms MS        a client stalled mid-message or not\n"
 	      "                               reading its reply is dropped (10000)\n"
+	      "  --ring-poll-us US            poll the shared rings this long after a\n"
+	      "                               request (default 500; 0: never)\n"
 	      "Socket mode: per-user limits, as the module's parameters (0 = none)\n"
 	      "  --max-user-pools N           pools one uid may own (default 8)\n"
 	      "  --max-user-pool-pages N      pages of the pools one uid owns\n"
@@ -603,6 +605,7 @@ static const struct num_opt num_opts[] = {
 		max_buffer_total),
 	NUM_OPT("stall_timeout_ms", "--stall-timeout-ms", 100, 3600000,
 		stall_timeout_ms),
+	NUM_OPT("ring_poll_us", "--ring-poll-us", 0, 1000000, ring_poll_us),
 	/* The per-user limits: the module parameters' names; 0 = none. */
 	NUM_OPT("max_user_pools", "--max-user-pools", 0, 1024, max_user_pools),
 	NUM_OPT("max_user_pool_pages", "--max-user-pool-pages", 0, 1ull << 40,
@@ -612,7 +615,7 @@ static const struct num_opt num_opts[] = {
 		max_user_held_bytes),
 };
 
-#define FIRST_USER_OPT	7	/* num_opts[] from max_user_pools on */
+#define FIRST_USER_OPT	8	/* num_opts[] from max_user_pools on */
 
 static int num_opt_find(const char *key)
 {
@@ -986,6 +989,7 @@ int kvsd_config_load(int argc, char **argv, struct kvsd_config **out)
 	cfg->max_conn_buffer = KVSD_DEFAULT_MAX_CONN_BUFFER;
 	cfg->max_buffer_total = KVSD_DEFAULT_MAX_BUFFER_TOTAL;
 	cfg->stall_timeout_ms = KVSD_DEFAULT_STALL_TIMEOUT_MS;
+	cfg->ring_poll_us = KVSD_DEFAULT_RING_POLL_US;
 	cfg->max_user_pools = KVSD_DEFAULT_MAX_USER_POOLS;
 	cfg->max_user_pool_pages = KVSD_DEFAULT_MAX_USER_POOL_PAGES;
 	cfg->max_user_held = KVSD_DEFAULT_MAX_USER_HELD;

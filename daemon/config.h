@@ -21,6 +21,7 @@
 #define KVSD_DEFAULT_MAX_CONN_BUFFER	KVS_MSG_MAX
 #define KVSD_DEFAULT_MAX_BUFFER_TOTAL	(1ull << 30)
 #define KVSD_DEFAULT_STALL_TIMEOUT_MS	10000
+#define KVSD_DEFAULT_RING_POLL_US	500
 /* The module parameters' defaults, which the same keys here default to. */
 #define KVSD_DEFAULT_MAX_USER_POOLS	8
 #define KVSD_DEFAULT_MAX_USER_POOL_PAGES 4194304ull
@@ -67,6 +68,7 @@ struct kvsd_config {
 	uint64_t max_conn_buffer;	/* bytes buffered for one connection */
 	uint64_t max_buffer_total;	/* bytes buffered for all of them */
 	uint32_t stall_timeout_ms;	/* mid-message or unread reply: dropped */
+	uint32_t ring_poll_us;		/* rings polled after a request (0: never) */
 	/* Per-user limits of the core (socket mode; 0 = none). */
 	uint32_t max_user_pools;
 	uint64_t max_user_pool_pages;

@@ -14,6 +14,14 @@
 static int epfd = -1;
 static bool (*poller)(void);
 
+/*
+ * The batch being dispatched, from the next event on: a watch deleted by
+ * a handler (a connection's handler deletes its ring's doorbell too) gets
+ * none of the events left, which may point at memory freed with it.
+ */
+static struct epoll_event *batch;
+static int batch_next, batch_n;
+
 void kvsd_loop_set_poller(bool (*fn)(void))
 {
 	poller = fn;
@@ -56,7 +64,12 @@ int kvsd_watch_mod(struct kvsd_watch *w, uint32_t events)
 
 void kvsd_watch_del(struct kvsd_watch *w)
 {
+	int i;
+
 	epoll_ctl(epfd, EPOLL_CTL_DEL, w->fd, NULL);
+	for (i = batch_next; i < batch_n; i++)
+		if (batch[i].data.ptr == w)
+			batch[i].data.ptr = NULL;
 }
 
 int kvsd_loop_run(bool (*stop)(void *arg), void (*tick)(void *arg), void *arg,
@@ -75,15 +88,16 @@ int kvsd_loop_run(bool (*stop)(void *arg), void (*tick)(void *arg), void *arg,
 			kvsd_log("epoll_wait: %s", strerror(errno));
 			return ret;
 		}
+		batch = evs;
+		batch_n = n;
 		for (i = 0; i < n; i++) {
 			struct kvsd_watch *w = evs[i].data.ptr;
 
-			/*
-			 * A handler frees only its own watch, so no event
-			 * still in evs[] can point at freed memory.
-			 */
-			w->fn(w, evs[i].events);
+			batch_next = i + 1;
+			if (w)		/* else deleted by an earlier handler */
+				w->fn(w, evs[i].events);
 		}
+		batch_n = 0;
 		/* Timers are coarse: once a tick, however busy the loop is. */
 		if (kvsd_now_ms() - last_tick >= tick_ms) {
 			last_tick = kvsd_now_ms();

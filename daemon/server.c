@@ -45,7 +45,16 @@
  *   (EOPNOTSUPP else); unframeable closes the connection (c->doom, so
  *   that nothing is freed under the caller).  After a ring request the
  *   loop's poller (srv_poll) polls the rings for ring_poll_ns, then sets
- *   NEED_WAKEUP and looks once more before epoll sleeps.
+ *   NEED_WAKEUP and looks once more before epoll sleeps.  Doorbells
+ *   (bell.h): a sleeping daemon is woken by a byte on the ring's sq pipe,
+ *   which epoll watches, and wakes a client that sleeps for its reply
+ *   (enter == sq) with a byte on the cq pipe.  A doorbell costs a pipe
+ *   write and a wakeup, half a socket round trip's skb work, which is
+ *   what the ring pays per call whenever the two share a CPU.
+ * - WAIT_FD: a pipe per connection, rung by the core's waker when the
+ *   claim the connection's latest LOOKUP waits on ends (kvs_client_set_
+ *   waker(), set at accept), and at once if no wait is pending when it is
+ *   made; the client polls it instead of repeating the LOOKUP.
  *
  * One thread, non-blocking sockets: a connection that sends half a
  * message only holds its own buffer, and one that does not read its
@@ -82,19 +91,20 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include "bell.h"
 #include "core.h"
 #include "kvshared.h"
 #include "server.h"
 
 #define HDR		((uint32_t)sizeof(struct kvs_msg))
 #define MAX_FDS		4		/* room for cmsg; more is MSG_CTRUNC */
+#define MAX_OUT_FDS	3		/* RING_SETUP: the ring and its doorbells */
 #define BUF_MIN		4096
 #define BUF_KEEP	(64u << 10)	/* larger buffers are freed after use */
 #define READ_BUDGET	16		/* messages per wakeup, for fairness */
 #define MAX_GROUPS	65536		/* NGROUPS_MAX */
 #define RING_AREA_OFF	4096u		/* the control block's page, then the area */
 #define RING_SLICE_NS	20000		/* polling rings, epoll is looked at this often */
-#define RING_POLL_US	500		/* default: poll this long after a ring request */
 
 struct conn {
 	struct kvsd_watch w;
@@ -109,8 +119,10 @@ struct conn {
 	uint32_t in_len;		/* request bytes read */
 	uint32_t out_len, out_sent;	/* reply bytes to send, sent */
 	void *out_mem;			/* ATTACH: memory whose fd goes along */
-	int out_fd;			/* RING_SETUP: the ring's fd goes along */
+	int out_fds[MAX_OUT_FDS];	/* sent with the reply, then closed */
+	unsigned int n_out_fds;
 	struct ring *ring;		/* the shared ring, if asked for */
+	int wait_bell;			/* WAIT_FD: our end, rung by the core's waker */
 	int fds[MAX_FDS];
 	unsigned int n_fds;
 	bool fds_trunc;			/* descriptors were lost (too many) */
@@ -132,6 +144,8 @@ struct conn {
  */
 struct ring {
 	struct kvs_ring_ctl *ctl;	/* the mapping, control block first */
+	struct kvsd_watch sq_bell;	/* our end of the sq doorbell (-1: gone) */
+	int cq_bell;			/* our end of the cq doorbell */
 	uint8_t *area;			/* the message area */
 	uint32_t size;			/* bytes of the area */
 	size_t map_len;
@@ -157,7 +171,7 @@ static struct {
 	uint64_t ring_active_ns;	/* when a ring request was last served */
 	uint8_t *scratch;		/* a ring request, copied out of the ring */
 	uint32_t scratch_cap;
-	uint64_t ring_poll_ns;		/* $KVSHARED_RING_POLL_US */
+	uint64_t ring_poll_ns;		/* ring_poll_us */
 } srv = { .listen = { .fd = -1 } };
 
 /* ---- connections ------------------------------------------------------- */
@@ -211,6 +225,11 @@ static void ring_free(struct conn *c)
 
 	if (!r)
 		return;
+	if (r->sq_bell.fd >= 0) {
+		kvsd_watch_del(&r->sq_bell);
+		close(r->sq_bell.fd);
+	}
+	close(r->cq_bell);
 	munmap(r->ctl, r->map_len);
 	if (r->prev)
 		r->prev->next = r->next;
@@ -224,6 +243,12 @@ static void ring_free(struct conn *c)
 	c->ring = NULL;
 }
 
+static void conn_drop_out_fds(struct conn *c)
+{
+	while (c->n_out_fds)
+		close(c->out_fds[--c->n_out_fds]);
+}
+
 /* However a connection ends, its client and everything it holds go. */
 static void conn_close(struct conn *c, const char *why)
 {
@@ -233,10 +258,12 @@ static void conn_close(struct conn *c, const char *why)
 	conn_drop_fds(c);
 	if (c->out_mem)
 		kvs_host_mem_put(c->out_mem);
-	if (c->out_fd >= 0)
-		close(c->out_fd);
+	conn_drop_out_fds(c);
 	ring_free(c);
+	/* Releasing its holdings may wake others, never itself: then the bell. */
 	kvs_client_free(c->cl);
+	if (c->wait_bell >= 0)
+		close(c->wait_bell);
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -431,12 +458,45 @@ static int msg_check(const struct conn *c, const struct kvs_msg *h, uint32_t usi
 }
 
 static int ring_setup(struct conn *c, struct kvs_ring_setup *rs);
+static void ring_bell(struct kvsd_watch *w, uint32_t events);
 static void conn_read(struct conn *c);
 static int ring_enter(struct conn *c, struct kvs_ring_enter *re);
 
 static bool is_sock_cmd(unsigned int cmd)
 {
-	return cmd == KVS_SOCK_RING_SETUP || cmd == KVS_SOCK_RING_ENTER;
+	return cmd == KVS_SOCK_RING_SETUP || cmd == KVS_SOCK_RING_ENTER ||
+	       cmd == KVS_SOCK_WAIT_FD;
+}
+
+/*
+ * The core's waker (called with a pool lock held): the claim that this
+ * connection's latest LOOKUP waits on has ended.
+ */
+static void conn_wake(void *arg)
+{
+	struct conn *c = arg;
+
+	if (c->wait_bell >= 0)
+		kvsd_bell_ring(c->wait_bell);
+}
+
+static int wait_fd_setup(struct conn *c, struct kvs_wait_fd *wf)
+{
+	int theirs, ret;
+
+	if (wf->flags || wf->wait_fd || wf->reserved[0] || wf->reserved[1])
+		return -EINVAL;
+	if (c->wait_bell >= 0)
+		return -EBUSY;
+	ret = kvsd_bell_new(false, &c->wait_bell, &theirs);
+	if (ret)
+		return ret;
+	/* Readable unless a wait is pending, as the module's file is. */
+	if (!kvs_client_waiting(c->cl))
+		kvsd_bell_ring(c->wait_bell);
+	c->out_fds[c->n_out_fds++] = theirs;
+	wf->wait_fd = 0;
+	return 0;
 }
 
 /*
@@ -458,6 +518,13 @@ static int sock_cmd(struct conn *c, const struct kvs_msg *h, uint8_t *ustruct)
 		ret = ring_setup(c, &rs);
 		if (!ret)
 			memcpy(ustruct, &rs, sizeof(rs));
+	} else if (h->cmd == KVS_SOCK_WAIT_FD) {
+		struct kvs_wait_fd wf;
+
+		memcpy(&wf, ustruct, sizeof(wf));
+		ret = wait_fd_setup(c, &wf);
+		if (!ret)
+			memcpy(ustruct, &wf, sizeof(wf));
 	} else {
 		struct kvs_ring_enter re;
 
@@ -540,11 +607,11 @@ static int ring_setup(struct conn *c, struct kvs_ring_setup *rs)
 	const struct kvsd_config *cfg = srv.d->cfg;
 	size_t map_len;
 	struct ring *r;
+	int fd, sq_theirs, cq_theirs, ret;
 	void *p;
-	int fd, ret;
 
-	if (rs->flags || rs->ring_fd || rs->area_off || rs->reserved[0] ||
-	    rs->reserved[1] || rs->size % 4096)
+	if (rs->flags || rs->ring_fd || rs->area_off || rs->sq_bell ||
+	    rs->cq_bell || rs->reserved || rs->size % 4096)
 		return -EINVAL;
 	if (rs->size < KVS_RING_MIN || rs->size > cfg->max_conn_buffer ||
 	    rs->size > KVS_MSG_MAX)
@@ -572,10 +639,21 @@ static int ring_setup(struct conn *c, struct kvs_ring_setup *rs)
 		ret = -errno;
 		goto fail;
 	}
+	ret = kvsd_bell_new(true, &r->sq_bell.fd, &sq_theirs);
+	if (ret)
+		goto fail;
+	ret = kvsd_bell_new(false, &r->cq_bell, &cq_theirs);
+	if (ret)
+		goto fail_sq;
+	r->sq_bell.fn = ring_bell;
+	ret = kvsd_watch_add(&r->sq_bell, EPOLLIN);
+	if (ret)
+		goto fail_cq;
 	p = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
 		ret = -errno;
-		goto fail;
+		kvsd_watch_del(&r->sq_bell);
+		goto fail_cq;
 	}
 	r->ctl = p;
 	r->area = (uint8_t *)p + RING_AREA_OFF;
@@ -589,11 +667,22 @@ static int ring_setup(struct conn *c, struct kvs_ring_setup *rs)
 	srv.n_rings++;
 	srv.buffered += r->size;
 	c->ring = r;
-	c->out_fd = fd;			/* sent with the reply, then closed */
+	/* In this order, as the reply's struct says. */
+	c->out_fds[c->n_out_fds++] = fd;
+	c->out_fds[c->n_out_fds++] = sq_theirs;
+	c->out_fds[c->n_out_fds++] = cq_theirs;
 	rs->ring_fd = 0;
+	rs->sq_bell = 1;
+	rs->cq_bell = 2;
 	rs->area_off = RING_AREA_OFF;
 	kvsd_debug("client %llu: ring of %u bytes", (unsigned long long)c->id, r->size);
 	return 0;
+fail_cq:
+	close(r->cq_bell);
+	close(cq_theirs);
+fail_sq:
+	close(r->sq_bell.fd);
+	close(sq_theirs);
 fail:
 	close(fd);
 	free(r);
@@ -656,6 +745,14 @@ static int ring_serve(struct ring *r)
 		__atomic_store_n(&r->ctl->flags, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&r->ctl->cq, sq, __ATOMIC_RELEASE);
 	/*
+	 * A client that sleeps for this reply stored sq in enter before it
+	 * looked at cq: between its store and its look, and ours, one of us
+	 * sees the other's.
+	 */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&r->ctl->enter, __ATOMIC_RELAXED) == sq)
+		kvsd_bell_ring(r->cq_bell);
+	/*
 	 * Poll for the next one a while, unless the client runs on this
 	 * CPU: polling would only keep it from running.
 	 */
@@ -677,6 +774,24 @@ static int ring_enter(struct conn *c, struct kvs_ring_enter *re)
 	return 0;
 }
 
+/*
+ * Serve @r's pending request, if any: 1 if one was served, 0 if none (@r
+ * is gone if its request could not be framed).  A client sleeping in
+ * RING_ENTER is answered by the loop, which reads its socket within
+ * RING_SLICE_NS while polling: reading every client's socket after every
+ * request would cost the doorbell clients a system call each.
+ */
+static int ring_poke(struct ring *r)
+{
+	int ret = ring_serve(r);
+
+	if (ret < 0) {
+		conn_close(r->c, r->c->doom);
+		return 0;
+	}
+	return ret;
+}
+
 /* Serve every ring once; how many requests were served. */
 static unsigned int rings_serve_all(void)
 {
@@ -685,20 +800,29 @@ static unsigned int rings_serve_all(void)
 
 	for (r = srv.rings; r; r = next) {
 		next = r->next;
-		switch (ring_serve(r)) {
-		case 1:
-			n++;
-			/* Its client sleeps in RING_ENTER: answer that now. */
-			if (__atomic_load_n(&r->ctl->enter, __ATOMIC_RELAXED) == r->served &&
-			    !r->c->out_len)
-				conn_read(r->c);
-			break;
-		case -1:
-			conn_close(r->c, r->c->doom);
-			break;
-		}
+		n += ring_poke(r);
 	}
 	return n;
+}
+
+/*
+ * The sq doorbell rang.  A client that closed every write end leaves the
+ * read end at EOF, which a level-triggered epoll would report forever:
+ * the bell goes, and the ring is served by polling and RING_ENTER alone.
+ */
+static void ring_bell(struct kvsd_watch *w, uint32_t events)
+{
+	struct ring *r = (struct ring *)((char *)w - offsetof(struct ring, sq_bell));
+	char b;
+
+	kvsd_bell_drain(w->fd);
+	if ((events & (EPOLLHUP | EPOLLERR)) && read(w->fd, &b, 1) == 0) {
+		kvsd_watch_del(w);
+		close(w->fd);
+		w->fd = -1;
+	}
+	__atomic_store_n(&r->ctl->daemon_cpu, (uint32_t)sched_getcpu() + 1, __ATOMIC_RELAXED);
+	ring_poke(r);
 }
 
 static void rings_set_flags(uint32_t flags)
@@ -746,7 +870,6 @@ static bool srv_poll(void)
 			return true;
 		cpu_relax();
 	}
-	rings_set_cpu(0);
 	rings_set_flags(KVS_RING_NEED_WAKEUP);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	srv.rings_asleep = true;
@@ -759,7 +882,7 @@ static bool srv_poll(void)
 static int conn_flush(struct conn *c)
 {
 	union {
-		char buf[CMSG_SPACE(sizeof(int))];
+		char buf[CMSG_SPACE(MAX_OUT_FDS * sizeof(int))];
 		struct cmsghdr align;
 	} ctl;
 
@@ -771,18 +894,24 @@ static int conn_flush(struct conn *c)
 		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
 		ssize_t n;
 
-		if (c->out_mem || c->out_fd >= 0) {
+		if (c->out_mem || c->n_out_fds) {
+			unsigned int n = c->out_mem ? 1 : c->n_out_fds;
 			struct cmsghdr *cm;
-			int fd = c->out_mem ? kvs_host_mem_fd(c->out_mem) : c->out_fd;
 
 			memset(&ctl, 0, sizeof(ctl));
 			mh.msg_control = ctl.buf;
-			mh.msg_controllen = sizeof(ctl.buf);
+			mh.msg_controllen = CMSG_SPACE(n * sizeof(int));
 			cm = CMSG_FIRSTHDR(&mh);
 			cm->cmsg_level = SOL_SOCKET;
 			cm->cmsg_type = SCM_RIGHTS;
-			cm->cmsg_len = CMSG_LEN(sizeof(int));
-			memcpy(CMSG_DATA(cm), &fd, sizeof(fd));
+			cm->cmsg_len = CMSG_LEN(n * sizeof(int));
+			if (c->out_mem) {
+				int fd = kvs_host_mem_fd(c->out_mem);
+
+				memcpy(CMSG_DATA(cm), &fd, sizeof(fd));
+			} else {
+				memcpy(CMSG_DATA(cm), c->out_fds, n * sizeof(int));
+			}
 		}
 		n = sendmsg(c->w.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n < 0) {
@@ -797,10 +926,7 @@ static int conn_flush(struct conn *c)
 			kvs_host_mem_put(c->out_mem);
 			c->out_mem = NULL;
 		}
-		if (c->out_fd >= 0) {
-			close(c->out_fd);
-			c->out_fd = -1;
-		}
+		conn_drop_out_fds(c);
 		c->out_sent += n;
 	}
 	c->out_len = 0;
@@ -1102,7 +1228,8 @@ static void conn_new(int fd)
 	}
 	c->w.fd = fd;
 	c->w.fn = conn_event;
-	c->out_fd = -1;
+	c->wait_bell = -1;
+	kvs_client_set_waker(c->cl, conn_wake, c);
 	c->id = ++srv.next_id;
 	c->pid = uc.pid;
 	c->cred.uid = uc.uid;
@@ -1294,34 +1421,12 @@ void kvsd_unix_unlink(const char *path, ino_t ino)
 		unlink(path);
 }
 
-/*
- * How long to poll the rings after a ring request: $KVSHARED_RING_POLL_US
- * (0: never poll, every ring request needs a doorbell), else RING_POLL_US.
- */
-static uint64_t ring_poll_us(void)
-{
-	const char *env = getenv("KVSHARED_RING_POLL_US");
-	unsigned long v;
-	char *end;
-
-	if (!env || !*env)
-		return RING_POLL_US;
-	errno = 0;
-	v = strtoul(env, &end, 10);
-	if (errno || *end || v > 1000000) {
-		kvsd_log("KVSHARED_RING_POLL_US=%s: not 0..1000000; using %d",
-			 env, RING_POLL_US);
-		return RING_POLL_US;
-	}
-	return v;
-}
-
 int kvsd_server_start(struct kvsd *d, const char *path)
 {
 	int fd;
 
 	srv.d = d;
-	srv.ring_poll_ns = ring_poll_us() * 1000;
+	srv.ring_poll_ns = (uint64_t)d->cfg->ring_poll_us * 1000;
 	kvsd_loop_set_poller(srv_poll);
 	srv.path = strdup(path);
 	if (!srv.path)

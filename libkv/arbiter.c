@@ -272,22 +272,18 @@ static int64_t kv_now_ms(void)
 
 /*
  * Wait up to @ms for the claim the handle's latest LOOKUP armed: on the
- * module the device file turns readable when it ends; kvshared signals
- * nothing, so there a short sleep stands in and the caller looks again.
+ * module the device file turns readable when it ends, on kvshared the
+ * connection's wait pipe (kv_sock_wait_ready()).  0, or -errno when the
+ * handle broke (a stopped daemon: ETIMEDOUT).
  */
-static void kv_wait_ready(struct kv_arbiter *arb, int ms)
+static int kv_wait_ready(struct kv_arbiter *arb, int ms)
 {
 	struct pollfd p = { .fd = arb->fd, .events = POLLIN };
 
-	if (arb->daemon) {
-		struct timespec ts = { 0, 1000000 };
-
-		if (ms < 1)
-			return;
-		nanosleep(&ts, NULL);
-		return;
-	}
+	if (arb->daemon)
+		return kv_sock_wait_ready(arb, ms);
 	poll(&p, 1, ms);
+	return 0;
 }
 
 int kv_lookup_wait(struct kv_arbiter *arb, const struct kvs_key *keys,
@@ -319,7 +315,9 @@ int kv_lookup_wait(struct kv_arbiter *arb, const struct kvs_key *keys,
 		left = deadline - kv_now_ms();
 		if (left <= 0)
 			return (int)done;
-		kv_wait_ready(arb, (int)left);
+		ret = kv_wait_ready(arb, (int)left);
+		if (ret)
+			break;
 	}
 	if (done)
 		kv_put(arb, pages, done);

@@ -32,7 +32,14 @@ struct kv_arbiter {
 	uint8_t *sring_area;
 	uint32_t sring_size;
 	size_t sring_map_len;
+	int sq_bell, cq_bell;		/* its doorbells (write end, read end) */
+	/* KVS_SOCK_WAIT_FD's pipe: KV_WAIT_FD_UNSET until first needed. */
+	pthread_mutex_t wait_lock;
+	int wait_fd;
 };
+
+#define KV_WAIT_FD_UNSET	(-1)
+#define KV_WAIT_FD_NONE		(-2)	/* the daemon has none: poll by LOOKUP */
 
 /* arbiter_dev.c */
 int kv_dev_open(struct kv_arbiter *arb, const char *path, unsigned int flags);
@@ -48,5 +55,10 @@ int kv_timeout_from_env(unsigned int *ms);
 int kv_sock_open(struct kv_arbiter *arb, const char *path, unsigned int flags);
 void kv_sock_close(struct kv_arbiter *arb);
 int kv_sock_call(struct kv_arbiter *arb, unsigned long cmd, void *arg);
+/*
+ * kv_lookup_wait()'s sleep, up to @ms, for the claim its LOOKUP waits on:
+ * 0, or -errno when the handle broke meanwhile (ETIMEDOUT).
+ */
+int kv_sock_wait_ready(struct kv_arbiter *arb, int ms);
 
 #endif /* KV_ARBITER_INTERNAL_H */

@@ -9,10 +9,12 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <signal.h>
 #include <time.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -24,6 +26,20 @@
 #include "arbiter_internal.h"
 
 enum { KV_IN = 1, KV_OUT = 2 };
+
+#define KV_MAX_FDS	3		/* descriptors a reply carries: RING_SETUP's */
+
+/* Descriptors that came with a reply. */
+struct kv_fds {
+	int fd[KV_MAX_FDS];
+	unsigned int n;
+};
+
+static void kv_fds_close(struct kv_fds *f)
+{
+	while (f->n)
+		close(f->fd[--f->n]);
+}
 
 struct kv_array {
 	unsigned short ptr;		/* offset of the __u64 pointer field */
@@ -146,6 +162,19 @@ int kv_timeout_from_env(unsigned int *ms)
 
 static int kv_ring_setup(struct kv_arbiter *arb);
 
+static void kv_sock_close_fds(struct kv_arbiter *arb)
+{
+	if (arb->sring)
+		munmap(arb->sring, arb->sring_map_len);
+	if (arb->sq_bell >= 0)
+		close(arb->sq_bell);
+	if (arb->cq_bell >= 0)
+		close(arb->cq_bell);
+	if (arb->wait_fd >= 0)
+		close(arb->wait_fd);
+	close(arb->fd);
+}
+
 int kv_sock_open(struct kv_arbiter *arb, const char *path, unsigned int flags)
 {
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
@@ -156,6 +185,9 @@ int kv_sock_open(struct kv_arbiter *arb, const char *path, unsigned int flags)
 	if (strlen(path) >= sizeof(addr.sun_path))
 		return -ENAMETOOLONG;
 	strcpy(addr.sun_path, path);
+	arb->sq_bell = -1;
+	arb->cq_bell = -1;
+	arb->wait_fd = KV_WAIT_FD_UNSET;
 	arb->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (arb->fd < 0)
 		return -errno;
@@ -184,17 +216,17 @@ int kv_sock_open(struct kv_arbiter *arb, const char *path, unsigned int flags)
 		if (ret && arb->dead)
 			goto fail;
 	}
+	pthread_mutex_init(&arb->wait_lock, NULL);
 	return 0;
 fail:
-	close(arb->fd);
+	kv_sock_close_fds(arb);
 	return ret;
 }
 
 void kv_sock_close(struct kv_arbiter *arb)
 {
-	if (arb->sring)
-		munmap(arb->sring, arb->sring_map_len);
-	close(arb->fd);
+	kv_sock_close_fds(arb);
+	pthread_mutex_destroy(&arb->wait_lock);
 }
 
 static int kv_send_all(struct kv_arbiter *arb, const char *buf, size_t len, int fd,
@@ -234,11 +266,11 @@ static int kv_send_all(struct kv_arbiter *arb, const char *buf, size_t len, int 
 	return 0;
 }
 
-/* Read exactly @len bytes; a descriptor riding on them lands in *fd. */
-static int kv_recv_all(struct kv_arbiter *arb, char *buf, size_t len, int *fd,
+/* Read exactly @len bytes; descriptors riding on them land in @fds. */
+static int kv_recv_all(struct kv_arbiter *arb, char *buf, size_t len, struct kv_fds *fds,
 		       uint64_t deadline)
 {
-	char cbuf[CMSG_SPACE(sizeof(int))];
+	char cbuf[CMSG_SPACE(KV_MAX_FDS * sizeof(int))];
 	struct iovec iov = { buf, len };
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
 	struct cmsghdr *c;
@@ -257,15 +289,20 @@ static int kv_recv_all(struct kv_arbiter *arb, char *buf, size_t len, int *fd,
 		if (n <= 0)
 			return -ENOTCONN;
 		for (c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-			int got;
+			size_t i, n;
 
 			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
 				continue;
-			memcpy(&got, CMSG_DATA(c), sizeof(int));
-			if (*fd >= 0)
-				close(got);	/* one descriptor per reply at most */
-			else
-				*fd = got;
+			n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			for (i = 0; i < n; i++) {
+				int got;
+
+				memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+				if (fds->n < KV_MAX_FDS)
+					fds->fd[fds->n++] = got;
+				else
+					close(got);	/* more than any reply carries */
+			}
 		}
 		iov.iov_base = (char *)iov.iov_base + n;
 		iov.iov_len -= n;
@@ -373,7 +410,7 @@ static void kv_break(struct kv_arbiter *arb, int err)
 
 /* Send one request and wait for its reply, under arb->lock. */
 static int kv_exchange(struct kv_arbiter *arb, char *req, size_t len, int send_fd,
-		       struct kvs_msg *hdr, char **reply, int *recv_fd)
+		       struct kvs_msg *hdr, char **reply, struct kv_fds *recv_fds)
 {
 	struct kvs_msg *m = (struct kvs_msg *)req;
 	uint64_t deadline = kv_deadline(arb);
@@ -384,7 +421,7 @@ static int kv_exchange(struct kv_arbiter *arb, char *req, size_t len, int send_f
 	m->seq = ++arb->seq;
 	ret = kv_send_all(arb, req, len, send_fd, deadline);
 	if (!ret)
-		ret = kv_recv_all(arb, (char *)hdr, sizeof(*hdr), recv_fd, deadline);
+		ret = kv_recv_all(arb, (char *)hdr, sizeof(*hdr), recv_fds, deadline);
 	if (ret)
 		return ret;
 	if (hdr->magic != KVS_MSG_MAGIC || hdr->seq != m->seq ||
@@ -393,7 +430,7 @@ static int kv_exchange(struct kv_arbiter *arb, char *req, size_t len, int send_f
 	*reply = malloc(hdr->len - sizeof(*hdr) + 1);
 	if (!*reply)
 		return -ENOMEM;
-	return kv_recv_all(arb, *reply, hdr->len - sizeof(*hdr), recv_fd, deadline);
+	return kv_recv_all(arb, *reply, hdr->len - sizeof(*hdr), recv_fds, deadline);
 }
 
 /*
@@ -425,9 +462,11 @@ static int kv_take_reply(void *arg, size_t usize,
 /* ---- the shared ring ----------------------------------------------------- */
 
 /*
- * How long a caller spins for the daemon's answer on the ring before it
- * sleeps in RING_ENTER instead: the daemon polls its rings for a while
- * after each request, so calls in a burst never enter the kernel.
+ * How long a caller spins for the daemon's answer on the ring, while the
+ * daemon polls on another CPU, before it sleeps on the cq doorbell: while
+ * its request is not taken, then while the daemon works on it.  A daemon
+ * that does not poll, or polls on the caller's own CPU, is never spun
+ * for: that would only keep one of the two from running.
  */
 #define KV_RING_TAKE_NS		10000
 #define KV_RING_WORK_NS		1000000
@@ -447,58 +486,115 @@ static bool kv_ring_cmd(unsigned int cmd)
 	       cmd == KVS_IOC_LOOKUP || cmd == KVS_IOC_PUT;
 }
 
+/* A pipe's read end, emptied: its bytes only ever said "look again". */
+static void kv_bell_drain(int fd)
+{
+	char buf[64];
+
+	while (read(fd, buf, sizeof(buf)) == (ssize_t)sizeof(buf))
+		;
+}
+
+/* RING_SETUP's reply: the ring's memfd, then its two doorbells. */
+static int kv_ring_map(struct kv_arbiter *arb, const struct kvs_ring_setup *rs,
+		       struct kv_fds *fds)
+{
+	struct stat st;
+	void *p;
+
+	if (fds->n != 3 || rs->ring_fd != 0 || rs->sq_bell != 1 || rs->cq_bell != 2 ||
+	    fstat(fds->fd[0], &st) || rs->size < KVS_RING_MIN ||
+	    rs->area_off < sizeof(struct kvs_ring_ctl) || rs->area_off % 64 ||
+	    (uint64_t)st.st_size < (uint64_t)rs->area_off + rs->size)
+		return -EPROTO;
+	p = mmap(NULL, (size_t)rs->area_off + rs->size, PROT_READ | PROT_WRITE,
+		 MAP_SHARED, fds->fd[0], 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	arb->sring = p;
+	arb->sring_area = (uint8_t *)p + rs->area_off;
+	arb->sring_size = rs->size;
+	arb->sring_map_len = (size_t)rs->area_off + rs->size;
+	arb->sq_bell = fds->fd[1];
+	arb->cq_bell = fds->fd[2];
+	fds->n = 1;			/* the memfd: closed, the mapping stays */
+	return 0;
+}
+
+static int kv_sock_call_fds(struct kv_arbiter *arb, unsigned long cmd, void *arg,
+			    struct kv_fds *fds);
+
 static int kv_ring_setup(struct kv_arbiter *arb)
 {
 	struct kvs_ring_setup rs = { .size = KV_RING_SIZE };
-	struct stat st;
-	void *p;
+	struct kv_fds fds = { .n = 0 };
 	int ret;
 
-	ret = kv_sock_call(arb, KVS_SOCK_RING_SETUP, &rs);
-	if (ret)
-		return ret;
-	ret = -EPROTO;
-	if (rs.ring_fd < 0 || fstat(rs.ring_fd, &st) || rs.size < KVS_RING_MIN ||
-	    rs.area_off < sizeof(struct kvs_ring_ctl) || rs.area_off % 64 ||
-	    (uint64_t)st.st_size < (uint64_t)rs.area_off + rs.size)
-		goto out;
-	p = mmap(NULL, (size_t)rs.area_off + rs.size, PROT_READ | PROT_WRITE,
-		 MAP_SHARED, rs.ring_fd, 0);
-	if (p == MAP_FAILED) {
-		ret = -errno;
-		goto out;
-	}
-	arb->sring = p;
-	arb->sring_area = (uint8_t *)p + rs.area_off;
-	arb->sring_size = rs.size;
-	arb->sring_map_len = (size_t)rs.area_off + rs.size;
-	ret = 0;
-out:
-	if (rs.ring_fd >= 0)
-		close(rs.ring_fd);
+	ret = kv_sock_call_fds(arb, KVS_SOCK_RING_SETUP, &rs, &fds);
+	if (!ret)
+		ret = kv_ring_map(arb, &rs, &fds);
+	kv_fds_close(&fds);
 	return ret;
 }
 
-static int kv_ring_enter(struct kv_arbiter *arb);
+/* ms left until @deadline for poll(): -1 for none, 0 once it has passed. */
+static int kv_poll_ms(uint64_t deadline)
+{
+	uint64_t now;
+
+	if (!deadline)
+		return -1;
+	now = kv_now_ns();
+	if (now >= deadline)
+		return 0;
+	return (int)((deadline - now + 999999) / 1000000);
+}
 
 /*
- * Wait for the daemon to serve request @sq by spinning: while it is not
- * taken for KV_RING_TAKE_NS, then while the daemon works on it for
- * KV_RING_WORK_NS; past either (the daemon is not on a CPU, or the
- * command is long) sleep in RING_ENTER instead.
+ * Sleep until the daemon has served request @sq: on the cq doorbell,
+ * which it rings for a request whose sq is in enter; the socket is
+ * watched too, as it turns readable (EOF) only when the daemon is gone.
  */
-static int kv_ring_spin(struct kv_arbiter *arb, uint32_t sq, uint64_t start,
+static int kv_ring_sleep(struct kv_arbiter *arb, uint32_t sq, uint64_t deadline)
+{
+	struct pollfd p[2] = {
+		{ .fd = arb->cq_bell, .events = POLLIN },
+		{ .fd = arb->fd, .events = POLLIN },
+	};
+	int ms;
+
+	__atomic_store_n(&arb->sring->enter, sq, __ATOMIC_SEQ_CST);
+	for (;;) {
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&arb->sring->cq, __ATOMIC_ACQUIRE) == sq)
+			return 0;
+		if (p[0].revents & (POLLHUP | POLLERR) || p[1].revents)
+			return -ENOTCONN;
+		ms = kv_poll_ms(deadline);
+		if (!ms)
+			return -ETIMEDOUT;
+		if (poll(p, 2, ms) < 0 && errno != EINTR)
+			return -ENOTCONN;
+		if (p[0].revents & POLLIN)
+			kv_bell_drain(arb->cq_bell);
+	}
+}
+
+/*
+ * Wait for the daemon to serve request @sq: spin while it polls on
+ * another CPU (KV_RING_TAKE_NS for it to take the request, then
+ * KV_RING_WORK_NS while it works), else, or past either, sleep.
+ */
+static int kv_ring_wait(struct kv_arbiter *arb, uint32_t sq, uint64_t start,
 			uint64_t deadline)
 {
-	uint64_t limit = start + KV_RING_TAKE_NS;
 	uint32_t cpu = __atomic_load_n(&arb->sring->daemon_cpu, __ATOMIC_RELAXED);
+	uint64_t limit = start + KV_RING_TAKE_NS;
 	bool taken = false;
 	unsigned int i = 0;
 
-	/* Spinning on the daemon's own CPU would only keep it from running. */
-	if (cpu && cpu == (uint32_t)sched_getcpu() + 1)
-		return kv_ring_enter(arb);
-
+	if (cpu == (uint32_t)sched_getcpu() + 1)
+		return kv_ring_sleep(arb, sq, deadline);
 	while (__atomic_load_n(&arb->sring->cq, __ATOMIC_ACQUIRE) != sq) {
 		kv_cpu_relax();
 		if (++i % 32)
@@ -507,32 +603,37 @@ static int kv_ring_spin(struct kv_arbiter *arb, uint32_t sq, uint64_t start,
 			taken = true;
 			limit = kv_now_ns() + KV_RING_WORK_NS;
 		}
-		if (kv_now_ns() >= limit || (deadline && kv_now_ns() >= deadline))
-			return kv_ring_enter(arb);
+		if (kv_now_ns() >= limit)
+			return kv_ring_sleep(arb, sq, deadline);
 	}
 	return 0;
 }
 
-/* RING_ENTER on the socket: back when the daemon has served the ring. */
-static int kv_ring_enter(struct kv_arbiter *arb)
+/*
+ * Wake a daemon that sleeps: a full pipe has woken it already.  A pipe
+ * whose reader is gone (the daemon died) raises SIGPIPE, which must not
+ * kill the caller: it is blocked in this thread around the write, and one
+ * the write raised is taken back (unless one was pending already).  The
+ * caller then finds the socket closed.
+ */
+static void kv_ring_doorbell(struct kv_arbiter *arb)
 {
-	struct {
-		struct kvs_msg h;
-		struct kvs_ring_enter re;
-	} req = { .h = { .cmd = KVS_SOCK_RING_ENTER } };
-	struct kvs_msg hdr;
-	char *reply = NULL;
-	int fd = -1, ret;
+	static const struct timespec now;
+	static const char one;
+	sigset_t pipe_set, old, pending;
+	bool was_pending;
+	ssize_t n;
 
-	__atomic_store_n(&arb->sring->enter, __atomic_load_n(&arb->sring->sq, __ATOMIC_RELAXED),
-			 __ATOMIC_RELAXED);
-	ret = kv_exchange(arb, (char *)&req, sizeof(req), -1, &hdr, &reply, &fd);
-	if (!ret && (hdr.result || hdr.len != sizeof(req)))
-		ret = -EPROTO;
-	if (fd >= 0)
-		close(fd);
-	free(reply);
-	return ret;
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+	was_pending = !sigpending(&pending) && sigismember(&pending, SIGPIPE);
+	do {
+		n = write(arb->sq_bell, &one, 1);
+	} while (n < 0 && errno == EINTR);
+	if (n < 0 && errno == EPIPE && !was_pending)
+		sigtimedwait(&pipe_set, NULL, &now);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 /*
@@ -566,15 +667,11 @@ static int kv_ring_call(struct kv_arbiter *arb, unsigned int cmd, void *arg)
 	__atomic_store_n(&arb->sring->client_cpu, (uint32_t)sched_getcpu() + 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&arb->sring->sq, sq, __ATOMIC_SEQ_CST);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&arb->sring->flags, __ATOMIC_SEQ_CST) & KVS_RING_NEED_WAKEUP) {
-		ret = kv_ring_enter(arb);
-	} else {
-		ret = kv_ring_spin(arb, sq, start, deadline);
-	}
+	if (__atomic_load_n(&arb->sring->flags, __ATOMIC_SEQ_CST) & KVS_RING_NEED_WAKEUP)
+		kv_ring_doorbell(arb);
+	ret = kv_ring_wait(arb, sq, start, deadline);
 	if (ret)
 		return ret;
-	if (__atomic_load_n(&arb->sring->cq, __ATOMIC_ACQUIRE) != sq)
-		return -EPROTO;
 	memcpy(&hdr, m, sizeof(hdr));
 	if (hdr.magic != KVS_MSG_MAGIC || hdr.seq != seq || hdr.cmd != cmd ||
 	    hdr.len < sizeof(hdr) || hdr.len > len)
@@ -582,13 +679,79 @@ static int kv_ring_call(struct kv_arbiter *arb, unsigned int cmd, void *arg)
 	return kv_take_reply(arg, usize, spans, &hdr, (char *)(m + 1), len, -1);
 }
 
+/* ---- waiting for a claim --------------------------------------------------- */
+
+/*
+ * The connection's KVS_SOCK_WAIT_FD pipe, asked for the first time a
+ * LOOKUP has to wait: KV_WAIT_FD_NONE from a daemon that has none, -errno
+ * when the call failed (the handle is broken if that was a timeout).  The
+ * daemon makes it readable at once when no wait is pending, so a claim
+ * that ended before the pipe existed is not missed.
+ */
+static int kv_sock_wait_fd(struct kv_arbiter *arb)
+{
+	struct kvs_wait_fd wf = { .flags = 0 };
+	struct kv_fds fds = { .n = 0 };
+	int ret, fd;
+
+	pthread_mutex_lock(&arb->wait_lock);
+	fd = arb->wait_fd;
+	if (fd != KV_WAIT_FD_UNSET)
+		goto out;
+	ret = kv_sock_call_fds(arb, KVS_SOCK_WAIT_FD, &wf, &fds);
+	if (!ret && fds.n == 1 && wf.wait_fd == 0) {
+		fd = arb->wait_fd = fds.fd[0];
+		fds.n = 0;
+	} else if (ret == -ENOTTY) {
+		fd = arb->wait_fd = KV_WAIT_FD_NONE;
+	} else {
+		/* EMFILE, say: asked again next time. */
+		fd = ret ? ret : -EPROTO;
+	}
+	kv_fds_close(&fds);
+out:
+	pthread_mutex_unlock(&arb->wait_lock);
+	return fd;
+}
+
+int kv_sock_wait_ready(struct kv_arbiter *arb, int ms)
+{
+	struct pollfd p[2] = {
+		{ .events = POLLIN },
+		{ .fd = arb->fd, .events = POLLIN },	/* EOF: the daemon is gone */
+	};
+
+	if (ms < 1)
+		return 0;
+	p[0].fd = kv_sock_wait_fd(arb);
+	if (p[0].fd < 0 && arb->dead)
+		return p[0].fd == KV_WAIT_FD_NONE ? -ENOTCONN : p[0].fd;
+	if (p[0].fd < 0) {
+		struct timespec ts = { 0, 1000000 };
+
+		nanosleep(&ts, NULL);
+		return 0;
+	}
+	/*
+	 * No longer than a call's deadline: a stopped daemon rings nothing,
+	 * and the LOOKUP after this one then times out.
+	 */
+	if (arb->timeout_ms && (unsigned int)ms > arb->timeout_ms)
+		ms = arb->timeout_ms;
+	if (poll(p, 2, ms) > 0 && (p[0].revents & POLLIN))
+		kv_bell_drain(p[0].fd);
+	return 0;
+}
+
 /* ---- one call ------------------------------------------------------------ */
 
-int kv_sock_call(struct kv_arbiter *arb, unsigned long cmd, void *arg)
+/* A call; the descriptors its reply carried are left in @fds. */
+static int kv_sock_call_fds(struct kv_arbiter *arb, unsigned long cmd, void *arg,
+			    struct kv_fds *fds)
 {
 	struct kv_span spans[2] = { { 0 } };
 	size_t usize = _IOC_SIZE(cmd), len;
-	int send_fd = -1, recv_fd = -1, ret;
+	int send_fd = -1, ret;
 	struct kvs_msg hdr;
 	char *req = NULL, *reply = NULL;
 	void *wire;
@@ -631,32 +794,47 @@ int kv_sock_call(struct kv_arbiter *arb, unsigned long cmd, void *arg)
 
 	pthread_mutex_lock(&arb->lock);
 	ret = arb->dead ? -ENOTCONN :
-	      kv_exchange(arb, req, len, send_fd, &hdr, &reply, &recv_fd);
+	      kv_exchange(arb, req, len, send_fd, &hdr, &reply, fds);
 	if (ret)
 		kv_break(arb, ret);
 	pthread_mutex_unlock(&arb->lock);
-	if (ret)
-		goto out;
+	if (!ret)
+		ret = kv_take_reply(arg, usize, spans, &hdr, reply, len, send_fd);
+	free(reply);
+	free(req);
+	return ret;
+}
 
-	ret = kv_take_reply(arg, usize, spans, &hdr, reply, len, send_fd);
-	if (_IOC_NR(cmd) == _IOC_NR(KVS_IOC_POOL_ATTACH) && !ret &&
-	    usize >= offsetof(struct kvs_pool_attach, mem_fd) + 4) {
+static int kv_fd_at(const struct kv_fds *f, unsigned int i)
+{
+	return i < f->n ? f->fd[i] : -1;
+}
+
+/* The descriptors a reply carried go to the caller's struct. */
+int kv_sock_call(struct kv_arbiter *arb, unsigned long cmd, void *arg)
+{
+	struct kv_fds fds = { .n = 0 };
+	int ret = kv_sock_call_fds(arb, cmd, arg, &fds);
+	unsigned int kept = 0;
+
+	if (!ret && _IOC_NR(cmd) == _IOC_NR(KVS_IOC_POOL_ATTACH) &&
+	    _IOC_SIZE(cmd) >= offsetof(struct kvs_pool_attach, mem_fd) + 4) {
 		struct kvs_pool_attach *at = arg;
 
-		at->mem_fd = recv_fd;
-		recv_fd = -1;
+		at->mem_fd = kv_fd_at(&fds, kept++);
 		/* The daemon attached, but its fd could not be received here. */
 		if ((at->flags & KVS_ATTACH_MEM_FD) && at->mem_fd < 0)
 			ret = -EMFILE;
+	} else if (!ret && cmd == KVS_SOCK_RING_SETUP) {
+		struct kvs_ring_setup *rs = arg;
+
+		rs->ring_fd = kv_fd_at(&fds, kept++);
+		rs->sq_bell = kv_fd_at(&fds, kept++);
+		rs->cq_bell = kv_fd_at(&fds, kept++);
+	} else if (!ret && cmd == KVS_SOCK_WAIT_FD) {
+		((struct kvs_wait_fd *)arg)->wait_fd = kv_fd_at(&fds, kept++);
 	}
-	if (cmd == KVS_SOCK_RING_SETUP && !ret) {
-		((struct kvs_ring_setup *)arg)->ring_fd = recv_fd;
-		recv_fd = -1;
-	}
-out:
-	if (recv_fd >= 0)
-		close(recv_fd);
-	free(reply);
-	free(req);
+	while (fds.n > kept)
+		close(fds.fd[--fds.n]);
 	return ret;
 }

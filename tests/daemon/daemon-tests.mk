@@ -14,12 +14,17 @@
 #                                    crash release, hostile ring clients
 #                                    as a second uid) and libkv's call
 #                                    deadlines against a SIGSTOPped daemon
+#   build/tests/daemon/wait_test     in-flight waits woken through the
+#                                    daemon's wait pipe (publish, put,
+#                                    owner killed), kv_lookup_wait() on it,
+#                                    a stopped daemon, hostile pipe use
 #
 # tests/daemon/with-kvshared.sh runs any suite against a private daemon;
 # tests/uapi/uapi-tests.mk uses it for the uapi suites' daemon variants.
 
 DAEMON_TEST_DIR  := tests/daemon
-DAEMON_TEST_BINS := $(BUILD)/tests/daemon/daemon_test $(BUILD)/tests/daemon/ring_test
+DAEMON_TEST_BINS := $(BUILD)/tests/daemon/daemon_test $(BUILD)/tests/daemon/ring_test \
+                    $(BUILD)/tests/daemon/wait_test
 
 $(DAEMON_TEST_BINS): $(BUILD)/tests/daemon/%: $(DAEMON_TEST_DIR)/%.c $(DAEMON_TEST_DIR)/kvd_test.h \
 		$(KSFT_HDRS) $(LIBKV) $(BUILD)/san/kvshared

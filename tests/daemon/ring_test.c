@@ -568,13 +568,18 @@ static int raw_recv(int fd, struct raw_reply *r, int *rfd, int ms)
 		if (n <= 0)
 			return -EPIPE;
 		for (c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-			int f;
+			size_t i, nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
 
-			memcpy(&f, CMSG_DATA(c), sizeof(f));
-			if (rfd && *rfd < 0)
-				*rfd = f;
-			else
-				close(f);
+			/* RING_SETUP's doorbells ride along: only the first is kept. */
+			for (i = 0; i < nfd; i++) {
+				int f;
+
+				memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(f));
+				if (rfd && *rfd < 0)
+					*rfd = f;
+				else
+					close(f);
+			}
 		}
 		got += n;
 		if (got >= HDR) {
@@ -693,7 +698,7 @@ static void __attribute__((noreturn)) hostile(const char *sock, uid_t owner)
 	KVD_CHILD_EQ(-EINVAL, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, NULL));
 	rs = (struct kvs_ring_setup) { .size = 4096, .flags = 1 };
 	KVD_CHILD_EQ(-EINVAL, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, NULL));
-	rs = (struct kvs_ring_setup) { .size = 4096, .reserved = { 0, 1 } };
+	rs = (struct kvs_ring_setup) { .size = 4096, .reserved = 1 };
 	KVD_CHILD_EQ(-EINVAL, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, NULL));
 	rs = (struct kvs_ring_setup) { .size = 4096, .area_off = 64 };
 	KVD_CHILD_EQ(-EINVAL, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, NULL));

@@ -359,10 +359,11 @@ struct kvs_publish {
  * owner, or the key by anyone), put, claimed under another key, or its
  * file closed however its process ended.  Every LOOKUP disarms the
  * previous wait; threads that share a file share its one wait.
- * On kvshared no readiness is signalled (yet): the client repeats the
- * LOOKUP.  A claim is reported in flight only for the arbiter's claim
- * timeout (module parameter claim_timeout_ms, default 10 s; 0 turns the
- * reporting off) after its ALLOC: then it is a miss again, and a new
+ * On kvshared the connection's KVS_SOCK_WAIT_FD pipe is that readiness
+ * (the socket itself carries only replies).  A claim is reported in
+ * flight only for the arbiter's claim timeout (module parameter
+ * claim_timeout_ms, default 10 s; 0 turns the reporting off) after its
+ * ALLOC: then it is a miss again, and a new
  * CLAIM of the key takes it over, so a stalled owner delays others by at
  * most that long; waiters are not woken by the expiry and bound their
  * wait with their own timeout.  Claims are OWNED pages, so they are
@@ -633,12 +634,15 @@ struct kvs_msg {
  * KVS_SOCK_RING_SETUP: the daemon creates a memfd of area_off + size
  * bytes, sealed against shrinking and growing (F_SEAL_SHRINK, F_SEAL_GROW,
  * F_SEAL_SEAL), maps it, and sends it with the reply (SCM_RIGHTS, as
- * ATTACH's memory fd; the reply's struct then says fd 0).  The ring's
- * bytes count against the daemon's buffer budget (max_buffer_total).
+ * ATTACH's memory fd; the reply's struct then says fd 0), followed by the
+ * ring's two doorbells (fds 1 and 2, below).  The ring's bytes count
+ * against the daemon's buffer budget (max_buffer_total).
  *   size:     in: bytes of the message area, KVS_RING_MIN..max_conn_buffer
  *             (a multiple of 4096); out: the same.
  *   area_off: out (0 in): where the message area starts, after the
  *             control block (struct kvs_ring_ctl at offset 0).
+ *   sq_bell:  out (0 in): 1, the write end of a pipe the daemon watches.
+ *   cq_bell:  out (0 in): 2, the read end of a pipe the daemon writes.
  * Errors: EINVAL flags, pad, reserved or out fields set, or size not a
  *         multiple of 4096; ERANGE size out of bounds; EBUSY the connection
  *         has a ring already; ENOBUFS the buffer budget is exhausted;
@@ -653,15 +657,14 @@ struct kvs_msg {
  * reply in the area as the socket would send it, and stores sq's value
  * in cq (release): the reply is there when cq == sq.  Once it has copied
  * a request it stores its sq in taken: a client may spin while the daemon
- * works on its request, and sleep (RING_ENTER) when it is not being taken.
- * daemon_cpu says where the daemon polls: a client on that same CPU only
- * delays the daemon by spinning, and had better sleep at once;
+ * works on its request, and sleep (below) when it is not being taken.
+ * daemon_cpu says where the daemon last ran (polling, or woken by a
+ * doorbell): a client on that same CPU only delays the daemon by
+ * spinning, and had better sleep at once;
  * client_cpu says where the client posted from, and the daemon does not
  * keep polling for a client on its own CPU, which it would only keep from
  * running (both hints: nothing depends on them).  A client that
- * sleeps for request sq stores sq in enter before it sends RING_ENTER, so
- * that the daemon which serves the request by polling answers the ENTER
- * at once too (a hint: the reply to ENTER comes either way).  A request that
+ * sleeps for request sq stores sq in enter (below).  A request that
  * cannot be framed (bad magic, len below the header or above size) closes
  * the connection, as on the socket; commands other than the four page
  * commands fail with EOPNOTSUPP.  Requests posted while one is pending
@@ -671,14 +674,31 @@ struct kvs_msg {
  * Wakeups.  While it polls, the daemon serves requests as they appear;
  * before it sleeps it sets KVS_RING_NEED_WAKEUP in flags, then looks at
  * sq once more (a full barrier between).  A client that finds the flag
- * set after posting (a full barrier between) sends KVS_SOCK_RING_ENTER on
- * the socket, whose reply comes once every request posted before it has
- * been served; a client may also send it whenever it would rather sleep
- * than spin.
+ * set after posting (a full barrier between) rings the sq doorbell: it
+ * writes a byte to sq_bell (non-blocking: a full pipe has woken the
+ * daemon already).  A client that would rather sleep than spin stores sq
+ * in enter, then (a full barrier between) looks at cq, and if its reply
+ * is not there sleeps in poll() on cq_bell: after storing cq the daemon
+ * (a full barrier between) writes a byte to cq_bell when enter equals it.
+ * Bytes carry nothing: either side drains its end when woken, and a
+ * spurious wake only costs a look at the ring.  The doorbells are pipes,
+ * not eventfds, so that the two sides share no file status flags (a
+ * client cannot make the daemon's end blocking); each holds one page.
+ * The doorbells replace the older KVS_SOCK_RING_ENTER, still served:
+ * its reply comes once every request posted before it has been served.
  *   KVS_SOCK_RING_ENTER: flags, pad, reserved 0; cq out (0 in): the
  *   ring's cq when it replies.  Errors: ENXIO the connection has no ring.
  *
- * Both socket-only commands are matched by their whole number (size bits
+ * KVS_SOCK_WAIT_FD: the readiness of KVS_LOOKUP_WAIT on the socket (see
+ * "In-flight dedupe"): the read end of a pipe, sent with the reply
+ * (wait_fd 0 says so).  It turns readable when the claim this connection's
+ * latest LOOKUP waits on ends (published, put, its owner gone), and at
+ * once if no wait is pending when it is made; the client drains it
+ * before it sleeps again.  One per connection.
+ *   Errors: EINVAL flags or reserved or wait_fd set; EBUSY the connection
+ *   has one already; EMFILE or ENOMEM the daemon could not make it.
+ *
+ * The socket-only commands are matched by their whole number (size bits
  * included), and take no descriptor.
  */
 #define KVS_RING_MIN		4096u
@@ -692,7 +712,7 @@ struct kvs_ring_ctl {
 	__u32 cq;			/* daemon: requests served */
 	__u32 flags;			/* daemon: KVS_RING_* */
 	__u32 taken;			/* daemon: the sq of the request it copied */
-	__u32 daemon_cpu;		/* daemon: the CPU it polls on, + 1 (0: unknown) */
+	__u32 daemon_cpu;		/* daemon: the CPU it last ran on, + 1 (0: unknown) */
 	__u32 pad1[12];
 };
 
@@ -701,12 +721,20 @@ struct kvs_ring_setup {
 	__u32 flags;			/* must be 0 */
 	__s32 ring_fd;			/* out: 0, the descriptor sent with the reply */
 	__u32 area_off;			/* out: the message area's offset */
-	__u64 reserved[2];
+	__s32 sq_bell;			/* out: 1, the sq doorbell (write end) */
+	__s32 cq_bell;			/* out: 2, the cq doorbell (read end) */
+	__u64 reserved;
 };
 
 struct kvs_ring_enter {
 	__u32 flags;			/* must be 0 */
 	__u32 cq;			/* out */
+	__u64 reserved[2];
+};
+
+struct kvs_wait_fd {
+	__u32 flags;			/* must be 0 */
+	__s32 wait_fd;			/* out: 0, the descriptor sent with the reply */
 	__u64 reserved[2];
 };
 
@@ -729,5 +757,6 @@ struct kvs_ring_enter {
 /* Socket only: never an ioctl of the module. */
 #define KVS_SOCK_RING_SETUP	_IOWR(KVS_IOC_MAGIC, 0x40, struct kvs_ring_setup)
 #define KVS_SOCK_RING_ENTER	_IOWR(KVS_IOC_MAGIC, 0x41, struct kvs_ring_enter)
+#define KVS_SOCK_WAIT_FD	_IOWR(KVS_IOC_MAGIC, 0x42, struct kvs_wait_fd)
 
 #endif /* _UAPI_LINUX_KVSHARE_H */
