@@ -294,8 +294,15 @@ int kv_lookup_wait(struct kv_arbiter *arb, const struct kvs_key *keys,
 	uint32_t done = 0;
 	int ret = 0;
 
+	/* On the module's io_uring the LOOKUP parks until the claim ends. */
+	if (!arb->daemon) {
+		ret = kv_dev_lookup_wait(arb, keys, count, pages, timeout_ms, n_inflight);
+		if (ret != -EOPNOTSUPP)
+			return ret;
+		ret = 0;
+	}
 	for (;;) {
-		/* By ioctl (or socket): n_inflight has no room in a CQE. */
+		/* By ioctl or socket: the poll() (or wait pipe) way. */
 		struct kvs_lookup req = {
 			.count = count - done,
 			.flags = KVS_LOOKUP_WAIT,

@@ -48,6 +48,10 @@ int kv_dev_call(struct kv_arbiter *arb, unsigned long cmd, void *arg);
 /* A page command: the CQE result when io_uring carries it, else 0/-errno. */
 int kv_dev_page_cmd(struct kv_arbiter *arb, unsigned int cmd, void *arg,
 		    size_t size);
+/* kv_lookup_wait() parked in the kernel; -EOPNOTSUPP: wait by poll(). */
+int kv_dev_lookup_wait(struct kv_arbiter *arb, const struct kvs_key *keys,
+		       uint32_t count, uint32_t *pages, int timeout_ms,
+		       uint32_t *n_inflight);
 
 /* arbiter_sock.c */
 /* $KVSHARE_CALL_TIMEOUT_MS, else KV_DEFAULT_TIMEOUT_MS: 0 or -EINVAL. */
