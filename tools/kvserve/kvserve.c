@@ -261,6 +261,7 @@ static int spawn(const struct opts *o, struct results *res, struct tally *sum)
 	return failed ? -ECHILD : 0;
 }
 
+/* The pool's size and geometry, before the workers start. */
 static int pool_geometry(const struct opts *o, struct kvs_pool_attach *info)
 {
 	struct kv_arbiter *arb;

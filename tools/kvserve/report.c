@@ -65,6 +65,7 @@ int pool_stats(const struct opts *o, struct kvs_pool_stats *st, bool *checked)
 	return ret;
 }
 
+/* Pool pages some worker held at its end (@which 1: prompt prefixes only), each once. */
 static uint64_t distinct(const struct opts *o, const struct results *res, unsigned int which)
 {
 	uint64_t n = 0, m;
