@@ -9,7 +9,8 @@
 #                              CPU stand-in compiles them (tests/simt, race and
 #                              illegal-address checks on), for
 #                              tests/gpu/kvserve_gpu_test.sh; never strip it
-KVSERVE_OBJS := $(BUILD)/tools/kvserve/kvserve.o $(BUILD)/tools/kvserve/model.o \
+KVSERVE_OBJS := $(BUILD)/tools/kvserve/kvserve.o $(BUILD)/tools/kvserve/worker.o \
+                $(BUILD)/tools/kvserve/report.o $(BUILD)/tools/kvserve/model.o \
                 $(BUILD)/tools/kvserve/model_cuda.o $(BUILD)/tools/kvserve/tolerance.o
 
 # -O3 for the model's projections: they are most of a prefill's work.
