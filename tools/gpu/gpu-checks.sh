@@ -23,11 +23,9 @@
 #                                    (tests/gpu/cudastub) claims they behave:
 #                                    a failure is a difference to fix there
 #   build/tests/gpu/gpu_pool_test    GPU pools through kvshared, two processes,
-#                                    daemon death (its stand-in-only cases skip)
-#   ATTENTION SUITES (the simt work, issue 12 part 2): the kernel suites that
-#   run on the CPU stand-in in `make test`, built against the real CUDA
-#   runtime; list their binaries in ATTN_SUITES below (or $GPU_ATTN_SUITES)
-#   once they build that way.
+#                                    daemon death (its stand-in-only cases skip;
+#                                    module mode runs as root with kvshare.ko loaded)
+# (attn_cuda_test holds the cases tests/simt runs on the kernel stand-in.)
 #
 # The build needs the kselftest headers: carry build/kselftest (made by
 # `make kselftest-headers` where Debian's linux-source-6.1 is).
@@ -50,7 +48,7 @@ while [ $# -gt 0 ]; do
 done
 
 cd "$(dirname "$0")/../.." || exit 1
-BUILD=${BUILD:-build}
+export BUILD=${BUILD:-build}	# kvshared-session.sh reads it too
 OUT=${OUT:-$BUILD/gpu-out}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export PATH=$CUDA_HOME/bin:$PATH
@@ -59,10 +57,8 @@ mkdir -p "$OUT" || exit 1
 end=$((SECONDS + budget))
 fails=0
 
-# ---- ATTENTION SUITES HOOK: the simt helper's kernel suites, real-GPU build ----
-ATTN_SUITES=(${GPU_ATTN_SUITES:-})
 SUITES=("$BUILD/tests/attn_cuda_test" "$BUILD/tests/gpu/cuda_vmm_test"
-	"$BUILD/tests/gpu/gpu_pool_test" "${ATTN_SUITES[@]}")
+	"$BUILD/tests/gpu/gpu_pool_test")
 
 record() {	# STEP STATE DETAIL
 	printf '%-10s %-5s %s\n' "$1" "$2" "$3" | tee -a "$OUT/summary.txt"
@@ -96,9 +92,11 @@ if [ $do_build = 1 ]; then
 	args=(-k -j"$(nproc)")
 	cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .')
 	[[ "$cc" =~ ^[0-9]+$ ]] && args+=(NVCC_ARCHS="-gencode arch=compute_$cc,code=sm_$cc")
+	state=ok
 	timeout "$(left 300)" make "${args[@]}" "${SUITES[@]}" "$BUILD/kvbench" \
-		"$BUILD/kvserve-cuda" "$BUILD/kvshared" "$BUILD/kvctl" >"$OUT/build.log" 2>&1
-	record build "$([ $? = 0 ] && echo ok || echo WARN)" "make -k (see build.log; a suite not built fails below)"
+		"$BUILD/kvserve-cuda" "$BUILD/kvshared" "$BUILD/kvctl" >"$OUT/build.log" 2>&1 ||
+		state=WARN
+	record build $state "make -k (see build.log; a suite not built fails below)"
 fi
 
 # ---- the suites, on the real driver (no stand-in in LD_LIBRARY_PATH) ----
@@ -144,7 +142,7 @@ fi
 # ---- kvserve on a GPU pool: kernels of several processes on shared pages ----
 lim=$(left 120)
 if [ $have_gpu = 1 ] && [ "$lim" != 0 ]; then
-	BUILD=$BUILD timeout -k 10 "$lim" tools/kvshared-session.sh --pool \
+	timeout -k 10 "$lim" tools/kvshared-session.sh --pool \
 		"kvserve:pages=4096,layers=4,kv_heads=2,head_dim=128,tokens_per_page=16,dtype=bf16,memory=cuda" \
 		-- "$BUILD/kvserve-cuda" --pool kvserve --memory cuda --workers 4 --requests 8 \
 		--system-tokens 512 --doc-tokens 1024 --docs 2 --verify 1 --inflight-wait 60000 \
