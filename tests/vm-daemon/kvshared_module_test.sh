@@ -32,7 +32,7 @@ if [ ! -e "$DEV" ]; then
 	echo "1..0 # SKIP no $DEV"
 	exit 0
 fi
-echo "1..14"
+echo "1..15"
 
 T=$(mktemp -d /tmp/kvsd.XXXXXX) || exit 1
 chmod 0755 "$T"
@@ -134,6 +134,12 @@ report $? "the pool is created in the module, with its memory registered"
 "$KVCTL" --device "$DEV" stats "$P" --owner 0 --check >"$T/stats" 2>&1 &&
 	grep -q 'n_pages *64' "$T/stats"
 report $? "the module's invariants hold on the daemon's pool"
+
+# kvshared's loop ticks once a second (metrics, stall timeouts): it must
+# go on living past a few of them with no socket of its own to serve.
+sleep 2.5
+kill -0 "$pid" 2>/dev/null && ! grep -qi 'segfault\|sanitizer' "$T/log"
+report $? "kvshared in module mode lives on past its first ticks"
 
 kill -9 "$pid"
 wait "$pid" 2>/dev/null
