@@ -1318,6 +1318,8 @@ static void conn_expire(void)
 
 void kvsd_server_tick(void)
 {
+	if (!srv.d)		/* module mode: no socket, no connections */
+		return;
 	conn_expire();
 	if (!srv.accept_paused)
 		return;
