@@ -269,7 +269,10 @@ static int kvs_uwait_run(struct kvs_uwait *uw, unsigned int issue_flags, bool fi
 /*
  * Task work of a fired wait.  It runs in the submitter's task unless that
  * task is past running task work (then a kworker runs it), and an exiting
- * task has no memory to write the pages to: cancel then.
+ * task has no memory to write the pages to: give up then.  The hits of
+ * earlier rounds are in pages[] and held by the file, which may outlive
+ * the task (another thread, or a ring shared across fork, reads the CQE):
+ * report them, as any error after hits does.
  */
 static void kvs_uwait_tw(KVS_TW_ARGS)
 {
@@ -280,7 +283,8 @@ static void kvs_uwait_tw(KVS_TW_ARGS)
 	if ((current->flags & PF_EXITING) || current->mm != uw->mm ||
 	    kvs_uwait_dying(uw->leader)) {
 		kvs_client_unpark(cl);
-		kvs_uwait_complete(uw, -ECANCELED, 0, KVS_TW_FLAGS);
+		kvs_uwait_complete(uw, uw->done ? uw->done : -ECANCELED, 0,
+				   KVS_TW_FLAGS);
 		return;
 	}
 	kvs_uwait_run(uw, KVS_TW_FLAGS, false);

@@ -630,6 +630,64 @@ TEST_F(uw, ring_closed_while_parked)
 	W_END();
 }
 
+struct thread_wait {
+	struct io_uring *ring;
+	int fd;
+	struct uwait *w;
+	int ret;
+};
+
+static void *submit_and_exit(void *arg)
+{
+	struct thread_wait *t = arg;
+
+	t->ret = submit_wait(t->ring, t->fd, t->w, 6);
+	return NULL;
+}
+
+/*
+ * The thread that submitted is gone when the claim ends (a thread pool
+ * shrinking): the command can no longer look up in its task, but the hit
+ * of its first round is written to pages[] in the memory the process
+ * still has, and referenced by the file.  The CQE must say so, or the
+ * process can never put that page.
+ */
+TEST_F(uw, submitter_thread_gone_reports_hits_taken)
+{
+	struct thread_wait t;
+	struct uwait w;
+	struct done d;
+	pthread_t th;
+	__u32 p[2];
+
+	W_BEGIN();
+	ASSERT_EQ(0, kvs_alloc(self->a, 1, p));
+	ASSERT_EQ(0, kvs_publish_chain(self->a, p, 1, KVS_NO_PAGE, 14, 0, NULL, NULL));
+	ASSERT_EQ(0, claim_keys(self->a, 14, 1, 1, p + 1));
+	uwait_prep(&w, 14, 2, LONG_WAIT_MS);
+	t.ring = &self->ring;
+	t.fd = self->b->fd;
+	t.w = &w;
+	t.ret = -1;
+	ASSERT_EQ(0, pthread_create(&th, NULL, submit_and_exit, &t));
+	ASSERT_EQ(0, pthread_join(th, NULL));
+	ASSERT_EQ(0, t.ret);
+	ASSERT_EQ(0, waits_reach(_metadata, &self->env.ctl, self->pool, 1));
+	ASSERT_TRUE(nothing_ready(&self->ring));
+	ASSERT_EQ(1, kvs_held(self->b));
+
+	ASSERT_EQ(0, kvs_publish_chain(self->a, p + 1, 1, p[0], 14, 1, NULL, NULL));
+	ASSERT_EQ(0, reap(&self->ring, WOKEN_S, &d)) TH_LOG("no CQE: the wake was lost");
+	ASSERT_EQ(6, d.ud);
+	ASSERT_EQ(1, d.res) TH_LOG("res %d: the hit taken is not reported", d.res);
+	ASSERT_EQ(0, d.res2);
+	ASSERT_EQ(p[0], w.pages[0]);
+	ASSERT_EQ(1, kvs_held(self->b));
+	ASSERT_EQ(0, kvs_put(self->b, w.pages, 1));
+	ASSERT_EQ(0, kvs_put(self->a, p, 2));
+	W_END();
+}
+
 /* Load kvshare.ko with @params after unloading it; 0 or -errno. */
 static int reload(const char *params)
 {
