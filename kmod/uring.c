@@ -254,8 +254,12 @@ static int kvs_uwait_run(struct kvs_uwait *uw, unsigned int issue_flags, bool fi
 		kvs_uwait_park(uw, park_ms);
 		return -EIOCBQUEUED;
 	}
-	/* Given up with the wait armed (deadline), or a failed copy-out. */
-	if (n_inflight || ret)
+	/*
+	 * Given up with the wait armed (deadline, or a failed copy-out).
+	 * Only then: an EAGAIN from the inline submission armed nothing, and
+	 * disarming would sleep on the very locks it found contended.
+	 */
+	if (kvs_client_parked(uw->cl))
 		kvs_client_unpark(uw->cl);
 	if (ret && first) {
 		kvs_uwait_release(uw);
