@@ -90,16 +90,17 @@ static int kvs_uring_result(unsigned int op, const union kvs_cmd_buf *buf)
 #define KVS_UWAIT_TICK_MS	20
 
 /*
- * Is the process that parked the command going away (killed, exiting or
- * exec'ing, or its leader thread exiting)?  Then nobody will read the
- * answer, and its exit or exec is waiting for it.  in_execve is a racy
- * read of a bit field: a stale value only delays the answer by a tick.
+ * Is the task watched for the parked command going away (exiting, or
+ * exec'ing), or its whole process (killed, exiting or exec'ing)?  Then
+ * nobody will read the answer, and its exit or exec is waiting for it.
+ * in_execve is a racy read of a bit field: a stale value only delays the
+ * answer by a tick.
  */
-static bool kvs_uwait_dying(struct task_struct *leader)
+static bool kvs_uwait_dying(struct task_struct *task)
 {
-	const struct signal_struct *sig = leader->signal;
+	const struct signal_struct *sig = task->signal;
 
-	return (READ_ONCE(leader->flags) & PF_EXITING) || leader->in_execve ||
+	return (READ_ONCE(task->flags) & PF_EXITING) || task->in_execve ||
 	       (READ_ONCE(sig->flags) & SIGNAL_GROUP_EXIT) ||
 	       READ_ONCE(sig->group_exec_task);
 }
@@ -137,7 +138,7 @@ static void kvs_uwait_timer(struct timer_list *t)
 
 	spin_lock_bh(&uw->lock);
 	if (uw->cmd && !uw->running) {
-		if (time_after_eq(jiffies, uw->expires) || kvs_uwait_dying(uw->leader))
+		if (time_after_eq(jiffies, uw->expires) || kvs_uwait_dying(uw->task))
 			kvs_uwait_fire(uw);
 		else
 			mod_timer(&uw->timer, kvs_uwait_next(uw));
@@ -182,17 +183,17 @@ static void kvs_uwait_park(struct kvs_uwait *uw, u32 park_ms)
 /* Free the file's slot; the caller then completes the command. */
 static void kvs_uwait_release(struct kvs_uwait *uw)
 {
-	struct task_struct *leader = uw->leader;
+	struct task_struct *task = uw->task;
 	struct mm_struct *mm = uw->mm;
 
 	spin_lock_bh(&uw->lock);
 	del_timer(&uw->timer);
 	uw->cmd = NULL;
 	uw->running = false;
-	uw->leader = NULL;
+	uw->task = NULL;
 	uw->mm = NULL;
 	spin_unlock_bh(&uw->lock);
-	put_task_struct(leader);
+	put_task_struct(task);
 	mmdrop(mm);
 }
 
@@ -285,7 +286,7 @@ static void kvs_uwait_tw(KVS_TW_ARGS)
 	struct kvs_uwait *uw = &ctx->uwait;
 
 	if ((current->flags & PF_EXITING) || current->mm != uw->mm ||
-	    kvs_uwait_dying(uw->leader)) {
+	    kvs_uwait_dying(uw->task)) {
 		kvs_client_unpark(cl);
 		kvs_uwait_complete(uw, uw->done ? uw->done : -ECANCELED, 0,
 				   KVS_TW_FLAGS);
@@ -328,7 +329,14 @@ static int kvs_uwait_submit(struct io_uring_cmd *ioucmd, const struct kvs_lookup
 	uw->req = *req;
 	uw->done = 0;
 	uw->deadline = jiffies + msecs_to_jiffies(w.timeout_ms);
-	uw->leader = get_task_struct(current->group_leader);
+	/*
+	 * Watch the submitter, in whose task the wait's task work runs: its
+	 * process's main thread may have left long ago.  An io thread (an
+	 * io-wq worker that retried it, or SQPOLL's) comes and goes on its
+	 * own, so for those watch the process through its leader.
+	 */
+	uw->task = get_task_struct(current->flags & PF_IO_WORKER ?
+				   current->group_leader : current);
 	uw->mm = current->mm;
 	mmgrab(uw->mm);
 	return kvs_uwait_run(uw, issue_flags, true);
