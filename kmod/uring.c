@@ -305,15 +305,20 @@ static int kvs_uwait_submit(struct io_uring_cmd *ioucmd, const struct kvs_lookup
 	struct kvs_client *cl = ioucmd->file->private_data;
 	struct kvs_file_ctx *ctx = kvs_client_wake_arg(cl);
 	struct kvs_uwait *uw = &ctx->uwait;
+	u8 raw[KVS_URING_PAYLOAD_MAX];
 	struct kvs_uring_lookup w;
 
 	if (!(issue_flags & IO_URING_F_CQE32) ||
 	    _IOC_SIZE(ioucmd->cmd_op) != sizeof(struct kvs_lookup))
 		return -EINVAL;
 	BUILD_BUG_ON(sizeof(w) > KVS_URING_PAYLOAD_MAX);
-	/* Of this copy only the wait's fields are read: @req is the lookup. */
-	memcpy(&w, kvs_uring_payload(ioucmd), sizeof(w));
-	if (w.pad)
+	/*
+	 * Of this copy only the wait's fields and the bytes after the struct
+	 * (zero, so that it may grow) are read: @req is the lookup.
+	 */
+	memcpy(raw, kvs_uring_payload(ioucmd), sizeof(raw));
+	memcpy(&w, raw, sizeof(w));
+	if (w.pad || memchr_inv(raw + sizeof(w), 0, sizeof(raw) - sizeof(w)))
 		return -EINVAL;
 	if (!w.timeout_ms || w.timeout_ms > KVS_URING_WAIT_MAX_MS)
 		return -ERANGE;

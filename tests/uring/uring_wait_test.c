@@ -434,12 +434,14 @@ TEST_F(uw, bad_waits_are_refused)
 		{ "n_inflight in", -EINVAL },
 		{ "count 0", -EINVAL },
 		{ "size bits", -EINVAL },
+		{ "bytes after the struct", -EINVAL },
 	};
 
 	W_BEGIN();
 	ASSERT_EQ(0, claim_chain(self->a, 7, 1, p));
 	ASSERT_EQ(0, kvs_stats(&self->env.ctl, self->pool, 0, &s0));
 	for (i = 0; i < KVS_ARRAY_SIZE(bad); i++) {
+		unsigned char raw[KVS_URING_PAYLOAD_MAX] = { 0 };
 		__u32 op = KVS_IOC_LOOKUP;
 
 		uwait_prep(&w, 7, 1, LONG_WAIT_MS);
@@ -470,9 +472,14 @@ TEST_F(uw, bad_waits_are_refused)
 			op = (KVS_IOC_LOOKUP & ~(_IOC_SIZEMASK << _IOC_SIZESHIFT)) |
 			     (40u << _IOC_SIZESHIFT);
 			break;
+		case 8:
+			/* Where the struct may grow: must be zero now. */
+			raw[KVS_URING_PAYLOAD_MAX - 1] = 1;
+			break;
 		}
-		ASSERT_EQ(0, submit(&self->ring, self->b->fd, op, &w.req,
-				    sizeof(w.req), 10 + i));
+		memcpy(raw, &w.req, sizeof(w.req));
+		ASSERT_EQ(0, submit(&self->ring, self->b->fd, op, raw,
+				    sizeof(raw), 10 + i));
 		ASSERT_EQ(0, reap(&self->ring, WOKEN_S, &d)) TH_LOG("%s", bad[i].what);
 		ASSERT_EQ(bad[i].expect, d.res) TH_LOG("%s", bad[i].what);
 	}

@@ -551,9 +551,10 @@ struct kvs_pages {
  * its process exits or execs: ring teardown never waits longer than
  * that.  Given up so, it completes with the hits of its earlier rounds
  * (res2 0), or ECANCELED when there were none.
- * Errors besides the LOOKUP's own: EINVAL no CQE32, pad set, or cmd_op's
- * size not that of struct kvs_lookup; ERANGE timeout_ms 0 or above
- * KVS_URING_WAIT_MAX_MS; EBUSY the file has a LOOKUP parked already.
+ * Errors besides the LOOKUP's own: EINVAL no CQE32, pad or a payload
+ * byte after the struct set, or cmd_op's size not that of struct
+ * kvs_lookup; ERANGE timeout_ms 0 or above KVS_URING_WAIT_MAX_MS; EBUSY
+ * the file has a LOOKUP parked already.
  */
 #define KVS_URING_PAYLOAD_MAX	80
 #define KVS_URING_WAIT_MAX_MS	30000
