@@ -30,7 +30,7 @@ struct kvs_uwait {
 	unsigned long deadline;		/* jiffies: answer by then */
 	unsigned long expires;		/* jiffies: look again by then */
 	struct timer_list timer;
-	struct task_struct *leader;	/* submitter's, referenced */
+	struct task_struct *task;	/* watched for exit, referenced */
 	struct mm_struct *mm;		/* submitter's, grabbed */
 };
 

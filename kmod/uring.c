@@ -90,16 +90,17 @@ static int kvs_uring_result(unsigned int op, const union kvs_cmd_buf *buf)
 #define KVS_UWAIT_TICK_MS	20
 
 /*
- * Is the process that parked the command going away (killed, exiting or
- * exec'ing, or its leader thread exiting)?  Then nobody will read the
- * answer, and its exit or exec is waiting for it.  in_execve is a racy
- * read of a bit field: a stale value only delays the answer by a tick.
+ * Is the task watched for the parked command going away (exiting, or
+ * exec'ing), or its whole process (killed, exiting or exec'ing)?  Then
+ * nobody will read the answer, and its exit or exec is waiting for it.
+ * in_execve is a racy read of a bit field: a stale value only delays the
+ * answer by a tick.
  */
-static bool kvs_uwait_dying(struct task_struct *leader)
+static bool kvs_uwait_dying(struct task_struct *task)
 {
-	const struct signal_struct *sig = leader->signal;
+	const struct signal_struct *sig = task->signal;
 
-	return (READ_ONCE(leader->flags) & PF_EXITING) || leader->in_execve ||
+	return (READ_ONCE(task->flags) & PF_EXITING) || task->in_execve ||
 	       (READ_ONCE(sig->flags) & SIGNAL_GROUP_EXIT) ||
 	       READ_ONCE(sig->group_exec_task);
 }
@@ -137,7 +138,7 @@ static void kvs_uwait_timer(struct timer_list *t)
 
 	spin_lock_bh(&uw->lock);
 	if (uw->cmd && !uw->running) {
-		if (time_after_eq(jiffies, uw->expires) || kvs_uwait_dying(uw->leader))
+		if (time_after_eq(jiffies, uw->expires) || kvs_uwait_dying(uw->task))
 			kvs_uwait_fire(uw);
 		else
 			mod_timer(&uw->timer, kvs_uwait_next(uw));
@@ -182,17 +183,17 @@ static void kvs_uwait_park(struct kvs_uwait *uw, u32 park_ms)
 /* Free the file's slot; the caller then completes the command. */
 static void kvs_uwait_release(struct kvs_uwait *uw)
 {
-	struct task_struct *leader = uw->leader;
+	struct task_struct *task = uw->task;
 	struct mm_struct *mm = uw->mm;
 
 	spin_lock_bh(&uw->lock);
 	del_timer(&uw->timer);
 	uw->cmd = NULL;
 	uw->running = false;
-	uw->leader = NULL;
+	uw->task = NULL;
 	uw->mm = NULL;
 	spin_unlock_bh(&uw->lock);
-	put_task_struct(leader);
+	put_task_struct(task);
 	mmdrop(mm);
 }
 
@@ -254,8 +255,12 @@ static int kvs_uwait_run(struct kvs_uwait *uw, unsigned int issue_flags, bool fi
 		kvs_uwait_park(uw, park_ms);
 		return -EIOCBQUEUED;
 	}
-	/* Given up with the wait armed (deadline), or a failed copy-out. */
-	if (n_inflight || ret)
+	/*
+	 * Given up with the wait armed (deadline, or a failed copy-out).
+	 * Only then: an EAGAIN from the inline submission armed nothing, and
+	 * disarming would sleep on the very locks it found contended.
+	 */
+	if (kvs_client_parked(uw->cl))
 		kvs_client_unpark(uw->cl);
 	if (ret && first) {
 		kvs_uwait_release(uw);
@@ -269,7 +274,10 @@ static int kvs_uwait_run(struct kvs_uwait *uw, unsigned int issue_flags, bool fi
 /*
  * Task work of a fired wait.  It runs in the submitter's task unless that
  * task is past running task work (then a kworker runs it), and an exiting
- * task has no memory to write the pages to: cancel then.
+ * task has no memory to write the pages to: give up then.  The hits of
+ * earlier rounds are in pages[] and held by the file, which may outlive
+ * the task (another thread, or a ring shared across fork, reads the CQE):
+ * report them, as any error after hits does.
  */
 static void kvs_uwait_tw(KVS_TW_ARGS)
 {
@@ -278,9 +286,10 @@ static void kvs_uwait_tw(KVS_TW_ARGS)
 	struct kvs_uwait *uw = &ctx->uwait;
 
 	if ((current->flags & PF_EXITING) || current->mm != uw->mm ||
-	    kvs_uwait_dying(uw->leader)) {
+	    kvs_uwait_dying(uw->task)) {
 		kvs_client_unpark(cl);
-		kvs_uwait_complete(uw, -ECANCELED, 0, KVS_TW_FLAGS);
+		kvs_uwait_complete(uw, uw->done ? uw->done : -ECANCELED, 0,
+				   KVS_TW_FLAGS);
 		return;
 	}
 	kvs_uwait_run(uw, KVS_TW_FLAGS, false);
@@ -296,15 +305,20 @@ static int kvs_uwait_submit(struct io_uring_cmd *ioucmd, const struct kvs_lookup
 	struct kvs_client *cl = ioucmd->file->private_data;
 	struct kvs_file_ctx *ctx = kvs_client_wake_arg(cl);
 	struct kvs_uwait *uw = &ctx->uwait;
+	u8 raw[KVS_URING_PAYLOAD_MAX];
 	struct kvs_uring_lookup w;
 
 	if (!(issue_flags & IO_URING_F_CQE32) ||
 	    _IOC_SIZE(ioucmd->cmd_op) != sizeof(struct kvs_lookup))
 		return -EINVAL;
 	BUILD_BUG_ON(sizeof(w) > KVS_URING_PAYLOAD_MAX);
-	/* Of this copy only the wait's fields are read: @req is the lookup. */
-	memcpy(&w, kvs_uring_payload(ioucmd), sizeof(w));
-	if (w.pad)
+	/*
+	 * Of this copy only the wait's fields and the bytes after the struct
+	 * (zero, so that it may grow) are read: @req is the lookup.
+	 */
+	memcpy(raw, kvs_uring_payload(ioucmd), sizeof(raw));
+	memcpy(&w, raw, sizeof(w));
+	if (w.pad || memchr_inv(raw + sizeof(w), 0, sizeof(raw) - sizeof(w)))
 		return -EINVAL;
 	if (!w.timeout_ms || w.timeout_ms > KVS_URING_WAIT_MAX_MS)
 		return -ERANGE;
@@ -320,7 +334,14 @@ static int kvs_uwait_submit(struct io_uring_cmd *ioucmd, const struct kvs_lookup
 	uw->req = *req;
 	uw->done = 0;
 	uw->deadline = jiffies + msecs_to_jiffies(w.timeout_ms);
-	uw->leader = get_task_struct(current->group_leader);
+	/*
+	 * Watch the submitter, in whose task the wait's task work runs: its
+	 * process's main thread may have left long ago.  An io thread (an
+	 * io-wq worker that retried it, or SQPOLL's) comes and goes on its
+	 * own, so for those watch the process through its leader.
+	 */
+	uw->task = get_task_struct(current->flags & PF_IO_WORKER ?
+				   current->group_leader : current);
 	uw->mm = current->mm;
 	mmgrab(uw->mm);
 	return kvs_uwait_run(uw, issue_flags, true);

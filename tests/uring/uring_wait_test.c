@@ -434,12 +434,14 @@ TEST_F(uw, bad_waits_are_refused)
 		{ "n_inflight in", -EINVAL },
 		{ "count 0", -EINVAL },
 		{ "size bits", -EINVAL },
+		{ "bytes after the struct", -EINVAL },
 	};
 
 	W_BEGIN();
 	ASSERT_EQ(0, claim_chain(self->a, 7, 1, p));
 	ASSERT_EQ(0, kvs_stats(&self->env.ctl, self->pool, 0, &s0));
 	for (i = 0; i < KVS_ARRAY_SIZE(bad); i++) {
+		unsigned char raw[KVS_URING_PAYLOAD_MAX] = { 0 };
 		__u32 op = KVS_IOC_LOOKUP;
 
 		uwait_prep(&w, 7, 1, LONG_WAIT_MS);
@@ -470,9 +472,14 @@ TEST_F(uw, bad_waits_are_refused)
 			op = (KVS_IOC_LOOKUP & ~(_IOC_SIZEMASK << _IOC_SIZESHIFT)) |
 			     (40u << _IOC_SIZESHIFT);
 			break;
+		case 8:
+			/* Where the struct may grow: must be zero now. */
+			raw[KVS_URING_PAYLOAD_MAX - 1] = 1;
+			break;
 		}
-		ASSERT_EQ(0, submit(&self->ring, self->b->fd, op, &w.req,
-				    sizeof(w.req), 10 + i));
+		memcpy(raw, &w.req, sizeof(w.req));
+		ASSERT_EQ(0, submit(&self->ring, self->b->fd, op, raw,
+				    sizeof(raw), 10 + i));
 		ASSERT_EQ(0, reap(&self->ring, WOKEN_S, &d)) TH_LOG("%s", bad[i].what);
 		ASSERT_EQ(bad[i].expect, d.res) TH_LOG("%s", bad[i].what);
 	}
@@ -627,6 +634,136 @@ TEST_F(uw, ring_closed_while_parked)
 		usleep(10000);
 	}
 	ASSERT_EQ(1, st.n_files) TH_LOG("the parked command was not completed");
+	W_END();
+}
+
+struct thread_wait {
+	struct io_uring *ring;
+	int fd;
+	struct uwait *w;
+	int ret;
+};
+
+static void *submit_and_exit(void *arg)
+{
+	struct thread_wait *t = arg;
+
+	t->ret = submit_wait(t->ring, t->fd, t->w, 6);
+	return NULL;
+}
+
+/*
+ * The thread that submitted is gone (a thread pool shrinking): the
+ * command cannot look up in its task again and gives up within a tick,
+ * but the hit of its first round is written to pages[] in the memory the
+ * process still has, and referenced by the file.  The CQE must say so,
+ * or the process can never put that page.
+ */
+TEST_F(uw, submitter_thread_gone_reports_hits_taken)
+{
+	struct thread_wait t;
+	struct uwait w;
+	struct done d;
+	pthread_t th;
+	__u32 p[2];
+
+	W_BEGIN();
+	ASSERT_EQ(0, kvs_alloc(self->a, 1, p));
+	ASSERT_EQ(0, kvs_publish_chain(self->a, p, 1, KVS_NO_PAGE, 14, 0, NULL, NULL));
+	ASSERT_EQ(0, claim_keys(self->a, 14, 1, 1, p + 1));
+	uwait_prep(&w, 14, 2, LONG_WAIT_MS);
+	t.ring = &self->ring;
+	t.fd = self->b->fd;
+	t.w = &w;
+	t.ret = -1;
+	ASSERT_EQ(0, pthread_create(&th, NULL, submit_and_exit, &t));
+	ASSERT_EQ(0, pthread_join(th, NULL));
+	ASSERT_EQ(0, t.ret);
+	ASSERT_EQ(0, reap(&self->ring, WOKEN_S, &d)) TH_LOG("no CQE: still parked");
+	ASSERT_EQ(6, d.ud);
+	ASSERT_EQ(1, d.res) TH_LOG("res %d: the hit taken is not reported", d.res);
+	ASSERT_EQ(0, d.res2);
+	ASSERT_EQ(p[0], w.pages[0]);
+	ASSERT_EQ(1, kvs_held(self->b));
+	check_invariants(&self->env.ctl, self->pool);
+	ASSERT_EQ(0, kvs_publish_chain(self->a, p + 1, 1, p[0], 14, 1, NULL, NULL));
+	ASSERT_TRUE(nothing_ready(&self->ring));
+	ASSERT_EQ(0, kvs_put(self->b, w.pages, 1));
+	ASSERT_EQ(0, kvs_put(self->a, p, 2));
+	W_END();
+}
+
+/* The waiting thread of lone_waiter_test(): the process's last one. */
+struct lone {
+	const char *name;
+	pthread_t main;
+	int go, back;
+};
+
+static void *lone_waiter(void *arg)
+{
+	struct lone *l = arg;
+	struct io_uring r;
+	struct kvs_conn c;
+	struct uwait w;
+	struct done d;
+	int res = -EIO;
+
+	if (kvs_conn_open(&c) || kvs_attach(&c, l->name, W_NS, 0, NULL) ||
+	    io_uring_queue_init(4, &r, IORING_SETUP_SQE128 | IORING_SETUP_CQE32))
+		_exit(1);
+	uwait_prep(&w, 15, 2, LONG_WAIT_MS);
+	if (submit_wait(&r, c.fd, &w, 1))
+		_exit(2);
+	/* Parked, and the leader has left: the owner may publish now. */
+	if (pthread_join(l->main, NULL) || write(l->go, "x", 1) != 1)
+		_exit(3);
+	if (!reap(&r, WOKEN_S, &d))
+		res = d.res;
+	if (write(l->back, &res, sizeof(res)) != sizeof(res))
+		_exit(4);
+	_exit(0);
+}
+
+/*
+ * The process's main thread has left with pthread_exit() and the one
+ * that parked a LOOKUP lives on: the process is not exiting, so the wait
+ * goes on until the claim ends, with the owner's pages.
+ */
+TEST_F(uw, leader_thread_gone_the_wait_goes_on)
+{
+	int go[2], back[2], res = 0;
+	struct lone l;
+	pthread_t th;
+	char byte;
+	__u32 p[2];
+	pid_t pid;
+
+	W_BEGIN();
+	ASSERT_EQ(0, claim_chain(self->a, 15, 2, p));
+	ASSERT_EQ(0, pipe(go));
+	ASSERT_EQ(0, pipe(back));
+	pid = kvs_env_fork(_metadata, &self->env);
+	if (!pid) {
+		l.name = self->name;
+		l.main = pthread_self();
+		l.go = go[1];
+		l.back = back[1];
+		if (pthread_create(&th, NULL, lone_waiter, &l))
+			_exit(5);
+		pthread_exit(NULL);
+	}
+	close(go[1]);
+	close(back[1]);
+	ASSERT_EQ(1, read(go[0], &byte, 1));
+	ASSERT_EQ(0, waits_reach(_metadata, &self->env.ctl, self->pool, 1));
+	ASSERT_EQ(0, kvs_publish_chain(self->a, p, 2, KVS_NO_PAGE, 15, 0, NULL, NULL));
+	ASSERT_EQ(sizeof(res), read(back[0], &res, sizeof(res)));
+	EXPECT_EQ(2, res) TH_LOG("res %d: the wait ended with the leader thread", res);
+	ASSERT_CHILD_OK(pid);
+	close(go[0]);
+	close(back[0]);
+	ASSERT_EQ(0, kvs_put(self->a, p, 2));
 	W_END();
 }
 

@@ -546,11 +546,15 @@ struct kvs_pages {
  * The struct's n_hit and n_inflight are not written back.  A file has
  * one parked LOOKUP at a time; its poll wait (ioctl LOOKUP) is separate.
  * 6.1 cannot cancel a uring_cmd, so a parked one ends by its deadline
- * at the latest, and ECANCELED (seen by nobody) within a tick when its
- * process exits or execs: ring teardown never waits longer than that.
- * Errors besides the LOOKUP's own: EINVAL no CQE32, pad set, or cmd_op's
- * size not that of struct kvs_lookup; ERANGE timeout_ms 0 or above
- * KVS_URING_WAIT_MAX_MS; EBUSY the file has a LOOKUP parked already.
+ * at the latest, and within a tick when the thread that submitted it
+ * (the main thread, if io_uring's worker or SQPOLL thread issued it) or
+ * its process exits or execs: ring teardown never waits longer than
+ * that.  Given up so, it completes with the hits of its earlier rounds
+ * (res2 0), or ECANCELED when there were none.
+ * Errors besides the LOOKUP's own: EINVAL no CQE32, pad or a payload
+ * byte after the struct set, or cmd_op's size not that of struct
+ * kvs_lookup; ERANGE timeout_ms 0 or above KVS_URING_WAIT_MAX_MS; EBUSY
+ * the file has a LOOKUP parked already.
  */
 #define KVS_URING_PAYLOAD_MAX	80
 #define KVS_URING_WAIT_MAX_MS	30000
