@@ -40,8 +40,9 @@
  *
  * This file is the parent: the options, the workers' processes and the
  * start line that releases them together.  worker.c is one worker, from
- * its setup to its tally; report.c adds the tallies up and prints the
- * summary.  Both only ever get called from here (kvserve.h).
+ * its setup to its tally (verify.c, below it, checks a served request);
+ * report.c adds the tallies up and prints the summary.  Both only ever
+ * get called from here (kvserve.h).
  */
 #include <errno.h>
 #include <getopt.h>
