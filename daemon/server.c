@@ -38,7 +38,8 @@
  *   time, so descriptors can never be taken for the wrong message.
  *
  * - The shared ring (RING_SETUP, RING_ENTER): a sealed memfd per
- *   connection, counted against max_buffer_total.  A ring request is
+ *   connection, counted against max_buffer_total (rings together at most
+ *   half of it: they have no stall deadline).  A ring request is
  *   copied out once into srv.scratch (one buffer for the daemon, as large
  *   as the largest request served, at most max_conn_buffer) and run by
  *   msg_handle() as a socket request is; only the page commands
@@ -165,6 +166,7 @@ static struct {
 	bool accept_paused;
 	bool accept_warned;		/* logged once per episode */
 	uint64_t buffered;		/* buffer bytes beyond BUF_MIN, all connections */
+	uint64_t ring_bytes;		/* of which rings, at most half of the budget */
 	struct ring *rings;		/* connections with a ring */
 	unsigned int n_rings;
 	bool rings_asleep;		/* NEED_WAKEUP is set in every ring */
@@ -239,6 +241,7 @@ static void ring_free(struct conn *c)
 		r->next->prev = r->prev;
 	srv.n_rings--;
 	srv.buffered -= r->size;
+	srv.ring_bytes -= r->size;
 	free(r);
 	c->ring = NULL;
 }
@@ -618,7 +621,14 @@ static int ring_setup(struct conn *c, struct kvs_ring_setup *rs)
 		return -ERANGE;
 	if (c->ring)
 		return -EBUSY;
-	if (srv.buffered + rs->size > cfg->max_buffer_total)
+	/*
+	 * A ring lives as long as its connection, with no stall deadline:
+	 * rings may take half of the budget, so that they can never leave
+	 * none for the requests on the sockets (a connection whose request
+	 * finds no budget is closed).
+	 */
+	if (srv.buffered + rs->size > cfg->max_buffer_total ||
+	    srv.ring_bytes + rs->size > cfg->max_buffer_total / 2)
 		return -ENOBUFS;
 	r = calloc(1, sizeof(*r));
 	if (!r)
@@ -666,6 +676,7 @@ static int ring_setup(struct conn *c, struct kvs_ring_setup *rs)
 	srv.rings = r;
 	srv.n_rings++;
 	srv.buffered += r->size;
+	srv.ring_bytes += r->size;
 	c->ring = r;
 	/* In this order, as the reply's struct says. */
 	c->out_fds[c->n_out_fds++] = fd;
