@@ -24,7 +24,8 @@
  *    a victim on its own ring keeps working throughout;
  *  - a second uid that takes rings until ENOBUFS leaves the budget for
  *    another user's socket request beyond the first 4 KiB (which would
- *    otherwise close that user's connection).
+ *    otherwise close that user's connection), and rings for a third
+ *    user's libkv handle.
  *
  * Children report through their exit status, never the harness asserts.
  */
@@ -839,7 +840,7 @@ static void __attribute__((noreturn)) ring_hog(const char *sock, int ready)
 	KVD_CHILD_EQ(0, setgroups(1, none));
 	KVD_CHILD_EQ(0, setgid(NOBODY));
 	KVD_CHILD_EQ(0, setuid(NOBODY));
-	for (i = 0; i < 2 * (int)(SMALL_TOTAL / GREEDY_RING); i++) {
+	for (i = 0; i < 60; i++) {
 		struct kvs_ring_setup rs = { .size = GREEDY_RING };
 		int rfd;
 
@@ -893,6 +894,62 @@ TEST_F(ring, rings_of_one_uid_leave_budget_for_socket_requests)
 	EXPECT_EQ(0, ret);
 	EXPECT_EQ(0, kv_arbiter_broken(v));
 	kv_arbiter_close(v);
+	close(ready[0]);
+	close(ready[1]);
+}
+
+/* A third user, not root: does its handle get a ring of libkv's size? */
+static void __attribute__((noreturn)) ring_wanted(const char *sock, uid_t uid)
+{
+	gid_t g[1] = { uid };
+	struct kv_arbiter *a;
+
+	KVD_CHILD_EQ(0, setgroups(1, g));
+	KVD_CHILD_EQ(0, setgid(uid));
+	KVD_CHILD_EQ(0, setuid(uid));
+	KVD_CHILD_EQ(0, kv_arbiter_open(sock, 0, &a));
+	KVD_CHILD_TRUE(kv_arbiter_uses_ring(a));
+	kv_arbiter_close(a);
+	_exit(0);
+}
+
+/*
+ * One uid's rings stop at an eighth of the budget (a quarter of what
+ * rings may take): the uid that asks for rings until ENOBUFS leaves rings
+ * for the next user, whose libkv handle would otherwise fall back to the
+ * socket, the slow path, for as long as the hog stays connected.
+ */
+TEST_F(ring, rings_of_one_uid_leave_rings_for_others)
+{
+	const char *args[] = { "--pool", POOL_SPEC, "--max-buffer-total", "4194304", NULL };
+	int ready[2], st = 0;
+	pid_t kid;
+	char got = 0;
+
+	kv_arbiter_close(self->ctl);
+	self->ctl = NULL;
+	ASSERT_EQ(0, kvd_stop(&self->d, self->why, sizeof(self->why))) TH_LOG("%s", self->why);
+	ASSERT_EQ(0, kvd_start(&self->d, args, self->why, sizeof(self->why)))
+		TH_LOG("%s", self->why);
+	ASSERT_EQ(0, kv_arbiter_open(self->d.sock, KV_ARBITER_NO_URING, &self->ctl));
+
+	ASSERT_EQ(0, pipe(ready));
+	self->kid = fork();
+	ASSERT_LE(0, self->kid);
+	if (!self->kid)
+		ring_hog(self->d.sock, ready[1]);
+	ASSERT_EQ(1, read(ready[0], &got, 1));
+	TH_LOG("uid %d got %d rings of %u bytes", NOBODY, got, GREEDY_RING);
+	/* 512 KiB of 4 MiB: eight rings of 64 KiB, not the 32 of half the budget. */
+	EXPECT_EQ(8, got);
+
+	kid = fork();
+	ASSERT_LE(0, kid);
+	if (!kid)
+		ring_wanted(self->d.sock, NOBODY - 1);
+	ASSERT_EQ(kid, waitpid(kid, &st, 0));
+	ASSERT_TRUE(WIFEXITED(st)) TH_LOG("status 0x%x", st);
+	EXPECT_EQ(0, WEXITSTATUS(st));
 	close(ready[0]);
 	close(ready[1]);
 }
