@@ -40,9 +40,9 @@
  * - The shared ring (RING_SETUP, RING_ENTER): a sealed memfd per
  *   connection, counted against max_buffer_total (rings together at most
  *   half of it, one uid's an eighth: they have no stall deadline).  A ring
- *   request is
- *   copied out once into srv.scratch (one buffer for the daemon, as large
- *   as the largest request served, at most max_conn_buffer) and run by
+ *   request is copied out once into srv.scratch (one buffer for the
+ *   daemon, as large as the largest request served, at most
+ *   max_conn_buffer) and run by
  *   msg_handle() as a socket request is; only the page commands
  *   (EOPNOTSUPP else); unframeable closes the connection (c->doom, so
  *   that nothing is freed under the caller).  After a ring request the
