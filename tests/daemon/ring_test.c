@@ -25,12 +25,16 @@
  *  - a second uid that takes rings until ENOBUFS leaves the budget for
  *    another user's socket request beyond the first 4 KiB (which would
  *    otherwise close that user's connection), and rings for a third
- *    user's libkv handle.
+ *    user's libkv handle;
+ *  - a ring call whose doorbell finds the daemon dead fails with ENOTCONN
+ *    without SIGPIPE killing the caller or staying pending, and leaves
+ *    the caller's signal mask as it was.
  *
  * Children report through their exit status, never the harness asserts.
  */
 #include <errno.h>
 #include <grp.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/mman.h>
 
@@ -952,6 +956,40 @@ TEST_F(ring, rings_of_one_uid_leave_rings_for_others)
 	EXPECT_EQ(0, WEXITSTATUS(st));
 	close(ready[0]);
 	close(ready[1]);
+}
+
+/*
+ * A dead daemon: the next ring call finds NEED_WAKEUP set, and its
+ * doorbell write finds the reader gone (EPIPE, and a SIGPIPE raised at
+ * this thread).  The call fails with ENOTCONN; the signal neither kills
+ * the process (default action) nor stays pending, and the caller's signal
+ * mask comes back as it was.
+ */
+TEST_F(ring, doorbell_to_a_dead_daemon_raises_no_sigpipe)
+{
+	sigset_t mask, before, after, pending;
+	struct kv_arbiter *a;
+	__u32 pages[2];
+
+	ASSERT_EQ(0, open_attached(self->d.sock, 0, &a));
+	ASSERT_TRUE(kv_arbiter_uses_ring(a));
+	ASSERT_NE(SIG_ERR, signal(SIGPIPE, SIG_DFL));
+	/* The caller blocks a signal of its own, which must stay blocked. */
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGUSR1);
+	ASSERT_EQ(0, pthread_sigmask(SIG_BLOCK, &mask, NULL));
+	ASSERT_EQ(0, pthread_sigmask(SIG_SETMASK, NULL, &before));
+	/* Idle, the daemon asks for doorbells (ring_poll_us is 500). */
+	kvd_sleep_ms(50);
+	ASSERT_EQ(0, kvd_kill9(&self->d));
+
+	EXPECT_EQ(-ENOTCONN, kv_alloc(a, 2, pages));
+	ASSERT_EQ(0, pthread_sigmask(SIG_SETMASK, NULL, &after));
+	EXPECT_TRUE(sigismember(&after, SIGUSR1));
+	EXPECT_FALSE(sigismember(&after, SIGPIPE));
+	ASSERT_EQ(0, sigpending(&pending));
+	EXPECT_FALSE(sigismember(&pending, SIGPIPE));
+	kv_arbiter_close(a);
 }
 
 TEST_HARNESS_MAIN
