@@ -38,9 +38,11 @@
  *   time, so descriptors can never be taken for the wrong message.
  *
  * - The shared ring (RING_SETUP, RING_ENTER): a sealed memfd per
- *   connection, counted against max_buffer_total.  A ring request is
- *   copied out once into srv.scratch (one buffer for the daemon, as large
- *   as the largest request served, at most max_conn_buffer) and run by
+ *   connection, counted against max_buffer_total (rings together at most
+ *   half of it, one uid's an eighth: they have no stall deadline).  A ring
+ *   request is copied out once into srv.scratch (one buffer for the
+ *   daemon, as large as the largest request served, at most
+ *   max_conn_buffer) and run by
  *   msg_handle() as a socket request is; only the page commands
  *   (EOPNOTSUPP else); unframeable closes the connection (c->doom, so
  *   that nothing is freed under the caller).  After a ring request the
@@ -165,6 +167,7 @@ static struct {
 	bool accept_paused;
 	bool accept_warned;		/* logged once per episode */
 	uint64_t buffered;		/* buffer bytes beyond BUF_MIN, all connections */
+	uint64_t ring_bytes;		/* of which rings, at most half of the budget */
 	struct ring *rings;		/* connections with a ring */
 	unsigned int n_rings;
 	bool rings_asleep;		/* NEED_WAKEUP is set in every ring */
@@ -239,6 +242,7 @@ static void ring_free(struct conn *c)
 		r->next->prev = r->prev;
 	srv.n_rings--;
 	srv.buffered -= r->size;
+	srv.ring_bytes -= r->size;
 	free(r);
 	c->ring = NULL;
 }
@@ -602,6 +606,38 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + ts.tv_nsec;
 }
 
+/* Bytes of the rings of @uid's connections. */
+static uint64_t rings_of_uid(uint32_t uid)
+{
+	uint64_t n = 0;
+	struct ring *r;
+
+	for (r = srv.rings; r; r = r->next)
+		if (r->c->cred.uid == uid)
+			n += r->size;
+	return n;
+}
+
+/*
+ * Room for a ring of @size bytes for @c: ENOBUFS past the budget, past
+ * half of it for rings in all, or past an eighth for one uid (admin
+ * exempt).  A ring lives as long as its connection, with no stall
+ * deadline: rings can never leave the requests on the sockets no budget
+ * (a connection whose request finds none is closed), and one user cannot
+ * take every ring there is, which would send everyone else's page
+ * commands to the socket, the slow path.
+ */
+static int ring_budget(const struct conn *c, uint32_t size)
+{
+	uint64_t total = srv.d->cfg->max_buffer_total;
+
+	if (srv.buffered + size > total || srv.ring_bytes + size > total / 2)
+		return -ENOBUFS;
+	if (!c->cred.admin && rings_of_uid(c->cred.uid) + size > total / 8)
+		return -ENOBUFS;
+	return 0;
+}
+
 static int ring_setup(struct conn *c, struct kvs_ring_setup *rs)
 {
 	const struct kvsd_config *cfg = srv.d->cfg;
@@ -618,8 +654,9 @@ static int ring_setup(struct conn *c, struct kvs_ring_setup *rs)
 		return -ERANGE;
 	if (c->ring)
 		return -EBUSY;
-	if (srv.buffered + rs->size > cfg->max_buffer_total)
-		return -ENOBUFS;
+	ret = ring_budget(c, rs->size);
+	if (ret)
+		return ret;
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
@@ -666,6 +703,7 @@ static int ring_setup(struct conn *c, struct kvs_ring_setup *rs)
 	srv.rings = r;
 	srv.n_rings++;
 	srv.buffered += r->size;
+	srv.ring_bytes += r->size;
 	c->ring = r;
 	/* In this order, as the reply's struct says. */
 	c->out_fds[c->n_out_fds++] = fd;

@@ -21,12 +21,20 @@
  *    or write-sealed, commands the ring does not carry get EOPNOTSUPP,
  *    garbage in the ring (bad magic, a length past the ring) closes the
  *    connection and a ring fd sent back as pool memory harms nobody, while
- *    a victim on its own ring keeps working throughout.
+ *    a victim on its own ring keeps working throughout;
+ *  - a second uid that takes rings until ENOBUFS leaves the budget for
+ *    another user's socket request beyond the first 4 KiB (which would
+ *    otherwise close that user's connection), and rings for a third
+ *    user's libkv handle;
+ *  - a ring call whose doorbell finds the daemon dead fails with ENOTCONN
+ *    without SIGPIPE killing the caller or staying pending, and leaves
+ *    the caller's signal mask as it was.
  *
  * Children report through their exit status, never the harness asserts.
  */
 #include <errno.h>
 #include <grp.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/mman.h>
 
@@ -814,6 +822,174 @@ TEST_F(ring, hostile_ring_clients_are_dropped_while_others_work)
 	ASSERT_EQ(1, kvd_log_has(self->d.log, "ring: bad magic 0x12345678"));
 	ASSERT_EQ(1, kvd_log_has(self->d.log, "ring: bad message length 8193"));
 	ASSERT_EQ(1, kvd_log_has(self->d.log, "ring: bad message length 8)"));
+}
+
+/*
+ * Rings are held for as long as their connection lives, with no stall
+ * deadline: a second uid that asks for rings until the buffer budget
+ * says ENOBUFS must leave room for other clients' socket requests (a
+ * request beyond BUF_MIN needs budget, and a connection that cannot get
+ * it is closed).
+ */
+#define SMALL_TOTAL	(1u << 20)
+#define GREEDY_RING	(64u << 10)
+#define BIG_KEYS	512		/* a LOOKUP of 18 KiB on the socket */
+
+static void __attribute__((noreturn)) ring_hog(const char *sock, int ready)
+{
+	gid_t none[1] = { NOBODY };
+	int i, fd, ret = 0, got = 0;
+	char c;
+
+	KVD_CHILD_EQ(0, setgroups(1, none));
+	KVD_CHILD_EQ(0, setgid(NOBODY));
+	KVD_CHILD_EQ(0, setuid(NOBODY));
+	for (i = 0; i < 60; i++) {
+		struct kvs_ring_setup rs = { .size = GREEDY_RING };
+		int rfd;
+
+		fd = kvd_connect(sock);
+		KVD_CHILD_TRUE(fd >= 0);
+		ret = raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, &rfd);
+		if (ret)
+			break;
+		close(rfd);		/* the connection keeps its ring */
+		got++;
+	}
+	/* It took what it could, and was told when there was no more. */
+	KVD_CHILD_EQ(-ENOBUFS, ret);
+	KVD_CHILD_TRUE(got > 0);
+	c = (char)got;
+	KVD_CHILD_EQ(1, write(ready, &c, 1));
+	pause();
+	_exit(0);
+}
+
+TEST_F(ring, rings_of_one_uid_leave_budget_for_socket_requests)
+{
+	const char *args[] = { "--pool", POOL_SPEC, "--max-buffer-total", "1048576", NULL };
+	struct kvs_key keys[BIG_KEYS];
+	__u32 pages[BIG_KEYS];
+	struct kv_arbiter *v;
+	int ready[2], i, ret;
+	char got = 0;
+
+	/* This test's daemon: the smallest budget there is. */
+	kv_arbiter_close(self->ctl);
+	self->ctl = NULL;
+	ASSERT_EQ(0, kvd_stop(&self->d, self->why, sizeof(self->why))) TH_LOG("%s", self->why);
+	ASSERT_EQ(0, kvd_start(&self->d, args, self->why, sizeof(self->why)))
+		TH_LOG("%s", self->why);
+	ASSERT_EQ(0, kv_arbiter_open(self->d.sock, KV_ARBITER_NO_URING, &self->ctl));
+
+	ASSERT_EQ(0, pipe(ready));
+	self->kid = fork();
+	ASSERT_LE(0, self->kid);
+	if (!self->kid)
+		ring_hog(self->d.sock, ready[1]);
+	ASSERT_EQ(1, read(ready[0], &got, 1));
+	TH_LOG("the second uid got %d rings of %u bytes", got, GREEDY_RING);
+
+	/* Another user's request of 18 KiB on the socket is still served. */
+	for (i = 0; i < BIG_KEYS; i++)
+		keys[i] = make_key(40, i);
+	ASSERT_EQ(0, open_attached(self->d.sock, KV_ARBITER_NO_URING, &v));
+	ret = kv_lookup(v, keys, BIG_KEYS, pages);
+	EXPECT_EQ(0, ret);
+	EXPECT_EQ(0, kv_arbiter_broken(v));
+	kv_arbiter_close(v);
+	close(ready[0]);
+	close(ready[1]);
+}
+
+/* A third user, not root: does its handle get a ring of libkv's size? */
+static void __attribute__((noreturn)) ring_wanted(const char *sock, uid_t uid)
+{
+	gid_t g[1] = { uid };
+	struct kv_arbiter *a;
+
+	KVD_CHILD_EQ(0, setgroups(1, g));
+	KVD_CHILD_EQ(0, setgid(uid));
+	KVD_CHILD_EQ(0, setuid(uid));
+	KVD_CHILD_EQ(0, kv_arbiter_open(sock, 0, &a));
+	KVD_CHILD_TRUE(kv_arbiter_uses_ring(a));
+	kv_arbiter_close(a);
+	_exit(0);
+}
+
+/*
+ * One uid's rings stop at an eighth of the budget (a quarter of what
+ * rings may take): the uid that asks for rings until ENOBUFS leaves rings
+ * for the next user, whose libkv handle would otherwise fall back to the
+ * socket, the slow path, for as long as the hog stays connected.
+ */
+TEST_F(ring, rings_of_one_uid_leave_rings_for_others)
+{
+	const char *args[] = { "--pool", POOL_SPEC, "--max-buffer-total", "4194304", NULL };
+	int ready[2], st = 0;
+	pid_t kid;
+	char got = 0;
+
+	kv_arbiter_close(self->ctl);
+	self->ctl = NULL;
+	ASSERT_EQ(0, kvd_stop(&self->d, self->why, sizeof(self->why))) TH_LOG("%s", self->why);
+	ASSERT_EQ(0, kvd_start(&self->d, args, self->why, sizeof(self->why)))
+		TH_LOG("%s", self->why);
+	ASSERT_EQ(0, kv_arbiter_open(self->d.sock, KV_ARBITER_NO_URING, &self->ctl));
+
+	ASSERT_EQ(0, pipe(ready));
+	self->kid = fork();
+	ASSERT_LE(0, self->kid);
+	if (!self->kid)
+		ring_hog(self->d.sock, ready[1]);
+	ASSERT_EQ(1, read(ready[0], &got, 1));
+	TH_LOG("uid %d got %d rings of %u bytes", NOBODY, got, GREEDY_RING);
+	/* 512 KiB of 4 MiB: eight rings of 64 KiB, not the 32 of half the budget. */
+	EXPECT_EQ(8, got);
+
+	kid = fork();
+	ASSERT_LE(0, kid);
+	if (!kid)
+		ring_wanted(self->d.sock, NOBODY - 1);
+	ASSERT_EQ(kid, waitpid(kid, &st, 0));
+	ASSERT_TRUE(WIFEXITED(st)) TH_LOG("status 0x%x", st);
+	EXPECT_EQ(0, WEXITSTATUS(st));
+	close(ready[0]);
+	close(ready[1]);
+}
+
+/*
+ * A dead daemon: the next ring call finds NEED_WAKEUP set, and its
+ * doorbell write finds the reader gone (EPIPE, and a SIGPIPE raised at
+ * this thread).  The call fails with ENOTCONN; the signal neither kills
+ * the process (default action) nor stays pending, and the caller's signal
+ * mask comes back as it was.
+ */
+TEST_F(ring, doorbell_to_a_dead_daemon_raises_no_sigpipe)
+{
+	sigset_t mask, before, after, pending;
+	struct kv_arbiter *a;
+	__u32 pages[2];
+
+	ASSERT_EQ(0, open_attached(self->d.sock, 0, &a));
+	ASSERT_TRUE(kv_arbiter_uses_ring(a));
+	ASSERT_NE(SIG_ERR, signal(SIGPIPE, SIG_DFL));
+	/* The caller blocks a signal of its own, which must stay blocked. */
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGUSR1);
+	ASSERT_EQ(0, pthread_sigmask(SIG_BLOCK, &mask, NULL));
+	ASSERT_EQ(0, pthread_sigmask(SIG_SETMASK, NULL, &before));
+	/* Idle, the daemon asks for doorbells (ring_poll_us is 500). */
+	kvd_sleep_ms(50);
+	ASSERT_EQ(0, kvd_kill9(&self->d));
+
+	EXPECT_EQ(-ENOTCONN, kv_alloc(a, 2, pages));
+	ASSERT_EQ(0, pthread_sigmask(SIG_SETMASK, NULL, &after));
+	EXPECT_TRUE(sigismember(&after, SIGUSR1));
+	EXPECT_FALSE(sigismember(&after, SIGPIPE));
+	ASSERT_EQ(0, sigpending(&pending));
+	EXPECT_FALSE(sigismember(&pending, SIGPIPE));
+	kv_arbiter_close(a);
 }
 
 TEST_HARNESS_MAIN

@@ -17,7 +17,8 @@
  *    kv_lookup_wait() fails with ETIMEDOUT within two call deadlines,
  *    far below its own wait timeout, and holds nothing;
  *  - bad KVS_SOCK_WAIT_FD requests get their errnos (flags, reserved,
- *    out field, a descriptor sent along, a second pipe), and a client
+ *    out field, a descriptor sent along, a second pipe), the pipe ends a
+ *    client gets (wait pipe, doorbells) are non-blocking, and a client
  *    that closes its end of the pipe, or of its ring's sq doorbell,
  *    harms nobody: the daemon keeps serving, a victim keeps working, and
  *    the doorbell at EOF does not keep the daemon busy.
@@ -636,6 +637,7 @@ TEST_F(wait, bad_wait_fd_requests_and_closed_ends_harm_nobody)
 	ASSERT_EQ(-EINVAL, raw_call(fd, KVS_SOCK_WAIT_FD, &wf, sizeof(wf), NULL, 0, 0, NULL));
 	ASSERT_EQ(0, raw_wait_fd(fd, &wfd));
 	ASSERT_LE(0, wfd);
+	ASSERT_EQ(O_NONBLOCK, fcntl(wfd, F_GETFL) & O_NONBLOCK);
 	wf = (struct kvs_wait_fd) { 0 };
 	ASSERT_EQ(-EBUSY, raw_call(fd, KVS_SOCK_WAIT_FD, &wf, sizeof(wf), NULL, 0, -1, &wfd2));
 	ASSERT_EQ(-1, wfd2);
@@ -697,6 +699,13 @@ TEST_F(wait, bad_wait_fd_requests_and_closed_ends_harm_nobody)
 		/* The sq doorbell is a write end, the cq doorbell a read end. */
 		ASSERT_EQ(O_WRONLY, fcntl(fds[1], F_GETFL) & O_ACCMODE);
 		ASSERT_EQ(O_RDONLY, fcntl(fds[2], F_GETFL) & O_ACCMODE);
+		/*
+		 * Non-blocking, and files a stopped daemon cannot change:
+		 * libkv's doorbell write to a full pipe and its drains never
+		 * wait past a call's deadline.
+		 */
+		ASSERT_EQ(O_NONBLOCK, fcntl(fds[1], F_GETFL) & O_NONBLOCK);
+		ASSERT_EQ(O_NONBLOCK, fcntl(fds[2], F_GETFL) & O_NONBLOCK);
 		ASSERT_EQ(1, write(fds[1], &c, 1));
 		close(fds[1]);
 		close(fds[2]);

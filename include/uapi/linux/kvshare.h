@@ -649,7 +649,8 @@ struct kvs_msg {
  *   cq_bell:  out (0 in): 2, the read end of a pipe the daemon writes.
  * Errors: EINVAL flags, pad, reserved or out fields set, or size not a
  *         multiple of 4096; ERANGE size out of bounds; EBUSY the connection
- *         has a ring already; ENOBUFS the buffer budget is exhausted;
+ *         has a ring already; ENOBUFS the buffer budget is exhausted
+ *         (rings may take half of it, one uid's rings an eighth);
  *         ENOMEM or EMFILE the daemon could not make it.
  *
  * One request at a time.  The client writes a request into the message
