@@ -94,12 +94,13 @@
 #include <sys/un.h>
 
 #include "bell.h"
+#include "closer.h"
 #include "core.h"
 #include "kvshared.h"
 #include "server.h"
 
 #define HDR		((uint32_t)sizeof(struct kvs_msg))
-#define MAX_FDS		4		/* room for cmsg; more is MSG_CTRUNC */
+#define MAX_FDS		1		/* room for cmsg; more is MSG_CTRUNC */
 #define MAX_OUT_FDS	3		/* RING_SETUP: the ring and its doorbells */
 #define BUF_MIN		4096
 #define BUF_KEEP	(64u << 10)	/* larger buffers are freed after use */
@@ -127,7 +128,9 @@ struct conn {
 	int wait_bell;			/* WAIT_FD: our end, rung by the core's waker */
 	int fds[MAX_FDS];
 	unsigned int n_fds;
+	int fd_slot;			/* the closer's slot of fds[0] (closer.h) */
 	bool fds_trunc;			/* descriptors were lost (too many) */
+	bool fds_no_slot;		/* ... or no closer slot was free */
 	const char *doom;		/* to be closed, for this reason (ring garbage) */
 	char doom_buf[96];
 	/*
@@ -183,10 +186,12 @@ static void conn_drop_fds(struct conn *c)
 {
 	unsigned int i;
 
+	/* Never close() here: the file may be a client's FUSE file. */
 	for (i = 0; i < c->n_fds; i++)
-		close(c->fds[i]);
+		kvsd_closer_close(c->fd_slot, c->fds[i]);
 	c->n_fds = 0;
 	c->fds_trunc = false;
+	c->fds_no_slot = false;
 }
 
 static void conn_log_close(struct conn *c, const char *why)
@@ -372,7 +377,7 @@ static bool is_cmd(unsigned int cmd, unsigned int ioc)
  */
 static int create_fd(struct conn *c, struct kvs_pool_create *req)
 {
-	struct stat st;
+	struct statx stx;
 
 	if (c->n_fds > 1 || (c->n_fds && req->mem_fd == -1))
 		return -EINVAL;
@@ -385,10 +390,15 @@ static int create_fd(struct conn *c, struct kvs_pool_create *req)
 	/* An O_PATH descriptor is no open file: the module's fget() says EBADF. */
 	if (fcntl(c->fds[0], F_GETFL) & O_PATH)
 		return -EBADF;
-	if (fstat(c->fds[0], &st))
+	/*
+	 * The file's type, from what the kernel already knows: a plain fstat()
+	 * may ask a FUSE server, which need never answer.
+	 */
+	if (statx(c->fds[0], "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC,
+		  STATX_TYPE, &stx))
 		return -EINVAL;
 	/* Device memory is a driver's handle: the core judges it by exclusion. */
-	if (!S_ISREG(st.st_mode) && !(req->flags & KVS_POOL_DEVICE_MEM))
+	if (!S_ISREG(stx.stx_mode) && !(req->flags & KVS_POOL_DEVICE_MEM))
 		return -EINVAL;
 	req->mem_fd = c->fds[0];
 	return 0;
@@ -457,7 +467,9 @@ static int msg_check(const struct conn *c, const struct kvs_msg *h, uint32_t usi
 		return -EINVAL;
 	if (!ring && (c->fds_trunc ||
 		      (c->n_fds && !is_cmd(h->cmd, KVS_IOC_POOL_CREATE))))
-		return -EINVAL;
+		/* A descriptor refused for want of a closer slot: try again. */
+		return c->fds_no_slot && is_cmd(h->cmd, KVS_IOC_POOL_CREATE) ?
+		       -EAGAIN : -EINVAL;
 	return 0;
 }
 
@@ -976,30 +988,47 @@ static int conn_flush(struct conn *c)
 
 /* ---- receiving ----------------------------------------------------------- */
 
-static void conn_take_fds(struct conn *c, struct msghdr *mh)
+/*
+ * What recvmsg() returned in @mh, given room for at most one descriptor
+ * (reserved as closer @slot, or -1 for none): more, or any without room,
+ * the kernel dropped with MSG_CTRUNC, unflushed.
+ */
+static void conn_take_fds(struct conn *c, struct msghdr *mh, int slot)
 {
 	struct cmsghdr *cm;
 
-	if (mh->msg_flags & MSG_CTRUNC)
+	if (mh->msg_flags & MSG_CTRUNC) {
 		c->fds_trunc = true;
-	for (cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
-		size_t i, n;
-
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-			continue;
-		n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (i = 0; i < n; i++) {
-			int fd;
-
-			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
-			if (c->n_fds < MAX_FDS) {
-				c->fds[c->n_fds++] = fd;
-			} else {
-				close(fd);
-				c->fds_trunc = true;
-			}
-		}
+		if (slot < 0 && !c->n_fds)
+			c->fds_no_slot = true;
 	}
+	for (cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
+		    cm->cmsg_len < CMSG_LEN(sizeof(int)) || slot < 0)
+			continue;
+		memcpy(&c->fds[0], CMSG_DATA(cm), sizeof(int));
+		c->n_fds = 1;
+		c->fd_slot = slot;
+		return;
+	}
+	if (slot >= 0)
+		kvsd_closer_unreserve(slot);
+}
+
+/*
+ * Whether the next read may take a descriptor: only POOL_CREATE carries
+ * one, and it comes with the message's first bytes, read while the
+ * command is not yet known.  Every other read gets no room, so that the
+ * kernel drops whatever is sent there with fput(), which calls no
+ * ->flush, and the request is refused for MSG_CTRUNC as before.
+ */
+static bool conn_fd_room(const struct conn *c)
+{
+	const struct kvs_msg *h = (const struct kvs_msg *)c->buf;
+
+	if (c->n_fds || c->fds_trunc)
+		return false;
+	return c->in_len < HDR || is_cmd(h->cmd, KVS_IOC_POOL_CREATE);
 }
 
 /* Never past the current message: its descriptors are then its own. */
@@ -1010,16 +1039,25 @@ static ssize_t conn_recv(struct conn *c, size_t want)
 		struct cmsghdr align;
 	} ctl;
 	struct iovec iov = { .iov_base = c->buf + c->in_len, .iov_len = want };
-	struct msghdr mh = {
-		.msg_iov = &iov, .msg_iovlen = 1,
-		.msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf),
-	};
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	int slot = -1;
 	ssize_t n;
 
+	if (conn_fd_room(c))
+		slot = kvsd_closer_reserve(c->cred.uid);
+	if (slot >= 0) {
+		/* CMSG_LEN, not CMSG_SPACE: its padding would fit a second. */
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = CMSG_LEN(MAX_FDS * sizeof(int));
+	}
 	n = recvmsg(c->w.fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-	if (n < 0)
-		return -errno;
-	conn_take_fds(c, &mh);
+	if (n < 0) {
+		n = -errno;
+		if (slot >= 0)
+			kvsd_closer_unreserve(slot);
+		return n;
+	}
+	conn_take_fds(c, &mh, slot);
 	return n;
 }
 
@@ -1468,6 +1506,9 @@ int kvsd_server_start(struct kvsd *d, const char *path)
 	srv.d = d;
 	srv.ring_poll_ns = (uint64_t)d->cfg->ring_poll_us * 1000;
 	kvsd_loop_set_poller(srv_poll);
+	fd = kvsd_closer_start();
+	if (fd)
+		return fd;
 	srv.path = strdup(path);
 	if (!srv.path)
 		return -ENOMEM;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 #include "core_internal.h"
@@ -67,13 +68,20 @@ static int kvs_mem_check(int fd, u64 bytes)
 
 	if (fcntl(fd, F_GETFD) < 0)
 		return -EBADF;
+	/*
+	 * F_GET_SEALS first: it calls into no file system, and refuses all
+	 * but shmem and hugetlbfs, so that fstatfs() and fstat() never reach
+	 * one a client serves (FUSE), which need never answer.
+	 */
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0)
+		return -EINVAL;
 	if (fstatfs(fd, &sfs))
 		return -EINVAL;
 	if (sfs.f_type != TMPFS_MAGIC &&
 	    sfs.f_type != (typeof(sfs.f_type))HUGETLBFS_MAGIC)
 		return -EINVAL;
-	seals = fcntl(fd, F_GET_SEALS);
-	if (seals < 0 || !kvs_is_memfd(fd))
+	if (!kvs_is_memfd(fd))
 		return -EINVAL;
 	/* As the module's kvs_mem_seals_ok(): see there. */
 	if ((seals & KVS_MEM_SEALS_REQUIRED) != KVS_MEM_SEALS_REQUIRED ||
@@ -110,19 +118,23 @@ static bool kvs_fd_link_is(int fd, const char *prefix)
  */
 static int kvs_device_mem_check(int fd, u64 bytes)
 {
-	struct stat st, dev;
+	struct statx stx;
+	struct stat dev;
 	int fl = fcntl(fd, F_GETFL);
 
-	if (fl < 0 || (fl & O_PATH) || fstat(fd, &st))
+	/* The type as the kernel knows it: fstat() may wait on a FUSE server. */
+	if (fl < 0 || (fl & O_PATH) ||
+	    statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_TYPE, &stx))
 		return -EBADF;
-	if (S_ISSOCK(st.st_mode) || S_ISDIR(st.st_mode))
+	if (S_ISSOCK(stx.stx_mode) || S_ISDIR(stx.stx_mode))
 		return -EINVAL;
-	if (S_ISREG(st.st_mode))
+	if (S_ISREG(stx.stx_mode))
 		return kvs_mem_check(fd, bytes);
 	if (kvs_fd_link_is(fd, "anon_inode:[io_uring]"))
 		return -EINVAL;
-	if (S_ISCHR(st.st_mode) && !stat("/dev/" KVS_DEVICE_NAME, &dev) &&
-	    S_ISCHR(dev.st_mode) && dev.st_rdev == st.st_rdev)
+	if (S_ISCHR(stx.stx_mode) && !stat("/dev/" KVS_DEVICE_NAME, &dev) &&
+	    S_ISCHR(dev.st_mode) &&
+	    dev.st_rdev == makedev(stx.stx_rdev_major, stx.stx_rdev_minor))
 		return -EINVAL;
 	return 0;
 }
