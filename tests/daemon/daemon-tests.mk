@@ -27,6 +27,7 @@ DAEMON_TEST_BINS := $(BUILD)/tests/daemon/daemon_test $(BUILD)/tests/daemon/ring
                     $(BUILD)/tests/daemon/wait_test
 
 $(DAEMON_TEST_BINS): $(BUILD)/tests/daemon/%: $(DAEMON_TEST_DIR)/%.c $(DAEMON_TEST_DIR)/kvd_test.h \
+		$(DAEMON_TEST_DIR)/kvd_client.h \
 		$(KSFT_HDRS) $(LIBKV) $(BUILD)/san/kvshared
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SAN_FLAGS) $(LIBKV_CFLAGS) $(DEPFLAGS) -I$(KSFT_DIR) \

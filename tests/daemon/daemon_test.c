@@ -47,7 +47,7 @@
 
 #include <kvshare/arbiter.h>
 
-#include "kvd_test.h"
+#include "kvd_client.h"
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter"
@@ -356,24 +356,6 @@ static int start_daemon(FIXTURE_DATA(kvd) *self, const char *const *extra)
 	return kvd_start(&self->d, args, self->why, sizeof(self->why));
 }
 
-/* The id of pool @name, or 0. */
-static __u32 pool_id_of(struct kv_arbiter *a, const char *name)
-{
-	struct kvs_pool_desc d[16];
-	struct kvs_pool_list l;
-	__u32 i;
-
-	memset(&l, 0, sizeof(l));
-	l.count = 16;
-	l.pools = (uintptr_t)d;
-	if (kv_arbiter_call(a, KVS_IOC_POOL_LIST, &l))
-		return 0;
-	for (i = 0; i < l.count && i < 16; i++)
-		if (!strcmp(d[i].name, name))
-			return d[i].pool_id;
-	return 0;
-}
-
 FIXTURE_SETUP(kvd)
 {
 	int ret;
@@ -392,7 +374,7 @@ FIXTURE_SETUP(kvd)
 		ret = kv_arbiter_call(self->ctl, KVS_IOC_INFO, &self->base);
 	}
 	if (!ret)
-		self->pool_id = pool_id_of(self->ctl, POOL);
+		self->pool_id = kvd_pool_id(self->ctl, POOL);
 	else if (!self->why[0])
 		snprintf(self->why, sizeof(self->why), "connect/INFO: %s", strerror(-ret));
 	/* No teardown follows a failed setup: leave nothing running. */
@@ -1490,7 +1472,7 @@ TEST_F_TIMEOUT(kvd, daemon_killed_and_restarted_under_clients, 60)
 	memset(&self->base, 0, sizeof(self->base));
 	ASSERT_EQ(0, kv_arbiter_call(self->ctl, KVS_IOC_INFO, &self->base));
 	ASSERT_EQ(1, self->base.n_pools);
-	self->pool_id = pool_id_of(self->ctl, POOL);
+	self->pool_id = kvd_pool_id(self->ctl, POOL);
 	ASSERT_NE(0, self->pool_id);
 	stats(_metadata, self, self->pool_id, &st);
 	ASSERT_EQ(POOL_PAGES, st.n_free);
@@ -1806,7 +1788,7 @@ static void restart(struct __test_metadata *_metadata, FIXTURE_DATA(kvd) *self,
 	ASSERT_EQ(0, kv_arbiter_open(self->d.sock, KV_ARBITER_NO_URING, &self->ctl));
 	memset(&self->base, 0, sizeof(self->base));
 	ASSERT_EQ(0, kv_arbiter_call(self->ctl, KVS_IOC_INFO, &self->base));
-	self->pool_id = pool_id_of(self->ctl, POOL);
+	self->pool_id = kvd_pool_id(self->ctl, POOL);
 	ASSERT_NE(0, self->pool_id);
 }
 

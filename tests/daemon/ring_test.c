@@ -40,7 +40,7 @@
 
 #include <kvshare/arbiter.h>
 
-#include "kvd_test.h"
+#include "kvd_client.h"
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter"
@@ -82,60 +82,25 @@ FIXTURE(ring) {
 	char why[512];
 };
 
-static __u32 pool_id_of(struct kv_arbiter *a, const char *name)
-{
-	struct kvs_pool_desc d[16];
-	struct kvs_pool_list l = { .count = 16, .pools = (uintptr_t)d };
-	__u32 i;
-
-	if (kv_arbiter_call(a, KVS_IOC_POOL_LIST, &l))
-		return 0;
-	for (i = 0; i < l.count && i < 16; i++)
-		if (!strcmp(d[i].name, name))
-			return d[i].pool_id;
-	return 0;
-}
-
 FIXTURE_SETUP(ring)
 {
 	const char *args[] = { "--pool", POOL_SPEC, "--max-pools", "8", NULL };
 	int ret;
 
-	self->ctl = NULL;
 	self->kid = 0;
 	self->why[0] = '\0';
 	unsetenv("KVSHARE_CALL_TIMEOUT_MS");
 	ret = kvd_init(&self->d);
 	ASSERT_EQ(0, ret) TH_LOG("mkdtemp: %s", strerror(-ret));
-	ret = kvd_start(&self->d, args, self->why, sizeof(self->why));
-	if (!ret)
-		ret = kv_arbiter_open(self->d.sock, KV_ARBITER_NO_URING, &self->ctl);
-	if (!ret)
-		self->pool_id = pool_id_of(self->ctl, POOL);
-	if (ret || !self->pool_id) {
-		if (self->ctl)
-			kv_arbiter_close(self->ctl);
-		self->d.failed = 1;
-		kvd_fini(&self->d);
-	}
-	ASSERT_EQ(0, ret) TH_LOG("%s", self->why[0] ? self->why : strerror(-ret));
-	ASSERT_NE(0, self->pool_id);
+	ret = kvd_start_ctl(&self->d, args, POOL, &self->ctl, &self->pool_id,
+			    self->why, sizeof(self->why));
+	ASSERT_EQ(0, ret) TH_LOG("%s", self->why);
 }
 
 FIXTURE_TEARDOWN(ring)
 {
-	int ret;
+	int ret = kvd_stop_ctl(&self->d, self->kid, self->ctl, self->why, sizeof(self->why));
 
-	if (self->kid > 0) {
-		kill(self->kid, SIGKILL);
-		waitpid(self->kid, NULL, 0);
-	}
-	if (self->d.pid > 0)
-		kill(self->d.pid, SIGCONT);
-	if (self->ctl)
-		kv_arbiter_close(self->ctl);
-	self->why[0] = '\0';
-	ret = kvd_stop(&self->d, self->why, sizeof(self->why));
 	if (ret)
 		TH_LOG("kvshared: %s", self->why);
 	EXPECT_EQ(0, ret);
@@ -160,21 +125,6 @@ static int stats(FIXTURE_DATA(ring) *self, __u32 id, struct kvs_pool_stats *st)
 	ASSERT_EQ(0, __st.n_refs); \
 	ASSERT_EQ(0, __st.n_files); \
 } while (0)
-
-/* A ring handle attached to pool "t" of its owner (this process). */
-static int open_attached(const char *sock, unsigned int flags, struct kv_arbiter **a)
-{
-	int ret = kv_arbiter_open(sock, flags, a);
-
-	if (ret)
-		return ret;
-	ret = kv_arbiter_attach(*a, POOL, 0, NULL);
-	if (ret) {
-		kv_arbiter_close(*a);
-		*a = NULL;
-	}
-	return ret;
-}
 
 /* ------------------------------------------------------------------ */
 /* the ring gives what the socket gives                               */
@@ -318,7 +268,7 @@ TEST_F(ring, requests_larger_than_the_ring_use_the_socket)
 	int i;
 
 	ASSERT_TRUE(keys && pages);
-	ASSERT_EQ(0, open_attached(self->d.sock, 0, &a));
+	ASSERT_EQ(0, kvd_open_attached(self->d.sock, POOL, 0, &a));
 	ASSERT_TRUE(kv_arbiter_uses_ring(a));
 	for (i = 0; i < N; i++)
 		keys[i] = make_key(99, i);
@@ -347,7 +297,7 @@ static void __attribute__((noreturn)) ring_holder(const char *sock, int stage, i
 	__u32 pages[8], more[4], i;
 	struct kv_arbiter *a;
 
-	KVD_CHILD_EQ(0, open_attached(sock, 0, &a));
+	KVD_CHILD_EQ(0, kvd_open_attached(sock, POOL, 0, &a));
 	KVD_CHILD_TRUE(kv_arbiter_uses_ring(a));
 	KVD_CHILD_EQ(0, kv_alloc(a, 8, pages));
 	memset(e, 0, sizeof(e));
@@ -425,8 +375,8 @@ TEST_F(ring, calls_to_a_stopped_daemon_time_out)
 
 	for (i = 0; i < 4; i++)
 		keys[i] = make_key(5, i);
-	ASSERT_EQ(0, open_attached(self->d.sock, 0, &ring_h));
-	ASSERT_EQ(0, open_attached(self->d.sock, KV_ARBITER_NO_URING, &sock_h));
+	ASSERT_EQ(0, kvd_open_attached(self->d.sock, POOL, 0, &ring_h));
+	ASSERT_EQ(0, kvd_open_attached(self->d.sock, POOL, KV_ARBITER_NO_URING, &sock_h));
 	ASSERT_TRUE(kv_arbiter_uses_ring(ring_h));
 	ASSERT_FALSE(kv_arbiter_uses_ring(sock_h));
 	ASSERT_EQ(KV_DEFAULT_TIMEOUT_MS, kv_arbiter_timeout(ring_h));
@@ -493,7 +443,7 @@ TEST_F(ring, timeout_zero_waits_for_a_slow_daemon)
 	double t0;
 
 	setenv("KVSHARE_CALL_TIMEOUT_MS", "0", 1);
-	ASSERT_EQ(0, open_attached(self->d.sock, 0, &a));
+	ASSERT_EQ(0, kvd_open_attached(self->d.sock, POOL, 0, &a));
 	unsetenv("KVSHARE_CALL_TIMEOUT_MS");
 	ASSERT_EQ(0, kv_arbiter_timeout(a));
 	ASSERT_EQ(0, kill(self->d.pid, SIGSTOP));
@@ -523,30 +473,6 @@ struct raw_reply {
 	struct kvs_msg h;
 	unsigned char body[4096];
 };
-
-static int raw_send(int fd, const void *buf, size_t len, int pass_fd)
-{
-	union {
-		char b[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov = { (void *)buf, len };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-
-	if (pass_fd >= 0) {
-		struct cmsghdr *c;
-
-		memset(&ctl, 0, sizeof(ctl));
-		mh.msg_control = ctl.b;
-		mh.msg_controllen = sizeof(ctl.b);
-		c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
-	}
-	return sendmsg(fd, &mh, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -EIO;
-}
 
 /* One reply and the descriptor riding on it (*rfd, -1 if none): 0, -EPIPE, -ETIMEDOUT. */
 static int raw_recv(int fd, struct raw_reply *r, int *rfd, int ms)
@@ -609,7 +535,7 @@ static int raw_call(int fd, __u32 cmd, void *st, size_t usize, int pass_fd, int 
 
 	memcpy(buf, &h, HDR);
 	memcpy(buf + HDR, st, usize);
-	if (raw_send(fd, buf, HDR + usize, pass_fd))
+	if (kvd_raw_send(fd, buf, HDR + usize, pass_fd))
 		return -1000 - EIO;
 	ret = raw_recv(fd, &r, rfd, 5000);
 	if (ret)
@@ -805,7 +731,7 @@ TEST_F(ring, hostile_ring_clients_are_dropped_while_others_work)
 	__u32 pages[2];
 
 	/* A root client of its own keeps its ring through all of it. */
-	ASSERT_EQ(0, open_attached(self->d.sock, 0, &mine));
+	ASSERT_EQ(0, kvd_open_attached(self->d.sock, POOL, 0, &mine));
 	ASSERT_TRUE(kv_arbiter_uses_ring(mine));
 	self->kid = fork();
 	ASSERT_LE(0, self->kid);
@@ -893,7 +819,7 @@ TEST_F(ring, rings_of_one_uid_leave_budget_for_socket_requests)
 	/* Another user's request of 18 KiB on the socket is still served. */
 	for (i = 0; i < BIG_KEYS; i++)
 		keys[i] = make_key(40, i);
-	ASSERT_EQ(0, open_attached(self->d.sock, KV_ARBITER_NO_URING, &v));
+	ASSERT_EQ(0, kvd_open_attached(self->d.sock, POOL, KV_ARBITER_NO_URING, &v));
 	ret = kv_lookup(v, keys, BIG_KEYS, pages);
 	EXPECT_EQ(0, ret);
 	EXPECT_EQ(0, kv_arbiter_broken(v));
@@ -971,7 +897,7 @@ TEST_F(ring, doorbell_to_a_dead_daemon_raises_no_sigpipe)
 	struct kv_arbiter *a;
 	__u32 pages[2];
 
-	ASSERT_EQ(0, open_attached(self->d.sock, 0, &a));
+	ASSERT_EQ(0, kvd_open_attached(self->d.sock, POOL, 0, &a));
 	ASSERT_TRUE(kv_arbiter_uses_ring(a));
 	ASSERT_NE(SIG_ERR, signal(SIGPIPE, SIG_DFL));
 	/* The caller blocks a signal of its own, which must stay blocked. */

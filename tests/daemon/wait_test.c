@@ -30,7 +30,7 @@
 
 #include <kvshare/arbiter.h>
 
-#include "kvd_test.h"
+#include "kvd_client.h"
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter"
@@ -69,31 +69,6 @@ struct raw_reply {
 	struct kvs_msg h;
 	unsigned char body[4096];
 };
-
-/* Send @len bytes, with descriptor @pass_fd (-1: none). 0 or -EIO. */
-static int raw_send(int fd, const void *buf, size_t len, int pass_fd)
-{
-	union {
-		char b[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov = { (void *)buf, len };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-
-	if (pass_fd >= 0) {
-		struct cmsghdr *c;
-
-		memset(&ctl, 0, sizeof(ctl));
-		mh.msg_control = ctl.b;
-		mh.msg_controllen = sizeof(ctl.b);
-		c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
-	}
-	return sendmsg(fd, &mh, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -EIO;
-}
 
 /* One reply; its first descriptor in *rfd (-1: none), the others closed. */
 static int raw_recv(int fd, struct raw_reply *r, int *rfd)
@@ -161,7 +136,7 @@ static int raw_call(int fd, __u32 cmd, void *st, size_t usize, void *data, size_
 	memcpy(buf + HDR, st, usize);
 	if (dlen)
 		memcpy(buf + HDR + usize, data, dlen);
-	if (raw_send(fd, buf, h.len, pass_fd))
+	if (kvd_raw_send(fd, buf, h.len, pass_fd))
 		return -1000 - EIO;
 	ret = raw_recv(fd, &r, &got_fd);
 	if (ret)
@@ -280,60 +255,25 @@ FIXTURE(wait) {
 	char why[512];
 };
 
-static __u32 pool_id_of(struct kv_arbiter *a, const char *name)
-{
-	struct kvs_pool_desc d[16];
-	struct kvs_pool_list l = { .count = 16, .pools = (uintptr_t)d };
-	__u32 i;
-
-	if (kv_arbiter_call(a, KVS_IOC_POOL_LIST, &l))
-		return 0;
-	for (i = 0; i < l.count && i < 16; i++)
-		if (!strcmp(d[i].name, name))
-			return d[i].pool_id;
-	return 0;
-}
-
 FIXTURE_SETUP(wait)
 {
 	const char *args[] = { "--pool", POOL_SPEC, NULL };
 	int ret;
 
-	self->ctl = NULL;
 	self->kid = 0;
 	self->why[0] = '\0';
 	unsetenv("KVSHARE_CALL_TIMEOUT_MS");
 	ret = kvd_init(&self->d);
 	ASSERT_EQ(0, ret) TH_LOG("mkdtemp: %s", strerror(-ret));
-	ret = kvd_start(&self->d, args, self->why, sizeof(self->why));
-	if (!ret)
-		ret = kv_arbiter_open(self->d.sock, KV_ARBITER_NO_URING, &self->ctl);
-	if (!ret)
-		self->pool_id = pool_id_of(self->ctl, POOL);
-	if (ret || !self->pool_id) {
-		if (self->ctl)
-			kv_arbiter_close(self->ctl);
-		self->d.failed = 1;
-		kvd_fini(&self->d);
-	}
-	ASSERT_EQ(0, ret) TH_LOG("%s", self->why[0] ? self->why : strerror(-ret));
-	ASSERT_NE(0, self->pool_id);
+	ret = kvd_start_ctl(&self->d, args, POOL, &self->ctl, &self->pool_id,
+			    self->why, sizeof(self->why));
+	ASSERT_EQ(0, ret) TH_LOG("%s", self->why);
 }
 
 FIXTURE_TEARDOWN(wait)
 {
-	int ret;
+	int ret = kvd_stop_ctl(&self->d, self->kid, self->ctl, self->why, sizeof(self->why));
 
-	if (self->kid > 0) {
-		kill(self->kid, SIGKILL);
-		waitpid(self->kid, NULL, 0);
-	}
-	if (self->d.pid > 0)
-		kill(self->d.pid, SIGCONT);
-	if (self->ctl)
-		kv_arbiter_close(self->ctl);
-	self->why[0] = '\0';
-	ret = kvd_stop(&self->d, self->why, sizeof(self->why));
 	if (ret)
 		TH_LOG("kvshared: %s", self->why);
 	EXPECT_EQ(0, ret);
@@ -346,21 +286,6 @@ static int stats(FIXTURE_DATA(wait) *self, struct kvs_pool_stats *st)
 	st->pool_id = self->pool_id;
 	st->flags = KVS_STATS_CHECK;
 	return kv_arbiter_call(self->ctl, KVS_IOC_POOL_STATS, st);
-}
-
-/* A libkv handle attached to POOL (@flags: kv_arbiter_open's). */
-static int open_attached(const char *sock, unsigned int flags, struct kv_arbiter **a)
-{
-	int ret = kv_arbiter_open(sock, flags, a);
-
-	if (ret)
-		return ret;
-	ret = kv_arbiter_attach(*a, POOL, 0, NULL);
-	if (ret) {
-		kv_arbiter_close(*a);
-		*a = NULL;
-	}
-	return ret;
 }
 
 static int publish_chain(struct kv_arbiter *a, const __u32 *pages, __u32 chain)
@@ -397,7 +322,7 @@ static void __attribute__((noreturn)) owner(const char *sock, __u32 chain,
 	char c = 1;
 
 	chain_keys(keys, chain);
-	KVD_CHILD_EQ(0, open_attached(sock, 0, &a));
+	KVD_CHILD_EQ(0, kvd_open_attached(sock, POOL, 0, &a));
 	KVD_CHILD_EQ(0, kv_alloc_claim(a, keys, CHAIN, pages));
 	KVD_CHILD_EQ(1, write(ready, &c, 1));
 	KVD_CHILD_EQ(1, read(go, &c, 1));
@@ -539,8 +464,8 @@ TEST_F(wait, lookup_wait_sleeps_until_the_publish)
 	pthread_t t;
 
 	chain_keys(keys, 2);
-	ASSERT_EQ(0, open_attached(self->d.sock, 0, &a));
-	ASSERT_EQ(0, open_attached(self->d.sock, 0, &b));
+	ASSERT_EQ(0, kvd_open_attached(self->d.sock, POOL, 0, &a));
+	ASSERT_EQ(0, kvd_open_attached(self->d.sock, POOL, 0, &b));
 	ASSERT_EQ(0, kv_alloc_claim(a, keys, CHAIN, pages));
 	ASSERT_EQ(0, stats(self, &st));
 	l.a = a;
@@ -574,8 +499,8 @@ TEST_F(wait, lookup_wait_on_a_stopped_daemon_times_out)
 	int ret;
 
 	chain_keys(keys, 3);
-	ASSERT_EQ(0, open_attached(self->d.sock, 0, &a));
-	ASSERT_EQ(0, open_attached(self->d.sock, 0, &b));
+	ASSERT_EQ(0, kvd_open_attached(self->d.sock, POOL, 0, &a));
+	ASSERT_EQ(0, kvd_open_attached(self->d.sock, POOL, 0, &b));
 	ASSERT_EQ(0, kv_arbiter_set_timeout(b, 300));
 	ASSERT_EQ(0, kv_alloc_claim(a, keys, CHAIN, pages));
 	ASSERT_EQ(0, stats(self, &st));
@@ -623,7 +548,7 @@ TEST_F(wait, bad_wait_fd_requests_and_closed_ends_harm_nobody)
 	int fd, wfd, wfd2, rfd;
 	char c = 1;
 
-	ASSERT_EQ(0, open_attached(self->d.sock, 0, &v));
+	ASSERT_EQ(0, kvd_open_attached(self->d.sock, POOL, 0, &v));
 	ASSERT_TRUE(kv_arbiter_uses_ring(v));
 	fd = raw_attached(self->d.sock);
 	ASSERT_LE(0, fd);
@@ -652,7 +577,7 @@ TEST_F(wait, bad_wait_fd_requests_and_closed_ends_harm_nobody)
 	/* Its pipe's read end closed, a wait that ends rings nobody: EPIPE, no signal. */
 	close(wfd);
 	chain_keys(keys, 4);
-	ASSERT_EQ(0, open_attached(self->d.sock, 0, &a));
+	ASSERT_EQ(0, kvd_open_attached(self->d.sock, POOL, 0, &a));
 	ASSERT_EQ(0, kv_alloc_claim(a, keys, CHAIN, pages));
 	ASSERT_EQ(0, raw_lookup_wait(fd, 4, &hit, &inflight));
 	ASSERT_EQ(CHAIN, inflight);
@@ -683,7 +608,7 @@ TEST_F(wait, bad_wait_fd_requests_and_closed_ends_harm_nobody)
 
 		memcpy(req, &h, HDR);
 		memcpy(req + HDR, &rs, sizeof(rs));
-		ASSERT_EQ(0, raw_send(fd, req, sizeof(req), -1));
+		ASSERT_EQ(0, kvd_raw_send(fd, req, sizeof(req), -1));
 		ASSERT_EQ(1, readable(fd, EVENT_MS));
 		ASSERT_EQ(sizeof(rep), recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL));
 		cm = CMSG_FIRSTHDR(&mh);
