@@ -423,6 +423,34 @@ struct death {
 	int up[2], down[2];
 };
 
+/*
+ * Fork @fn(@s) with a pipe each way between it and us: its pid, or -1.
+ * Each pipe end stays in one process only, so that a side that died is
+ * EOF to the other, not a hang.
+ */
+static pid_t death_child(struct death *s, int (*fn)(void *))
+{
+	pid_t pid;
+
+	if (pipe(s->up))
+		return -1;
+	if (pipe(s->down)) {
+		close(s->up[0]);
+		close(s->up[1]);
+		return -1;
+	}
+	fflush(stdout);
+	pid = fork();
+	if (!pid) {
+		close(s->up[0]);
+		close(s->down[1]);
+		_exit(fn(s));
+	}
+	close(s->up[1]);
+	close(s->down[0]);
+	return pid;
+}
+
 /* Map, write, wait for the daemon to die; the mapping still reads back. */
 static int outlive_daemon(void *p)
 {
@@ -459,17 +487,8 @@ TEST_F(gpu, mapping_outlives_the_daemon)
 	if (_metadata->skip)		/* SKIP in the setup still runs the body */
 		return;
 
-	ASSERT_EQ(0, pipe(s.up));
-	ASSERT_EQ(0, pipe(s.down));
-	fflush(stdout);
-	pid = fork();
-	if (!pid) {
-		close(s.up[0]);
-		close(s.down[1]);
-		_exit(outlive_daemon(&s));
-	}
-	close(s.up[1]);		/* a child that died is EOF, not a hang */
-	close(s.down[0]);
+	pid = death_child(&s, outlive_daemon);
+	ASSERT_LT(0, pid);
 	ASSERT_EQ(0, wait_byte(s.up[0]));
 	ASSERT_EQ(0, kvd_kill9(&self->d));
 	ASSERT_EQ(1, write(s.down[1], "k", 1));
@@ -749,17 +768,8 @@ TEST_F(gpu_mod, pool_outlives_kvshared)
 	if (_metadata->skip)		/* SKIP in the setup still runs the body */
 		return;
 
-	ASSERT_EQ(0, pipe(s.up));
-	ASSERT_EQ(0, pipe(s.down));
-	fflush(stdout);
-	pid = fork();
-	if (!pid) {
-		close(s.up[0]);
-		close(s.down[1]);
-		_exit(hold_through_death(&s));
-	}
-	close(s.up[1]);		/* a child that died is EOF, not a hang */
-	close(s.down[0]);
+	pid = death_child(&s, hold_through_death);
+	ASSERT_LT(0, pid);
 	ASSERT_EQ(0, wait_byte(s.up[0]));
 	ASSERT_EQ(0, kvd_kill9(&self->d));
 	ASSERT_EQ(1, write(s.down[1], "k", 1));
