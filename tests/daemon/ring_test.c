@@ -791,6 +791,40 @@ static void __attribute__((noreturn)) ring_hog(const char *sock, int ready)
 	_exit(0);
 }
 
+/*
+ * This test's daemon, started again with @args, and ring_hog() run
+ * against it as the fixture's child: *@got is the number of rings the
+ * hog took (it stays connected, holding them, until the teardown).
+ */
+static int hog_rings(FIXTURE_DATA(ring) *self, const char *const *args, int ready[2],
+		     char *got)
+{
+	int ret;
+
+	kv_arbiter_close(self->ctl);
+	self->ctl = NULL;
+	ret = kvd_stop(&self->d, self->why, sizeof(self->why));
+	if (!ret)
+		ret = kvd_start(&self->d, args, self->why, sizeof(self->why));
+	if (ret)
+		return ret;
+	ret = kv_arbiter_open(self->d.sock, KV_ARBITER_NO_URING, &self->ctl);
+	if (!ret && pipe(ready))
+		ret = -errno;
+	if (!ret) {
+		self->kid = fork();
+		if (self->kid < 0)
+			ret = -errno;
+		else if (!self->kid)
+			ring_hog(self->d.sock, ready[1]);
+		else if (read(ready[0], got, 1) != 1)
+			ret = -EIO;	/* the hog died: its exit status says why */
+	}
+	if (ret)
+		snprintf(self->why, sizeof(self->why), "%s", strerror(-ret));
+	return ret;
+}
+
 TEST_F(ring, rings_of_one_uid_leave_budget_for_socket_requests)
 {
 	const char *args[] = { "--pool", POOL_SPEC, "--max-buffer-total", "1048576", NULL };
@@ -801,19 +835,7 @@ TEST_F(ring, rings_of_one_uid_leave_budget_for_socket_requests)
 	char got = 0;
 
 	/* This test's daemon: the smallest budget there is. */
-	kv_arbiter_close(self->ctl);
-	self->ctl = NULL;
-	ASSERT_EQ(0, kvd_stop(&self->d, self->why, sizeof(self->why))) TH_LOG("%s", self->why);
-	ASSERT_EQ(0, kvd_start(&self->d, args, self->why, sizeof(self->why)))
-		TH_LOG("%s", self->why);
-	ASSERT_EQ(0, kv_arbiter_open(self->d.sock, KV_ARBITER_NO_URING, &self->ctl));
-
-	ASSERT_EQ(0, pipe(ready));
-	self->kid = fork();
-	ASSERT_LE(0, self->kid);
-	if (!self->kid)
-		ring_hog(self->d.sock, ready[1]);
-	ASSERT_EQ(1, read(ready[0], &got, 1));
+	ASSERT_EQ(0, hog_rings(self, args, ready, &got)) TH_LOG("%s", self->why);
 	TH_LOG("the second uid got %d rings of %u bytes", got, GREEDY_RING);
 
 	/* Another user's request of 18 KiB on the socket is still served. */
@@ -856,19 +878,7 @@ TEST_F(ring, rings_of_one_uid_leave_rings_for_others)
 	pid_t kid;
 	char got = 0;
 
-	kv_arbiter_close(self->ctl);
-	self->ctl = NULL;
-	ASSERT_EQ(0, kvd_stop(&self->d, self->why, sizeof(self->why))) TH_LOG("%s", self->why);
-	ASSERT_EQ(0, kvd_start(&self->d, args, self->why, sizeof(self->why)))
-		TH_LOG("%s", self->why);
-	ASSERT_EQ(0, kv_arbiter_open(self->d.sock, KV_ARBITER_NO_URING, &self->ctl));
-
-	ASSERT_EQ(0, pipe(ready));
-	self->kid = fork();
-	ASSERT_LE(0, self->kid);
-	if (!self->kid)
-		ring_hog(self->d.sock, ready[1]);
-	ASSERT_EQ(1, read(ready[0], &got, 1));
+	ASSERT_EQ(0, hog_rings(self, args, ready, &got)) TH_LOG("%s", self->why);
 	TH_LOG("uid %d got %d rings of %u bytes", NOBODY, got, GREEDY_RING);
 	/* 512 KiB of 4 MiB: eight rings of 64 KiB, not the 32 of half the budget. */
 	EXPECT_EQ(8, got);
