@@ -349,6 +349,20 @@ static void requeue_shared(struct worker *w)
 	stop_sharing(w);
 }
 
+/* What the shared prefix cache did, into the worker's tally. */
+static void tally_cache(struct worker *w)
+{
+	const struct kv_prefix_stats *st = kv_prefix_stats(w->cache);
+
+	w->t.local_hit_pages += st->local_hit_pages;
+	w->t.remote_hit_pages += st->remote_hit_pages;
+	w->t.computed_pages += st->published - st->dup_published;
+	w->t.dup_pages += st->dup_published;
+	w->t.claimed_pages += st->claimed;
+	w->t.claim_conflicts += st->claim_conflicts;
+	w->t.evicted_pages += st->alloc_evictions;
+}
+
 /*
  * The handle is broken and no request uses pool pages any more: count
  * what the shared cache did, drop it (its PUTs fail at once on the broken
@@ -357,18 +371,9 @@ static void requeue_shared(struct worker *w)
  */
 static void stop_sharing(struct worker *w)
 {
-	const struct kv_prefix_stats *st;
-
 	if (!w->cache)
 		return;
-	st = kv_prefix_stats(w->cache);
-	w->t.local_hit_pages += st->local_hit_pages;
-	w->t.remote_hit_pages += st->remote_hit_pages;
-	w->t.computed_pages += st->published - st->dup_published;
-	w->t.dup_pages += st->dup_published;
-	w->t.claimed_pages += st->claimed;
-	w->t.claim_conflicts += st->claim_conflicts;
-	w->t.evicted_pages += st->alloc_evictions;
+	tally_cache(w);
 	kv_prefix_destroy(w->cache);
 	w->cache = NULL;
 	kv_pool_close(w->pool);
@@ -729,15 +734,7 @@ static void worker_tally(struct worker *w)
 	};
 
 	if (w->cache) {
-		const struct kv_prefix_stats *st = kv_prefix_stats(w->cache);
-
-		w->t.local_hit_pages += st->local_hit_pages;
-		w->t.remote_hit_pages += st->remote_hit_pages;
-		w->t.computed_pages += st->published - st->dup_published;
-		w->t.dup_pages += st->dup_published;
-		w->t.claimed_pages += st->claimed;
-		w->t.claim_conflicts += st->claim_conflicts;
-		w->t.evicted_pages += st->alloc_evictions;
+		tally_cache(w);
 		h.pool = true;
 		kv_radix_walk(kv_prefix_tree(w->cache), count_held, &h);
 	}
