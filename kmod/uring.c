@@ -86,6 +86,29 @@ static int kvs_uring_result(unsigned int op, const union kvs_cmd_buf *buf)
 	return -EOPNOTSUPP;
 }
 
+/*
+ * sqe->uring_cmd_flags that io_uring hands on: 6.1 knows only
+ * IORING_URING_CMD_FIXED (a registered buffer, which no command here
+ * addresses, so it cannot mean what the submitter meant) and refuses
+ * the rest itself; later kernels name theirs in IORING_URING_CMD_MASK.
+ * The bits above the mask are io_uring's own, never the submitter's.
+ */
+#ifdef IORING_URING_CMD_MASK
+#define KVS_URING_CMD_FLAGS	IORING_URING_CMD_MASK
+#else
+#define KVS_URING_CMD_FLAGS	IORING_URING_CMD_FIXED
+#endif
+
+/*
+ * Are the payload's bytes from @from on zero?  Those past a command's
+ * struct are reserved, as a reserved field is, so that the struct may
+ * grow into them.
+ */
+static bool kvs_uring_zero_from(const u8 *raw, size_t from)
+{
+	return !memchr_inv(raw + from, 0, KVS_URING_PAYLOAD_MAX - from);
+}
+
 /* How often a parked command looks whether its process is exiting. */
 #define KVS_UWAIT_TICK_MS	20
 
@@ -297,28 +320,23 @@ static void kvs_uwait_tw(KVS_TW_ARGS)
 
 /*
  * LOOKUP with KVS_LOOKUP_WAIT (see the uapi header): the wait's fields
- * follow the struct in the payload; take the file's one slot and look up.
+ * follow the struct in @raw, the payload's one copy; take the file's one
+ * slot and look up.
  */
-static int kvs_uwait_submit(struct io_uring_cmd *ioucmd, const struct kvs_lookup *req,
+static int kvs_uwait_submit(struct io_uring_cmd *ioucmd, const u8 *raw,
 			    unsigned int issue_flags)
 {
 	struct kvs_client *cl = ioucmd->file->private_data;
 	struct kvs_file_ctx *ctx = kvs_client_wake_arg(cl);
 	struct kvs_uwait *uw = &ctx->uwait;
-	u8 raw[KVS_URING_PAYLOAD_MAX];
 	struct kvs_uring_lookup w;
 
 	if (!(issue_flags & IO_URING_F_CQE32) ||
 	    _IOC_SIZE(ioucmd->cmd_op) != sizeof(struct kvs_lookup))
 		return -EINVAL;
 	BUILD_BUG_ON(sizeof(w) > KVS_URING_PAYLOAD_MAX);
-	/*
-	 * Of this copy only the wait's fields and the bytes after the struct
-	 * (zero, so that it may grow) are read: @req is the lookup.
-	 */
-	memcpy(raw, kvs_uring_payload(ioucmd), sizeof(raw));
 	memcpy(&w, raw, sizeof(w));
-	if (w.pad || memchr_inv(raw + sizeof(w), 0, sizeof(raw) - sizeof(w)))
+	if (w.pad || !kvs_uring_zero_from(raw, sizeof(w)))
 		return -EINVAL;
 	if (!w.timeout_ms || w.timeout_ms > KVS_URING_WAIT_MAX_MS)
 		return -ERANGE;
@@ -331,7 +349,7 @@ static int kvs_uwait_submit(struct io_uring_cmd *ioucmd, const struct kvs_lookup
 	uw->cmd = ioucmd;
 	uw->running = true;
 	spin_unlock_bh(&uw->lock);
-	uw->req = *req;
+	uw->req = w.lookup;
 	uw->done = 0;
 	uw->deadline = jiffies + msecs_to_jiffies(w.timeout_ms);
 	/*
@@ -351,6 +369,7 @@ int kvs_uring_cmd(struct io_uring_cmd *ioucmd, unsigned int issue_flags)
 {
 	unsigned int op = ioucmd->cmd_op;
 	size_t ksize = kvs_cmd_size(op), usize = _IOC_SIZE(op);
+	u8 raw[KVS_URING_PAYLOAD_MAX];
 	union kvs_cmd_buf buf;
 	struct kvs_cred cred;
 	struct kvs_call call = {
@@ -366,7 +385,7 @@ int kvs_uring_cmd(struct io_uring_cmd *ioucmd, unsigned int issue_flags)
 	memset(&buf, 0, sizeof(buf));
 	if (kvs_uring_result(op, &buf) < 0)
 		return -EOPNOTSUPP;
-	if (!(issue_flags & IO_URING_F_SQE128))
+	if (!(issue_flags & IO_URING_F_SQE128) || (ioucmd->flags & KVS_URING_CMD_FLAGS))
 		return -EINVAL;
 	if (usize > KVS_URING_PAYLOAD_MAX)
 		return -E2BIG;
@@ -374,12 +393,15 @@ int kvs_uring_cmd(struct io_uring_cmd *ioucmd, unsigned int issue_flags)
 	 * The SQE lives in memory the submitter can still write: copy the
 	 * payload once, and look only at the copy from here on.
 	 */
-	memcpy(&buf, kvs_uring_payload(ioucmd), usize);
-	if (usize > ksize && memchr_inv((char *)&buf + ksize, 0, usize - ksize))
+	memcpy(raw, kvs_uring_payload(ioucmd), sizeof(raw));
+	if (usize > ksize && memchr_inv(raw + ksize, 0, usize - ksize))
 		return -E2BIG;
+	memcpy(&buf, raw, min(usize, ksize));
 	if (_IOC_NR(op) == _IOC_NR(KVS_IOC_LOOKUP) &&
 	    (buf.lookup.flags & KVS_LOOKUP_WAIT))
-		return kvs_uwait_submit(ioucmd, &buf.lookup, issue_flags);
+		return kvs_uwait_submit(ioucmd, raw, issue_flags);
+	if (!kvs_uring_zero_from(raw, usize))
+		return -EINVAL;
 
 	kvs_file_cred(ioucmd->file, &cred);
 	ret = kvs_cmd(ioucmd->file->private_data, op, &buf, &call);

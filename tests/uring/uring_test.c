@@ -1586,55 +1586,98 @@ static const struct zero_field zero_fields[] = {
 	ZF(KVS_IOC_PUT, kvs_put, reserved[1]),
 };
 
+/*
+ * In a chain_env, F's valid request of each carried command, each of
+ * which acts when submitted: base_acts() submits them clean.
+ */
+struct base_reqs {
+	struct kvs_publish_entry e[1];
+	__u32 got[4], own[2];
+};
+
+/* F owns own[0] (PUT) and own[1] (PUBLISH) so every base request acts. */
+static void base_init(struct __test_metadata *_metadata, const struct chain_env *c,
+		      struct base_reqs *b)
+{
+	ASSERT_EQ(0, io_alloc(c->fds[1], 2, b->own));
+	b->e[0] = ent(b->own[1], KVS_NO_PAGE, key_of(21, 0));
+}
+
+/* @op's base request, zero-padded to a whole payload: its size. */
+static size_t base_payload(__u32 op, const struct chain_env *c, struct base_reqs *b,
+			   unsigned char payload[KVS_URING_PAYLOAD_MAX])
+{
+	union {
+		struct kvs_alloc al;
+		struct kvs_publish pb;
+		struct kvs_lookup lk;
+		struct kvs_put put;
+	} q;
+	size_t len = 0;
+
+	switch (op) {
+	case KVS_IOC_ALLOC:
+		q.al = req_alloc(1, b->got);
+		len = sizeof(q.al);
+		break;
+	case KVS_IOC_PUBLISH:
+		q.pb = req_publish(b->e, 1);
+		len = sizeof(q.pb);
+		break;
+	case KVS_IOC_LOOKUP:
+		q.lk = req_lookup(c->keys, 4, b->got);
+		len = sizeof(q.lk);
+		break;
+	case KVS_IOC_PUT:
+		q.put = req_put(b->own, 1);
+		len = sizeof(q.put);
+		break;
+	}
+	memset(payload, 0, KVS_URING_PAYLOAD_MAX);
+	memcpy(payload, &q, len);
+	return len;
+}
+
+/* The base requests, clean, act; then F holds nothing again. */
+static void base_acts(struct __test_metadata *_metadata, struct io_uring *r,
+		      const struct chain_env *c, struct base_reqs *b)
+{
+	struct kvs_lookup lk = req_lookup(c->keys, 4, b->got);
+	struct kvs_put put = req_put(b->own, 1);
+	struct kvs_publish pb = req_publish(b->e, 1);
+	struct kvs_alloc al = req_alloc(1, b->own);
+	int f = c->fds[1];
+
+	ASSERT_EQ(4, ucmd(r, f, KVS_IOC_LOOKUP, &lk, sizeof(lk)));
+	ASSERT_EQ(0, u_put(r, f, b->got, 4));
+	ASSERT_EQ(0, ucmd(r, f, KVS_IOC_PUT, &put, sizeof(put)));
+	ASSERT_EQ(0, ucmd(r, f, KVS_IOC_PUBLISH, &pb, sizeof(pb)));
+	ASSERT_EQ(0, ucmd(r, f, KVS_IOC_ALLOC, &al, sizeof(al)));
+	ASSERT_EQ(0, u_put(r, f, &b->e[0].result, 1));
+	ASSERT_EQ(0, u_put(r, f, b->own, 1));
+	ASSERT_EQ(0, held_of(f));
+}
+
 TEST_F(uring, payload_pads_and_reserved)
 {
 	struct chain_env c;
+	struct base_reqs b;
 	struct io_uring ring;
 	struct snap s0, s1;
-	struct kvs_publish_entry e[1];
-	__u32 got[4], own[2];
 	unsigned char payload[KVS_URING_PAYLOAD_MAX];
 	unsigned int i, bit;
 
 	REQUIRE();
 	chain_env(_metadata, self, &c, 16, 0);
 	ring_init(_metadata, &ring, 8, IORING_SETUP_SQE128);
-	/* F owns own[0] (PUT) and own[1] (PUBLISH) so every base request acts. */
-	ASSERT_EQ(0, io_alloc(c.fds[1], 2, own));
-	e[0] = ent(own[1], KVS_NO_PAGE, key_of(21, 0));
+	base_init(_metadata, &c, &b);
 	take_snap(_metadata, self->ctl, c.pool, c.fds, 2, &s0);
 
 	for (i = 0; i < ARRAY_SIZE(zero_fields); i++) {
 		const struct zero_field *z = &zero_fields[i];
 
 		for (bit = 0; bit < 2; bit++) {
-			memset(payload, 0, sizeof(payload));
-			switch (z->op) {
-			case KVS_IOC_ALLOC: {
-				struct kvs_alloc q = req_alloc(1, got);
-
-				memcpy(payload, &q, sizeof(q));
-				break;
-			}
-			case KVS_IOC_PUBLISH: {
-				struct kvs_publish q = req_publish(e, 1);
-
-				memcpy(payload, &q, sizeof(q));
-				break;
-			}
-			case KVS_IOC_LOOKUP: {
-				struct kvs_lookup q = req_lookup(c.keys, 4, got);
-
-				memcpy(payload, &q, sizeof(q));
-				break;
-			}
-			case KVS_IOC_PUT: {
-				struct kvs_put q = req_put(own, 1);
-
-				memcpy(payload, &q, sizeof(q));
-				break;
-			}
-			}
+			base_payload(z->op, &c, &b, payload);
 			/* Lowest bit, then highest bit of the field. */
 			payload[z->off + (bit ? z->width - 1 : 0)] = bit ? 0x80 : 0x01;
 			ASSERT_EQ(-EINVAL, ucmd(&ring, c.fds[1], z->op, payload, sizeof(payload)))
@@ -1644,22 +1687,69 @@ TEST_F(uring, payload_pads_and_reserved)
 	take_snap(_metadata, self->ctl, c.pool, c.fds, 2, &s1);
 	assert_unchanged(_metadata, &s0, &s1, "non-zero pads and reserved fields");
 
-	/* The base requests are valid: each acts once zeroed. */
-	{
-		struct kvs_lookup lk = req_lookup(c.keys, 4, got);
-		struct kvs_put put = req_put(own, 1);
-		struct kvs_publish pb = req_publish(e, 1);
-		struct kvs_alloc al = req_alloc(1, own);
+	base_acts(_metadata, &ring, &c, &b);
+	io_uring_queue_exit(&ring);
+	check_pool(_metadata, self->ctl, c.pool, NULL);
+	finish(_metadata, self, c.fds, 2);
+}
 
-		ASSERT_EQ(4, ucmd(&ring, c.fds[1], KVS_IOC_LOOKUP, &lk, sizeof(lk)));
-		ASSERT_EQ(0, u_put(&ring, c.fds[1], got, 4));
-		ASSERT_EQ(0, ucmd(&ring, c.fds[1], KVS_IOC_PUT, &put, sizeof(put)));
-		ASSERT_EQ(0, ucmd(&ring, c.fds[1], KVS_IOC_PUBLISH, &pb, sizeof(pb)));
-		ASSERT_EQ(0, ucmd(&ring, c.fds[1], KVS_IOC_ALLOC, &al, sizeof(al)));
-		ASSERT_EQ(0, u_put(&ring, c.fds[1], &e[0].result, 1));
-		ASSERT_EQ(0, u_put(&ring, c.fds[1], own, 1));
+/*
+ * All of the SQE that the command does not use must be clear:
+ * IORING_URING_CMD_FIXED names a registered buffer that no command
+ * addresses, and the payload's bytes past the struct (however long
+ * cmd_op says it is) are where it may grow.  Each refused SQE acts once
+ * clean (base_acts()), so a check that is missing shows as a change.
+ */
+TEST_F(uring, cmd_flags_and_payload_tail)
+{
+	struct chain_env c;
+	struct base_reqs b;
+	struct io_uring ring;
+	struct snap s0, s1;
+	static char fixed[4096] __attribute__((aligned(4096)));
+	struct iovec iov = { .iov_base = fixed, .iov_len = sizeof(fixed) };
+	unsigned char payload[KVS_URING_PAYLOAD_MAX];
+	unsigned int i, async;
+
+	REQUIRE();
+	chain_env(_metadata, self, &c, 16, 0);
+	ring_init(_metadata, &ring, 8, IORING_SETUP_SQE128);
+	/* Else io_uring itself refuses FIXED (EFAULT), before the device sees it. */
+	ASSERT_EQ(0, io_uring_register_buffers(&ring, &iov, 1));
+	base_init(_metadata, &c, &b);
+	take_snap(_metadata, self->ctl, c.pool, c.fds, 2, &s0);
+
+	for (i = 0; i < ARRAY_SIZE(carried_ops); i++) {
+		__u32 op = carried_ops[i];
+
+		for (async = 0; async < 2; async++) {
+			__u8 fl = async ? IOSQE_ASYNC : 0;
+			size_t len = base_payload(op, &c, &b, payload);
+
+			ASSERT_EQ(-EINVAL, ucmd_full(&ring, c.fds[1], op, payload, len, fl,
+						     0, IORING_URING_CMD_FIXED))
+				TH_LOG("cmd_op %#x FIXED, async %u", op, async);
+			payload[len] = 0x01;
+			ASSERT_EQ(-EINVAL, ucmd_full(&ring, c.fds[1], op, payload,
+						     sizeof(payload), fl, 0, 0))
+				TH_LOG("cmd_op %#x byte %zu, async %u", op, len, async);
+			payload[len] = 0;
+			payload[sizeof(payload) - 1] = 0x80;
+			ASSERT_EQ(-EINVAL, ucmd_full(&ring, c.fds[1], op, payload,
+						     sizeof(payload), fl, 0, 0))
+				TH_LOG("cmd_op %#x last byte, async %u", op, async);
+			payload[sizeof(payload) - 1] = 0;
+			/* A shorter struct ends before the last reserved field. */
+			payload[len - 1] = 0x01;
+			ASSERT_EQ(-EINVAL, ucmd_full(&ring, c.fds[1], op_sized(op, len - 8),
+						     payload, sizeof(payload), fl, 0, 0))
+				TH_LOG("cmd_op %#x sized %zu, async %u", op, len - 8, async);
+		}
 	}
-	ASSERT_EQ(0, held_of(c.fds[1]));
+	take_snap(_metadata, self->ctl, c.pool, c.fds, 2, &s1);
+	assert_unchanged(_metadata, &s0, &s1, "FIXED, payload tail");
+
+	base_acts(_metadata, &ring, &c, &b);
 	io_uring_queue_exit(&ring);
 	check_pool(_metadata, self->ctl, c.pool, NULL);
 	finish(_metadata, self, c.fds, 2);

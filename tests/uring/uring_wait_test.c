@@ -123,9 +123,12 @@ static void uwait_prep(struct uwait *w, __u32 chain, __u32 n, __u32 timeout_ms)
 	w->req.timeout_ms = timeout_ms;
 }
 
-/* Submit @len bytes of @payload as @op on @fd (a 128-byte SQE): 0 or -errno. */
-static int submit(struct io_uring *r, int fd, __u32 op, const void *payload,
-		  size_t len, __u64 ud)
+/*
+ * Submit @len bytes of @payload as @op on @fd (a 128-byte SQE), with
+ * @cmd_flags in sqe->uring_cmd_flags: 0 or -errno.
+ */
+static int submit_flags(struct io_uring *r, int fd, __u32 op, const void *payload,
+			size_t len, __u32 cmd_flags, __u64 ud)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(r);
 	int ret;
@@ -136,10 +139,17 @@ static int submit(struct io_uring *r, int fd, __u32 op, const void *payload,
 	sqe->opcode = IORING_OP_URING_CMD;
 	sqe->fd = fd;
 	sqe->cmd_op = op;
+	sqe->uring_cmd_flags = cmd_flags;
 	sqe->user_data = ud;
 	memcpy(sqe->cmd, payload, len);
 	ret = io_uring_submit(r);
 	return ret == 1 ? 0 : ret < 0 ? ret : -EIO;
+}
+
+static int submit(struct io_uring *r, int fd, __u32 op, const void *payload,
+		  size_t len, __u64 ud)
+{
+	return submit_flags(r, fd, op, payload, len, 0, ud);
 }
 
 static int submit_wait(struct io_uring *r, int fd, struct uwait *w, __u64 ud)
@@ -434,15 +444,21 @@ TEST_F(uw, bad_waits_are_refused)
 		{ "n_inflight in", -EINVAL },
 		{ "count 0", -EINVAL },
 		{ "size bits", -EINVAL },
-		{ "bytes after the struct", -EINVAL },
+		{ "last byte after the struct", -EINVAL },
+		{ "first byte after the struct", -EINVAL },
+		{ "IORING_URING_CMD_FIXED", -EINVAL },
 	};
+	static char fixed[4096] __attribute__((aligned(4096)));
+	struct iovec iov = { .iov_base = fixed, .iov_len = sizeof(fixed) };
 
 	W_BEGIN();
+	/* Else io_uring itself refuses FIXED (EFAULT), before the device sees it. */
+	ASSERT_EQ(0, io_uring_register_buffers(&self->ring, &iov, 1));
 	ASSERT_EQ(0, claim_chain(self->a, 7, 1, p));
 	ASSERT_EQ(0, kvs_stats(&self->env.ctl, self->pool, 0, &s0));
 	for (i = 0; i < KVS_ARRAY_SIZE(bad); i++) {
 		unsigned char raw[KVS_URING_PAYLOAD_MAX] = { 0 };
-		__u32 op = KVS_IOC_LOOKUP;
+		__u32 op = KVS_IOC_LOOKUP, cmd_flags = 0;
 
 		uwait_prep(&w, 7, 1, LONG_WAIT_MS);
 		switch (i) {
@@ -476,10 +492,17 @@ TEST_F(uw, bad_waits_are_refused)
 			/* Where the struct may grow: must be zero now. */
 			raw[KVS_URING_PAYLOAD_MAX - 1] = 1;
 			break;
+		case 9:
+			raw[sizeof(w.req)] = 0x80;
+			break;
+		case 10:
+			/* A registered buffer, which no command uses. */
+			cmd_flags = IORING_URING_CMD_FIXED;
+			break;
 		}
 		memcpy(raw, &w.req, sizeof(w.req));
-		ASSERT_EQ(0, submit(&self->ring, self->b->fd, op, raw,
-				    sizeof(raw), 10 + i));
+		ASSERT_EQ(0, submit_flags(&self->ring, self->b->fd, op, raw,
+					  sizeof(raw), cmd_flags, 10 + i));
 		ASSERT_EQ(0, reap(&self->ring, WOKEN_S, &d)) TH_LOG("%s", bad[i].what);
 		ASSERT_EQ(bad[i].expect, d.res) TH_LOG("%s", bad[i].what);
 	}
@@ -495,6 +518,13 @@ TEST_F(uw, bad_waits_are_refused)
 	ASSERT_EQ(s0.inflight_waits, s1.inflight_waits);
 	kvs_assert_same_state(_metadata, &s0, &s1);
 	ASSERT_EQ(0, kvs_held(self->b));
+	/* The same wait, clean, parks: its 1 ms deadline finds the key in flight. */
+	uwait_prep(&w, 7, 1, 1);
+	ASSERT_EQ(0, submit_wait(&self->ring, self->b->fd, &w, 30));
+	ASSERT_EQ(0, reap(&self->ring, WOKEN_S, &d));
+	ASSERT_EQ(30, d.ud);
+	ASSERT_EQ(0, d.res);
+	ASSERT_EQ(1, d.res2);
 	ASSERT_EQ(0, kvs_put(self->a, p, 1));
 	W_END();
 }
