@@ -523,9 +523,12 @@ struct kvs_pages {
  * LOOKUP n_hit, PUBLISH n_dup, ALLOC and PUT 0.  Commands complete before
  * the submission returns, except a LOOKUP that waits (below).  Holdings
  * taken this way belong to the device file, exactly as the ioctl's do.
- * Errors besides the command's own: EINVAL the ring lacks SQE128;
- * EOPNOTSUPP a command io_uring does not carry; EAGAIN never reaches the
- * CQE (a contended pool is retried from io_uring's worker).
+ * Errors besides the command's own: EINVAL the ring lacks SQE128, a
+ * sqe->uring_cmd_flags bit is set (IORING_URING_CMD_FIXED: no command
+ * addresses a registered buffer), or a payload byte past the struct (as
+ * long as cmd_op's size bits say) is set; EOPNOTSUPP a command io_uring
+ * does not carry; EAGAIN never reaches the CQE (a contended pool is
+ * retried from io_uring's worker).
  *
  * LOOKUP with KVS_LOOKUP_WAIT parks instead of asking for poll(): the
  * payload is struct kvs_uring_lookup (cmd_op still KVS_IOC_LOOKUP), on a
