@@ -109,6 +109,23 @@ static bool kvs_uring_zero_from(const u8 *raw, size_t from)
 	return !memchr_inv(raw + from, 0, KVS_URING_PAYLOAD_MAX - from);
 }
 
+/*
+ * The core's call for a command io_uring issues: the credentials the file
+ * was opened with (as for the ioctl), the arrays in the submitter's
+ * memory, and EAGAIN rather than sleep on a pool lock when issued inline.
+ */
+static void kvs_uring_call(struct kvs_call *call, struct kvs_cred *cred,
+			   const struct io_uring_cmd *ioucmd, unsigned int issue_flags)
+{
+	kvs_file_cred(ioucmd->file, cred);
+	*call = (struct kvs_call) {
+		.cred = cred,
+		.copy_in = kvs_copy_in,
+		.copy_out = kvs_copy_out,
+		.nonblock = !!(issue_flags & IO_URING_F_NONBLOCK),
+	};
+}
+
 /* How often a parked command looks whether its process is exiting. */
 #define KVS_UWAIT_TICK_MS	20
 
@@ -237,13 +254,7 @@ static int kvs_uwait_lookup(struct kvs_uwait *uw, unsigned int issue_flags,
 	union kvs_cmd_buf buf;
 	struct kvs_lookup *l = &buf.lookup;
 	struct kvs_cred cred;
-	struct kvs_call call = {
-		.cred = &cred,
-		.copy_in = kvs_copy_in,
-		.copy_out = kvs_copy_out,
-		.nonblock = !!(issue_flags & IO_URING_F_NONBLOCK),
-		.park = 1,
-	};
+	struct kvs_call call;
 	int ret;
 
 	memset(&buf, 0, sizeof(buf));
@@ -251,7 +262,8 @@ static int kvs_uwait_lookup(struct kvs_uwait *uw, unsigned int issue_flags,
 	l->count -= uw->done;
 	l->keys += (u64)uw->done * sizeof(struct kvs_key);
 	l->pages += (u64)uw->done * sizeof(__u32);
-	kvs_file_cred(uw->cmd->file, &cred);
+	kvs_uring_call(&call, &cred, uw->cmd, issue_flags);
+	call.park = 1;
 	ret = kvs_cmd(uw->cl, KVS_IOC_LOOKUP, &buf, &call);
 	if (ret)
 		return ret;
@@ -372,12 +384,7 @@ int kvs_uring_cmd(struct io_uring_cmd *ioucmd, unsigned int issue_flags)
 	u8 raw[KVS_URING_PAYLOAD_MAX];
 	union kvs_cmd_buf buf;
 	struct kvs_cred cred;
-	struct kvs_call call = {
-		.cred = &cred,
-		.copy_in = kvs_copy_in,
-		.copy_out = kvs_copy_out,
-		.nonblock = !!(issue_flags & IO_URING_F_NONBLOCK),
-	};
+	struct kvs_call call;
 	int ret;
 
 	if (!ksize)
@@ -403,7 +410,7 @@ int kvs_uring_cmd(struct io_uring_cmd *ioucmd, unsigned int issue_flags)
 	if (!kvs_uring_zero_from(raw, usize))
 		return -EINVAL;
 
-	kvs_file_cred(ioucmd->file, &cred);
+	kvs_uring_call(&call, &cred, ioucmd, issue_flags);
 	ret = kvs_cmd(ioucmd->file->private_data, op, &buf, &call);
 	if (ret)
 		return ret;	/* 0 or -errno: safe to return in 6.1 */
