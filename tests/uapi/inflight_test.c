@@ -45,22 +45,6 @@ FIXTURE_TEARDOWN(inf)
 	kvs_env_assert_baseline(_metadata, &self->env); \
 } while (0)
 
-static int claim_chain(struct kvs_conn *c, __u32 chain, __u32 n, __u32 *pages)
-{
-	struct kvs_key k[16];
-	struct kvs_alloc a;
-	__u32 i;
-
-	for (i = 0; i < n; i++)
-		k[i] = make_key(chain, i);
-	memset(&a, 0, sizeof(a));
-	a.count = n;
-	a.flags = KVS_ALLOC_CLAIM;
-	a.pages = KVS_PTR(pages);
-	a.keys = KVS_PTR(k);
-	return kvs_call(c, KVS_IOC_ALLOC, &a);
-}
-
 static int wait_chain(struct kvs_conn *c, __u32 chain, __u32 n, __u32 *pages,
 		      __u32 *n_hit, __u32 *n_inflight)
 {
@@ -145,7 +129,7 @@ TEST_F(inf, publish_wakes_the_waiter_with_a_hit)
 	/* Nothing to wait for: readable. */
 	r = readable(self->b, 0);
 	ASSERT_NE(0, r);
-	ASSERT_EQ(0, claim_chain(self->a, 1, 3, p));
+	ASSERT_EQ(0, kvs_claim_chain(self->a, 1, 3, p));
 	ASSERT_EQ(0, wait_chain(self->b, 1, 3, q, &hit, &inf));
 	ASSERT_EQ(0, hit);
 	ASSERT_EQ(3, inf);
@@ -177,29 +161,12 @@ TEST_F(inf, publish_wakes_the_waiter_with_a_hit)
 /* The owner is killed while b waits: b is woken at once, and claims. */
 TEST_F(inf, killed_owner_wakes_the_waiter)
 {
-	__u32 p[4], q[4], hit = 9, inf = 9;
-	int go[2], r;
-	char byte;
+	__u32 q[4], hit = 9, inf = 9;
 	pid_t pid;
+	int r;
 
 	INF_BEGIN();
-	ASSERT_EQ(0, pipe(go));
-	pid = kvs_env_fork(_metadata, &self->env);
-	if (!pid) {
-		struct kvs_conn c;
-
-		close(go[0]);
-		if (kvs_conn_open(&c) || kvs_attach(&c, self->name, INF_NS, 0, NULL) ||
-		    claim_chain(&c, 2, 4, p))
-			_exit(1);
-		if (write(go[1], "x", 1) != 1)
-			_exit(1);
-		for (;;)
-			pause();
-	}
-	close(go[1]);
-	ASSERT_EQ(1, read(go[0], &byte, 1));
-	close(go[0]);
+	pid = kvs_env_fork_claimer(_metadata, &self->env, self->name, INF_NS, 2, 4);
 	ASSERT_EQ(0, wait_chain(self->b, 2, 4, q, &hit, &inf));
 	ASSERT_EQ(0, hit);
 	ASSERT_EQ(4, inf);
@@ -223,7 +190,7 @@ TEST_F(inf, killed_owner_wakes_the_waiter)
 	ASSERT_EQ(0, wait_chain(self->b, 2, 4, q, &hit, &inf));
 	ASSERT_EQ(0, hit);
 	ASSERT_EQ(0, inf);
-	ASSERT_EQ(0, claim_chain(self->b, 2, 4, q));
+	ASSERT_EQ(0, kvs_claim_chain(self->b, 2, 4, q));
 	ASSERT_EQ(0, kvs_publish_chain(self->b, q, 4, KVS_NO_PAGE, 2, 0, NULL, NULL));
 	ASSERT_EQ(0, kvs_put(self->b, q, 4));
 	INF_END();
@@ -236,8 +203,8 @@ TEST_F(inf, abandoned_claim_is_a_miss)
 	int r;
 
 	INF_BEGIN();
-	ASSERT_EQ(0, claim_chain(self->a, 3, 2, p));
-	ASSERT_EQ(-EEXIST, claim_chain(self->b, 3, 2, q));
+	ASSERT_EQ(0, kvs_claim_chain(self->a, 3, 2, p));
+	ASSERT_EQ(-EEXIST, kvs_claim_chain(self->b, 3, 2, q));
 	ASSERT_EQ(0, wait_chain(self->b, 3, 2, q, &hit, &inf));
 	ASSERT_EQ(2, inf);
 	ASSERT_EQ(0, kvs_put(self->a, p, 1));
@@ -247,7 +214,7 @@ TEST_F(inf, abandoned_claim_is_a_miss)
 	ASSERT_EQ(0, wait_chain(self->b, 3, 2, q, &hit, &inf));
 	ASSERT_EQ(0, hit + inf);
 	/* Key 1 is still in flight; the owner's file closes. */
-	ASSERT_EQ(0, claim_chain(self->b, 4, 1, q));
+	ASSERT_EQ(0, kvs_claim_chain(self->b, 4, 1, q));
 	ASSERT_EQ(0, kvs_put(self->b, q, 1));
 	kvs_conn_close(self->a);
 	ASSERT_EQ(0, wait_chain(self->b, 3, 2, q, &hit, &inf));
@@ -263,10 +230,10 @@ TEST_F(inf, namespaces_are_apart)
 
 	INF_BEGIN();
 	o = kvs_env_attach(_metadata, &self->env, self->name, INF_NS + 1);
-	ASSERT_EQ(0, claim_chain(o, 5, 1, &p));
+	ASSERT_EQ(0, kvs_claim_chain(o, 5, 1, &p));
 	ASSERT_EQ(0, wait_chain(self->b, 5, 1, &q, &hit, &inf));
 	ASSERT_EQ(0, hit + inf);
-	ASSERT_EQ(0, claim_chain(self->b, 5, 1, &q));
+	ASSERT_EQ(0, kvs_claim_chain(self->b, 5, 1, &q));
 	kvs_conn_close(o);
 	kvs_conn_close(self->b);
 	INF_END();

@@ -538,6 +538,36 @@ static inline int kvs_alloc(struct kvs_conn *c, __u32 count, __u32 *pages)
 	return kvs_call(c, KVS_IOC_ALLOC, &a);
 }
 
+/*
+ * ALLOC with KVS_ALLOC_CLAIM of keys @first..@first + @n - 1 of @chain
+ * (make_key()): the pages, owned, and the keys in flight.  @n <= 16
+ * (more is the test's own mistake: ENOBUFS, nothing sent).
+ */
+static inline int kvs_claim_keys(struct kvs_conn *c, __u32 chain, __u32 first,
+				 __u32 n, __u32 *pages)
+{
+	struct kvs_key k[16];
+	struct kvs_alloc a;
+	__u32 i;
+
+	if (n > KVS_ARRAY_SIZE(k))
+		return -ENOBUFS;
+	for (i = 0; i < n; i++)
+		k[i] = make_key(chain, first + i);
+	memset(&a, 0, sizeof(a));
+	a.count = n;
+	a.flags = KVS_ALLOC_CLAIM;
+	a.pages = KVS_PTR(pages);
+	a.keys = KVS_PTR(k);
+	return kvs_call(c, KVS_IOC_ALLOC, &a);
+}
+
+static inline int kvs_claim_chain(struct kvs_conn *c, __u32 chain, __u32 n,
+				  __u32 *pages)
+{
+	return kvs_claim_keys(c, chain, 0, n, pages);
+}
+
 static inline int kvs_publish(struct kvs_conn *c, struct kvs_publish_entry *e,
 			      __u32 count, __u32 *n_dup)
 {
@@ -981,6 +1011,41 @@ static inline pid_t kvs_env_fork(struct __test_metadata *_metadata,
 	ASSERT_LE(0, pid);
 	if (pid > 0)
 		e->kids[i] = pid;
+	return pid;
+}
+
+/*
+ * Fork an owner: a child with a file of its own, attached to @name in
+ * @ns, that claims keys 0..@n - 1 of @chain and then waits to be killed
+ * (ASSERT_KILL9), which ends its claim with its file.  Returns once the
+ * claim is made; a child that could not make it fails the test.
+ */
+static inline pid_t kvs_env_fork_claimer(struct __test_metadata *_metadata,
+					 struct kvs_env *e, const char *name,
+					 __u64 ns, __u32 chain, __u32 n)
+{
+	int go[2];
+	char byte;
+	pid_t pid;
+
+	ASSERT_EQ(0, pipe(go));
+	pid = kvs_env_fork(_metadata, e);
+	if (!pid) {
+		struct kvs_conn c;
+		__u32 p[16];
+
+		close(go[0]);
+		if (kvs_conn_open(&c) || kvs_attach(&c, name, ns, 0, NULL) ||
+		    kvs_claim_chain(&c, chain, n, p))
+			_exit(1);
+		if (write(go[1], "x", 1) != 1)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(go[1]);
+	ASSERT_EQ(1, read(go[0], &byte, 1)) TH_LOG("the owner could not claim");
+	close(go[0]);
 	return pid;
 }
 

@@ -81,29 +81,6 @@ static void keys_of(struct kvs_key *k, __u32 chain, __u32 n)
 		k[i] = make_key(chain, i);
 }
 
-/* ALLOC with KVS_ALLOC_CLAIM of keys @first.. @first + @n - 1 of @chain. */
-static int claim_keys(struct kvs_conn *c, __u32 chain, __u32 first, __u32 n,
-		      __u32 *pages)
-{
-	struct kvs_key k[16];
-	struct kvs_alloc a;
-	__u32 i;
-
-	for (i = 0; i < n; i++)
-		k[i] = make_key(chain, first + i);
-	memset(&a, 0, sizeof(a));
-	a.count = n;
-	a.flags = KVS_ALLOC_CLAIM;
-	a.pages = KVS_PTR(pages);
-	a.keys = KVS_PTR(k);
-	return kvs_call(c, KVS_IOC_ALLOC, &a);
-}
-
-static int claim_chain(struct kvs_conn *c, __u32 chain, __u32 n, __u32 *pages)
-{
-	return claim_keys(c, chain, 0, n, pages);
-}
-
 /* Keys and pages of one parked LOOKUP: they must outlive the submission. */
 struct uwait {
 	struct kvs_key keys[16];
@@ -225,7 +202,7 @@ TEST_F(uw, publish_completes_with_hits)
 	struct done d;
 
 	W_BEGIN();
-	ASSERT_EQ(0, claim_chain(self->a, 1, 3, p));
+	ASSERT_EQ(0, kvs_claim_chain(self->a, 1, 3, p));
 	uwait_prep(&w, 1, 3, LONG_WAIT_MS);
 	ASSERT_EQ(0, submit_wait(&self->ring, self->b->fd, &w, 7));
 	ASSERT_EQ(0, waits_reach(_metadata, &self->env.ctl, self->pool, 1));
@@ -275,7 +252,7 @@ TEST_F(uw, put_completes_with_a_miss)
 	struct done d;
 
 	W_BEGIN();
-	ASSERT_EQ(0, claim_chain(self->a, 2, 2, p));
+	ASSERT_EQ(0, kvs_claim_chain(self->a, 2, 2, p));
 	uwait_prep(&w, 2, 2, LONG_WAIT_MS);
 	ASSERT_EQ(0, submit_wait(&self->ring, self->b->fd, &w, 1));
 	ASSERT_EQ(0, waits_reach(_metadata, &self->env.ctl, self->pool, 1));
@@ -285,7 +262,7 @@ TEST_F(uw, put_completes_with_a_miss)
 	ASSERT_EQ(0, d.res);
 	ASSERT_EQ(0, d.res2);
 	ASSERT_EQ(0xffffffffu, w.pages[0]);
-	ASSERT_EQ(0, claim_chain(self->b, 2, 2, q));
+	ASSERT_EQ(0, kvs_claim_chain(self->b, 2, 2, q));
 	ASSERT_EQ(0, kvs_put(self->b, q, 2));
 	W_END();
 }
@@ -295,29 +272,10 @@ TEST_F(uw, owner_killed_completes_at_once)
 {
 	struct uwait w;
 	struct done d;
-	int go[2];
-	char byte;
 	pid_t pid;
 
 	W_BEGIN();
-	ASSERT_EQ(0, pipe(go));
-	pid = kvs_env_fork(_metadata, &self->env);
-	if (!pid) {
-		struct kvs_conn c;
-		__u32 p[4];
-
-		close(go[0]);
-		if (kvs_conn_open(&c) || kvs_attach(&c, self->name, W_NS, 0, NULL) ||
-		    claim_chain(&c, 3, 4, p))
-			_exit(1);
-		if (write(go[1], "x", 1) != 1)
-			_exit(1);
-		for (;;)
-			pause();
-	}
-	close(go[1]);
-	ASSERT_EQ(1, read(go[0], &byte, 1));
-	close(go[0]);
+	pid = kvs_env_fork_claimer(_metadata, &self->env, self->name, W_NS, 3, 4);
 	uwait_prep(&w, 3, 4, LONG_WAIT_MS);
 	ASSERT_EQ(0, submit_wait(&self->ring, self->b->fd, &w, 2));
 	ASSERT_EQ(0, waits_reach(_metadata, &self->env.ctl, self->pool, 1));
@@ -339,7 +297,7 @@ TEST_F(uw, deadline_reports_keys_in_flight)
 	W_BEGIN();
 	ASSERT_EQ(0, kvs_alloc(self->a, 1, p));
 	ASSERT_EQ(0, kvs_publish_chain(self->a, p, 1, KVS_NO_PAGE, 4, 0, NULL, NULL));
-	ASSERT_EQ(0, claim_keys(self->a, 4, 1, 2, p + 1));
+	ASSERT_EQ(0, kvs_claim_keys(self->a, 4, 1, 2, p + 1));
 	uwait_prep(&w, 4, 3, 200);
 	ASSERT_EQ(0, submit_wait(&self->ring, self->b->fd, &w, 3));
 	ASSERT_EQ(0, reap(&self->ring, WOKEN_S, &d)) TH_LOG("the deadline did not end the wait");
@@ -389,7 +347,7 @@ TEST_F(uw, second_parked_wait_is_ebusy)
 
 	W_BEGIN();
 	c = kvs_env_attach(_metadata, &self->env, self->name, W_NS);
-	ASSERT_EQ(0, claim_chain(self->a, 6, 1, p));
+	ASSERT_EQ(0, kvs_claim_chain(self->a, 6, 1, p));
 	uwait_prep(&w1, 6, 1, LONG_WAIT_MS);
 	uwait_prep(&w2, 6, 1, LONG_WAIT_MS);
 	uwait_prep(&w3, 6, 1, LONG_WAIT_MS);
@@ -454,7 +412,7 @@ TEST_F(uw, bad_waits_are_refused)
 	W_BEGIN();
 	/* Else io_uring itself refuses FIXED (EFAULT), before the device sees it. */
 	ASSERT_EQ(0, io_uring_register_buffers(&self->ring, &iov, 1));
-	ASSERT_EQ(0, claim_chain(self->a, 7, 1, p));
+	ASSERT_EQ(0, kvs_claim_chain(self->a, 7, 1, p));
 	ASSERT_EQ(0, kvs_stats(&self->env.ctl, self->pool, 0, &s0));
 	for (i = 0; i < KVS_ARRAY_SIZE(bad); i++) {
 		unsigned char raw[KVS_URING_PAYLOAD_MAX] = { 0 };
@@ -545,7 +503,7 @@ static void waiter_goes(struct __test_metadata *_metadata, FIXTURE_DATA(uw) *sel
 	char byte;
 	pid_t pid;
 
-	ASSERT_EQ(0, claim_chain(self->a, chain, 2, p));
+	ASSERT_EQ(0, kvs_claim_chain(self->a, chain, 2, p));
 	ASSERT_EQ(0, pipe(go));
 	ASSERT_EQ(0, pipe(back));
 	pid = kvs_env_fork(_metadata, &self->env);
@@ -647,7 +605,7 @@ TEST_F(uw, ring_closed_while_parked)
 	int i;
 
 	W_BEGIN();
-	ASSERT_EQ(0, claim_chain(self->a, 10, 1, p));
+	ASSERT_EQ(0, kvs_claim_chain(self->a, 10, 1, p));
 	uwait_prep(&w, 10, 1, LONG_WAIT_MS);
 	ASSERT_EQ(0, submit_wait(&self->ring, self->b->fd, &w, 1));
 	ASSERT_EQ(0, waits_reach(_metadata, &self->env.ctl, self->pool, 1));
@@ -700,7 +658,7 @@ TEST_F(uw, submitter_thread_gone_reports_hits_taken)
 	W_BEGIN();
 	ASSERT_EQ(0, kvs_alloc(self->a, 1, p));
 	ASSERT_EQ(0, kvs_publish_chain(self->a, p, 1, KVS_NO_PAGE, 14, 0, NULL, NULL));
-	ASSERT_EQ(0, claim_keys(self->a, 14, 1, 1, p + 1));
+	ASSERT_EQ(0, kvs_claim_keys(self->a, 14, 1, 1, p + 1));
 	uwait_prep(&w, 14, 2, LONG_WAIT_MS);
 	t.ring = &self->ring;
 	t.fd = self->b->fd;
@@ -770,7 +728,7 @@ TEST_F(uw, leader_thread_gone_the_wait_goes_on)
 	pid_t pid;
 
 	W_BEGIN();
-	ASSERT_EQ(0, claim_chain(self->a, 15, 2, p));
+	ASSERT_EQ(0, kvs_claim_chain(self->a, 15, 2, p));
 	ASSERT_EQ(0, pipe(go));
 	ASSERT_EQ(0, pipe(back));
 	pid = kvs_env_fork(_metadata, &self->env);
@@ -842,7 +800,7 @@ TEST_F(uw, claim_timeout_completes_with_a_miss)
 	ASSERT_EQ(0, kvs_conn_open(&self->env.ctl));
 	ASSERT_EQ(0, kvs_info(&self->env.ctl, &self->env.base));
 	W_BEGIN();
-	ASSERT_EQ(0, claim_chain(self->a, 11, 2, p));
+	ASSERT_EQ(0, kvs_claim_chain(self->a, 11, 2, p));
 	uwait_prep(&w, 11, 2, LONG_WAIT_MS);
 	ASSERT_EQ(0, submit_wait(&self->ring, self->b->fd, &w, 1));
 	ASSERT_EQ(0, reap(&self->ring, WOKEN_S, &d)) TH_LOG("the claim's timeout did not end it");
