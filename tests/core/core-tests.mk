@@ -20,7 +20,7 @@ CORE_TEST_NAMES := core_cmd_test core_page_test core_badinput_test \
                    core_model_test core_stress_test core_user_test \
                    core_inflight_test
 CORE_TEST_BINS  := $(addprefix $(BUILD)/tests/,$(CORE_TEST_NAMES))
-CORE_TEST_HDRS  := $(CORE_TESTS_DIR)/kt.h include/uapi/linux/kvshare.h kmod/core.h
+CORE_TEST_HDRS  := $(CORE_TESTS_DIR)/kt.h tests/open_fds.h include/uapi/linux/kvshare.h kmod/core.h
 # The harness compares int literals with unsigned fields and leaves
 # parameters unused: silence those two -Wextra warnings for the tests.
 CORE_TEST_CFLAGS = $(CFLAGS) $(SAN_FLAGS) -Wno-sign-compare -Wno-unused-parameter -I$(KSFT_DIR) -I$(CORE_TESTS_DIR)

@@ -6,7 +6,6 @@
  * kvs_cmd_size / unknown commands.
  */
 #include <fcntl.h>
-#include <dirent.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -45,20 +44,6 @@ static int n_pools(struct kt_client *c)
 	if (kt_cmd(c, KVS_IOC_INFO, &info))
 		return -1;
 	return info.n_pools;
-}
-
-static int open_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
 }
 
 /* ---- INFO and command numbers --------------------------------------- */
@@ -559,7 +544,7 @@ TEST_F(cmd, attach_mem_fd)
 
 	ASSERT_NE(NULL, c);
 	ASSERT_NE(NULL, c2);
-	fds0 = open_fds();
+	fds0 = test_open_fds();
 	fd = kt_memfd(4 * KT_PAGE_BYTES);
 	ASSERT_LE(0, fd);
 	kt_create_req(&r, "mem", 4, 0600, 0, 0);
@@ -604,7 +589,7 @@ TEST_F(cmd, attach_mem_fd)
 	kt_free(c);
 	kt_free(c2);
 	EXPECT_EQ(self->objects0, kvs_core_objects());
-	EXPECT_EQ(fds0, open_fds());
+	EXPECT_EQ(fds0, test_open_fds());
 }
 
 TEST_F(cmd, mem_fd_released_at_core_exit)
@@ -612,18 +597,18 @@ TEST_F(cmd, mem_fd_released_at_core_exit)
 	struct kvs_pool_create r;
 	int fd, fds0;
 
-	fds0 = open_fds();
+	fds0 = test_open_fds();
 	fd = kt_memfd(4 * KT_PAGE_BYTES);
 	ASSERT_LE(0, fd);
 	kt_create_req(&r, "mem2", 4, 0600, 0, 0);
 	r.mem_fd = fd;
 	ASSERT_EQ(0, kt_cmd(self->own, KVS_IOC_POOL_CREATE, &r));
 	close(fd);
-	EXPECT_EQ(fds0 + 1, open_fds());
+	EXPECT_EQ(fds0 + 1, test_open_fds());
 	kt_free_all();
 	kvs_core_exit();
 	EXPECT_EQ(0, kvs_core_objects());
-	EXPECT_EQ(fds0, open_fds());
+	EXPECT_EQ(fds0, test_open_fds());
 	/* The teardown exits again: start a core for it. */
 	ASSERT_EQ(0, kt_core_init());
 }

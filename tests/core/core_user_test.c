@@ -7,7 +7,6 @@
  * CREATE and ATTACH (kvs_cmd_undo), and the pool memory the user host
  * accepts (a memfd sealed against shrinking, as long as the pool).
  */
-#include <dirent.h>
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <sys/mman.h>
@@ -68,20 +67,6 @@ static __u64 ku_get(__u32 uid, int what)
 	}
 	kt_free(adm);
 	return v;
-}
-
-static int ku_open_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
 }
 
 static int ku_n_pools(struct kt_client *c)
@@ -602,7 +587,7 @@ TEST(undo_create)
 	ASSERT_NE(NULL, a);
 	ASSERT_NE(NULL, c);
 	obj0 = kvs_core_objects();
-	fds0 = ku_open_fds();
+	fds0 = test_open_fds();
 
 	/* Undone: as if never made; the name and the user's slot are free. */
 	fd = kt_memfd(8 * KT_PAGE_BYTES);
@@ -619,7 +604,7 @@ TEST(undo_create)
 	EXPECT_EQ(-ENOENT, kt_stats(a, r.pool_id, 0, &st));
 	/* The pool's reference on the memory went with it. */
 	close(fd);
-	EXPECT_EQ(fds0, ku_open_fds());
+	EXPECT_EQ(fds0, test_open_fds());
 
 	/* Undone after another file attached: that file keeps the pool. */
 	ASSERT_EQ(0, kt_create(a, "u", 8, 0600, 0, 0, NULL));
@@ -817,7 +802,7 @@ TEST(mem_fd_refusals)
 	a = kt_new(UID_A, UID_A, 0);
 	ASSERT_NE(NULL, a);
 	obj0 = kvs_core_objects();
-	fds0 = ku_open_fds();
+	fds0 = test_open_fds();
 
 	/* A memfd without F_SEAL_SHRINK: its creator could shrink it. */
 	fd = memfd_create("unsealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -900,7 +885,7 @@ TEST(mem_fd_refusals)
 	EXPECT_EQ(0, ku_n_pools(a));
 	EXPECT_EQ(obj0, kvs_core_objects());
 	EXPECT_EQ(0, ku_get(UID_A, KU_POOLS));
-	EXPECT_EQ(fds0, ku_open_fds());
+	EXPECT_EQ(fds0, test_open_fds());
 	kt_core_teardown(_metadata, 0);
 }
 

@@ -27,6 +27,7 @@
 
 #include "kselftest_harness.h"
 #include "core.h"
+#include "../open_fds.h"
 
 #ifndef EBADFD
 #define EBADFD 77

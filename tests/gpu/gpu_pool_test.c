@@ -22,7 +22,6 @@
  * which never touches the driver itself (CUDA state is not usable in a
  * child of a process that initialised it).
  */
-#include <dirent.h>
 #include <dlfcn.h>
 #include <grp.h>
 #include <stdint.h>
@@ -30,6 +29,7 @@
 #include <cuda.h>
 
 #include "../daemon/kvd_test.h"
+#include "../open_fds.h"
 #include "kselftest_harness.h"
 #include <kvshare/arbiter.h>
 
@@ -95,20 +95,6 @@ static int maps_hold_standin(void)
 			found = 1;
 	fclose(f);
 	return found;
-}
-
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
 }
 
 static void fill(uint8_t *buf, size_t n, uint64_t seed)
@@ -344,14 +330,14 @@ static int open_with_failure(void *p)
 
 	snprintf(spec, sizeof(spec), "%s:1:%d", in->fn, CUDA_ERROR_OUT_OF_MEMORY);
 	setenv("KVS_CUDASTUB_FAIL", spec, 1);
-	fds = count_fds();
+	fds = test_open_fds();
 	ret = kv_pool_open(in->sock, GPOOL, 0, 0, &pool);
 	if (ret != in->want)
 		fprintf(stderr, "# %s: kv_pool_open %d, want %d\n", in->fn, ret, in->want);
 	CHECK(ret == in->want);
 	CHECK(pool == NULL);
 	CHECK(strstr(kv_cuda_last_error(), in->fn) != NULL);
-	CHECK(count_fds() == fds);
+	CHECK(test_open_fds() == fds);
 	CHECK(!maps_hold_standin());
 	CHECK(!drv_load(0));		/* the stand-in, for its counts */
 	CHECK(drv.counts && drv_live() == 0);
@@ -817,19 +803,19 @@ static int attacker_refused(void *p)
 	int fds;
 
 	CHECK(!become(p));
-	fds = count_fds();
+	fds = test_open_fds();
 	CHECK(kv_pool_open(KVS_DEV, GPOOL, 0, 0, &pool) == -EACCES);
 	CHECK(!pool && !maps_hold_standin());
-	CHECK(count_fds() == fds);
+	CHECK(test_open_fds() == fds);
 	/* The device itself admits it; ATTACH, asking for the handle, does not. */
 	CHECK(!kv_arbiter_open(KVS_DEV, 0, &a));
-	fds = count_fds();
+	fds = test_open_fds();
 	memset(&at, 0, sizeof(at));
 	strcpy(at.name, GPOOL);
 	at.owner = 0;
 	at.flags = KVS_ATTACH_MEM_FD;
 	CHECK(kv_arbiter_call(a, KVS_IOC_POOL_ATTACH, &at) == -EACCES);
-	CHECK(count_fds() == fds);		/* no handle installed */
+	CHECK(test_open_fds() == fds);		/* no handle installed */
 	kv_arbiter_close(a);
 	return 0;
 }
