@@ -68,20 +68,8 @@ load_after=$(load)
 	echo "| mode | TTFT of the burst: median ms | p90 ms | max ms | pages computed | computed twice | requests/s |"
 	echo "|---|---:|---:|---:|---:|---:|---:|"
 	for m in 0 1 2; do
-		awk -v m="$m" -v name="${names[$m]}" '
-			function median(c,   n, i, j, t, v) {
-				n = split(vals[c], v, " ")
-				for (i = 2; i <= n; i++)
-					for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) {
-						t = v[j]; v[j] = v[j - 1]; v[j - 1] = t
-					}
-				return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-			}
-			$1 == m { for (c = 2; c <= 7; c++) vals[c] = vals[c] " " $c }
-			END {
-				printf "| %s | %.1f | %.1f | %.1f | %.0f | %.0f | %.2f |\n", name,
-				       median(2), median(3), median(4), median(5), median(6), median(7)
-			}' "$raw"
+		awk -v m="$m" -v name="${names[$m]}" -f "$here/median.awk" \
+		    -f "$here/burst_row.awk" "$raw"
 	done
 } | tee "$md"
 echo "burst.sh: table in $md"

@@ -83,35 +83,8 @@ for round in $(seq "$rounds"); do
 		echo "$n $s $p" >>"$raw"
 	done
 done
-# Per worker count: the median of each column, then of the three ratios
-# (throughput, prefix memory, CPU work), each taken within a round.
-# Columns: 1 workers, 2-9 shared, 10-17 no-share, as run() prints them.
-awk -v rounds="$rounds" '
-	function median(key,   n, i, j, t, v) {
-		n = split(vals[key], v, " ")
-		for (i = 2; i <= n; i++)
-			for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) {
-				t = v[j]; v[j] = v[j - 1]; v[j - 1] = t
-			}
-		return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-	}
-	{
-		if (!($1 in seen)) { seen[$1] = 1; order[++k] = $1 }
-		for (c = 2; c <= 17; c++)
-			vals[$1 "," c] = vals[$1 "," c] " " $c
-		vals[$1 ",t"] = vals[$1 ",t"] " " ($10 > 0 ? $2 / $10 : 0)
-		vals[$1 ",m"] = vals[$1 ",m"] " " ($15 > 0 ? $7 / $15 : 0)
-		vals[$1 ",w"] = vals[$1 ",w"] " " ($9 > 0 ? $17 / $9 : 0)
-	}
-	END {
-		for (i = 1; i <= k; i++) {
-			n = order[i]
-			line = n
-			for (c = 2; c <= 17; c++)
-				line = line " " median(n "," c)
-			print line, median(n ",t"), median(n ",m"), median(n ",w")
-		}
-	}' "$raw" >"$dat"
+# Per worker count: the median of each column and of the ratios.
+awk -f "$here/median.awk" -f "$here/scale_medians.awk" "$raw" >"$dat"
 load_after=$(load)
 
 {
