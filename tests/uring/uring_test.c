@@ -1658,12 +1658,30 @@ static void base_acts(struct __test_metadata *_metadata, struct io_uring *r,
 	ASSERT_EQ(0, held_of(f));
 }
 
+/*
+ * After the refused requests: nothing changed since @s0, the base
+ * requests act clean, and the test ends with the pool whole.
+ */
+static void base_end(struct __test_metadata *_metadata, FIXTURE_DATA(uring) *self,
+		     struct io_uring *r, struct chain_env *c, struct base_reqs *b,
+		     const struct snap *s0, const char *what)
+{
+	struct snap s1;
+
+	take_snap(_metadata, self->ctl, c->pool, c->fds, 2, &s1);
+	assert_unchanged(_metadata, s0, &s1, what);
+	base_acts(_metadata, r, c, b);
+	io_uring_queue_exit(r);
+	check_pool(_metadata, self->ctl, c->pool, NULL);
+	finish(_metadata, self, c->fds, 2);
+}
+
 TEST_F(uring, payload_pads_and_reserved)
 {
 	struct chain_env c;
 	struct base_reqs b;
 	struct io_uring ring;
-	struct snap s0, s1;
+	struct snap s0;
 	unsigned char payload[KVS_URING_PAYLOAD_MAX];
 	unsigned int i, bit;
 
@@ -1684,13 +1702,7 @@ TEST_F(uring, payload_pads_and_reserved)
 				TH_LOG("%s = %s bit", z->name, bit ? "high" : "low");
 		}
 	}
-	take_snap(_metadata, self->ctl, c.pool, c.fds, 2, &s1);
-	assert_unchanged(_metadata, &s0, &s1, "non-zero pads and reserved fields");
-
-	base_acts(_metadata, &ring, &c, &b);
-	io_uring_queue_exit(&ring);
-	check_pool(_metadata, self->ctl, c.pool, NULL);
-	finish(_metadata, self, c.fds, 2);
+	base_end(_metadata, self, &ring, &c, &b, &s0, "non-zero pads and reserved fields");
 }
 
 /*
@@ -1705,7 +1717,7 @@ TEST_F(uring, cmd_flags_and_payload_tail)
 	struct chain_env c;
 	struct base_reqs b;
 	struct io_uring ring;
-	struct snap s0, s1;
+	struct snap s0;
 	static char fixed[4096] __attribute__((aligned(4096)));
 	struct iovec iov = { .iov_base = fixed, .iov_len = sizeof(fixed) };
 	unsigned char payload[KVS_URING_PAYLOAD_MAX];
@@ -1746,13 +1758,7 @@ TEST_F(uring, cmd_flags_and_payload_tail)
 				TH_LOG("cmd_op %#x sized %zu, async %u", op, len - 8, async);
 		}
 	}
-	take_snap(_metadata, self->ctl, c.pool, c.fds, 2, &s1);
-	assert_unchanged(_metadata, &s0, &s1, "FIXED, payload tail");
-
-	base_acts(_metadata, &ring, &c, &b);
-	io_uring_queue_exit(&ring);
-	check_pool(_metadata, self->ctl, c.pool, NULL);
-	finish(_metadata, self, c.fds, 2);
+	base_end(_metadata, self, &ring, &c, &b, &s0, "FIXED, payload tail");
 }
 
 TEST_F(uring, sqe_header_garbage)
