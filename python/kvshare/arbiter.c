@@ -32,13 +32,16 @@ typedef struct {
 
 static int Arbiter_init(ArbiterObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "path", "no_uring", NULL };
-	PyObject *path = Py_None;
+	static char *kwlist[] = { "path", "no_uring", "timeout_ms", NULL };
+	PyObject *path = Py_None, *tmo_o = Py_None;
 	const char *p = NULL;
 	int no_uring = 0, ret;
+	unsigned int tmo = 0;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$p:Arbiter", kwlist, &path,
-					 &no_uring))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$pO:Arbiter", kwlist, &path,
+					 &no_uring, &tmo_o))
+		return -1;
+	if (tmo_o != Py_None && ms_arg(tmo_o, &tmo, "timeout_ms"))
 		return -1;
 	if (self->arb) {
 		PyErr_SetString(PyExc_ValueError, "Arbiter is already open");
@@ -63,6 +66,9 @@ static int Arbiter_init(ArbiterObject *self, PyObject *args, PyObject *kw)
 			 p ? p : "(module or $KVSHARE_ARBITER / daemon socket)", p ? "'" : "");
 		return -1;
 	}
+	/* In range (ms_arg), so it cannot fail; opening ran under $KVSHARE_CALL_TIMEOUT_MS. */
+	if (tmo_o != Py_None)
+		kv_arbiter_set_timeout(self->arb, tmo);
 	self->gen = fork_gen;
 	Py_INCREF(path);
 	Py_XSETREF(self->path, path);
@@ -372,6 +378,24 @@ static PyObject *Arbiter_get_default_owner(ArbiterObject *self, void *c)
 	return PyLong_FromUnsignedLong(owner);
 }
 
+static PyObject *Arbiter_get_timeout(ArbiterObject *self, void *c)
+{
+	ARB_OPEN(self, NULL);
+	return PyLong_FromUnsignedLong(kv_arbiter_timeout(self->arb));
+}
+
+static int Arbiter_set_timeout(ArbiterObject *self, PyObject *v, void *c)
+{
+	ARB_OPEN(self, -1);
+	return set_timeout(self->arb, v);
+}
+
+static PyObject *Arbiter_get_broken(ArbiterObject *self, void *c)
+{
+	ARB_OPEN(self, NULL);
+	return broken_errno(self->arb);
+}
+
 static PyObject *Arbiter_get_closed(ArbiterObject *self, void *c)
 {
 	return PyBool_FromLong(!self->arb);
@@ -400,6 +424,12 @@ static PyGetSetDef Arbiter_getset[] = {
 	  PyDoc_STR("True when kvshared serves this handle, False for /dev/kvshare."), NULL },
 	{ "default_owner", (getter)Arbiter_get_default_owner, NULL,
 	  PyDoc_STR("The uid whose pools are attached when no owner is given."), NULL },
+	{ "timeout_ms", (getter)Arbiter_get_timeout, (setter)Arbiter_set_timeout,
+	  PyDoc_STR("The call deadline in ms (0: none), as Pool.timeout_ms: a call to\n"
+		    "kvshared with no answer in time raises CallTimeout and breaks the\n"
+		    "handle."), NULL },
+	{ "broken", (getter)Arbiter_get_broken, NULL,
+	  PyDoc_STR("None while the handle works, else the errno that broke it."), NULL },
 	{ "closed", (getter)Arbiter_get_closed, NULL, PyDoc_STR("Whether close() ran."), NULL },
 	{ NULL }
 };
@@ -411,11 +441,12 @@ static PyMemberDef Arbiter_members[] = {
 };
 
 PyDoc_STRVAR(Arbiter__doc__,
-"Arbiter(path=None, *, no_uring=False)\n"
+"Arbiter(path=None, *, no_uring=False, timeout_ms=None)\n"
 "\n"
 "A handle on the kvshare arbiter for pool administration.  path names the\n"
 "module's device or the kvshared socket; None lets libkv choose\n"
-"($KVSHARE_ARBITER, /dev/kvshare, then the daemon's socket).");
+"($KVSHARE_ARBITER, /dev/kvshare, then the daemon's socket).  timeout_ms\n"
+"sets the call deadline once open (None: $KVSHARE_CALL_TIMEOUT_MS, else 2000).");
 
 PyTypeObject Arbiter_Type = {
 	PyVarObject_HEAD_INIT(NULL, 0)

@@ -11,6 +11,7 @@
 #include "kvshare.h"
 
 PyObject *KvError;		/* kvshare.Error(OSError) */
+PyObject *KvTimeout;		/* kvshare.CallTimeout(Error, TimeoutError) */
 
 /*
  * Bumped in the child of every fork().  A handle belongs to the process
@@ -35,7 +36,8 @@ int forked_raise(const char *what)
 
 /*
  * Raise kvshare.Error(errno, "<what>: <strerror>[ (<hint>)]") for the
- * negative errno @neg libkv returned.  Returns NULL.
+ * negative errno @neg libkv returned; for -ETIMEDOUT kvshare.CallTimeout,
+ * its subclass that is a TimeoutError too.  Returns NULL.
  */
 PyObject *kvpy_raise(int neg, const char *fmt, ...)
 {
@@ -49,7 +51,8 @@ PyObject *kvpy_raise(int neg, const char *fmt, ...)
 	va_end(ap);
 	args = Py_BuildValue("(is)", e, what);
 	if (args) {
-		PyErr_SetObject(KvError, args);
+		/* A missed deadline is caught by "except TimeoutError" too. */
+		PyErr_SetObject(e == ETIMEDOUT ? KvTimeout : KvError, args);
 		Py_DECREF(args);
 	}
 	return NULL;
@@ -62,7 +65,11 @@ const char *kvpy_hint(int neg)
 	case -ENOSPC: return "no free or evictable page left in the pool";
 	case -EDQUOT: return "this holder's quota (Pool.quota) or a per-user limit is reached";
 	case -ENOENT: return "a page this pool handle does not hold, or no such pool";
-	case -ENOTCONN: return "the kvshared daemon went away: open the pool again";
+	case -ENOTCONN: return "the kvshared daemon went away, or an earlier call on this "
+			       "handle timed out (see .broken): open it again";
+	case -ETIMEDOUT: return "no answer within the call deadline (timeout_ms): the "
+				"daemon is stopped or wedged; this handle is broken now, "
+				"close it and open it again";
 	case -EBADFD: return "the handle is not attached to a pool";
 	case -EACCES: return "the pool's mode forbids it";
 	case -EPERM: return "not allowed for this user";

@@ -34,6 +34,7 @@
 
 /* errors.c */
 extern PyObject *KvError;		/* kvshare.Error(OSError) */
+extern PyObject *KvTimeout;		/* kvshare.CallTimeout: ETIMEDOUT */
 extern volatile unsigned long fork_gen;
 void on_fork_child(void);
 int forked_raise(const char *what);
@@ -62,6 +63,9 @@ int u32_arg(PyObject *o, uint32_t *out, const char *what);
 int conv_u32(PyObject *o, void *p);
 int conv_u64(PyObject *o, void *p);
 int owner_arg(PyObject *o, uint32_t *owner, int *have);
+int ms_arg(PyObject *o, unsigned int *ms, const char *what);
+int set_timeout(struct kv_arbiter *arb, PyObject *o);
+PyObject *broken_errno(struct kv_arbiter *arb);
 const char *dtype_name(uint32_t dtype);
 int dtype_parse(const char *s, uint32_t *dtype);
 int algo_parse(const char *s, unsigned int *algo);
@@ -97,6 +101,8 @@ int arb_call_b(Py_ssize_t *busy, struct kv_arbiter *arb, unsigned long cmd, void
 /* The types, one file each (module.c readies them). */
 extern PyTypeObject Arbiter_Type;	/* arbiter.c */
 extern PyTypeObject Pool_Type;		/* pool.c */
+extern PyTypeObject LookupResult_Type;	/* pool.c, a struct sequence */
+extern PyStructSequence_Desc lookup_desc;
 extern PyTypeObject PoolView_Type;	/* pool_view.c */
 extern PyTypeObject Hasher_Type;	/* hasher.c */
 extern PyTypeObject Node_Type;		/* tree.c */

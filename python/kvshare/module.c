@@ -53,7 +53,7 @@ static int add_type(PyObject *m, PyTypeObject *t, const char *name)
 
 PyMODINIT_FUNC PyInit__kvshare(void)
 {
-	PyObject *m;
+	PyObject *m, *bases;
 
 	import_array();
 	if (pthread_atfork(NULL, NULL, on_fork_child)) {
@@ -70,8 +70,20 @@ PyMODINIT_FUNC PyInit__kvshare(void)
 		"says which call and why.", PyExc_OSError, NULL);
 	if (!KvError || PyModule_AddObjectRef(m, "Error", KvError))
 		goto fail;
+	bases = PyTuple_Pack(2, KvError, PyExc_TimeoutError);
+	KvTimeout = !bases ? NULL : PyErr_NewExceptionWithDoc(
+		"kvshare.CallTimeout",
+		"A call got no answer within the handle's deadline (timeout_ms):\n"
+		"errno ETIMEDOUT, a kvshare.Error and a TimeoutError.  The handle\n"
+		"is broken from then on (ENOTCONN): close it and open it again.",
+		bases, NULL);
+	Py_XDECREF(bases);
+	if (!KvTimeout || PyModule_AddObjectRef(m, "CallTimeout", KvTimeout))
+		goto fail;
 	if (PyStructSequence_InitType2(&MatchResult_Type, &match_desc) ||
-	    PyModule_AddObjectRef(m, "MatchResult", (PyObject *)&MatchResult_Type))
+	    PyModule_AddObjectRef(m, "MatchResult", (PyObject *)&MatchResult_Type) ||
+	    PyStructSequence_InitType2(&LookupResult_Type, &lookup_desc) ||
+	    PyModule_AddObjectRef(m, "LookupResult", (PyObject *)&LookupResult_Type))
 		goto fail;
 	if (add_type(m, &Arbiter_Type, "Arbiter") || add_type(m, &Pool_Type, "Pool") ||
 	    add_type(m, &PoolView_Type, "PoolView") ||

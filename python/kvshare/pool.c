@@ -10,15 +10,19 @@
 
 static int Pool_init(PoolObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "name", "arbiter", "ns", "owner", "no_uring", NULL };
-	PyObject *arb_o = Py_None, *owner_o = Py_None, *name_o;
+	static char *kwlist[] = { "name", "arbiter", "ns", "owner", "no_uring", "timeout_ms",
+				  NULL };
+	PyObject *arb_o = Py_None, *owner_o = Py_None, *tmo_o = Py_None, *name_o;
 	uint64_t ns = 0;
 	const char *name, *path = NULL;
 	int no_uring = 0, have, ret;
 	uint32_t owner = 0;
+	unsigned int tmo = 0;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "U|O$O&Op:Pool", kwlist, &name_o,
-					 &arb_o, conv_u64, &ns, &owner_o, &no_uring))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "U|O$O&OpO:Pool", kwlist, &name_o,
+					 &arb_o, conv_u64, &ns, &owner_o, &no_uring, &tmo_o))
+		return -1;
+	if (tmo_o != Py_None && ms_arg(tmo_o, &tmo, "timeout_ms"))
 		return -1;
 	if (self->pool) {
 		PyErr_SetString(PyExc_ValueError, "Pool is already open");
@@ -63,6 +67,9 @@ static int Pool_init(PoolObject *self, PyObject *args, PyObject *kw)
 		return -1;
 	}
 	self->arb = kv_pool_arbiter(self->pool);
+	/* In range (ms_arg), so it cannot fail; opening ran under $KVSHARE_CALL_TIMEOUT_MS. */
+	if (tmo_o != Py_None)
+		kv_arbiter_set_timeout(self->arb, tmo);
 	self->gen = fork_gen;
 	self->info = *kv_pool_info(self->pool);
 	self->ns = ns;
@@ -149,6 +156,55 @@ static PyObject *Pool_alloc(PoolObject *self, PyObject *arg)
 	return out;
 }
 
+PyDoc_STRVAR(Pool_alloc_claim__doc__,
+"alloc_claim(keys) -> numpy.ndarray[uint32]\n"
+"\n"
+"alloc(len(keys)) that also claims the pages under their chained keys\n"
+"((n, 4) uint64, 1..65536 keys): until this handle publishes or puts a\n"
+"page (or closes, or dies, or the arbiter's claim timeout passes), other\n"
+"handles' lookup(keys, wait_ms=...) wait for it instead of computing it\n"
+"too.  Claim the pages a lookup missed, compute them, publish them under\n"
+"the same keys.  EEXIST: a key exists already, published or claimed by\n"
+"another handle: look it up (again), with a wait.  ENOSPC, EDQUOT as\n"
+"alloc().  All or nothing.");
+
+static PyObject *Pool_alloc_claim(PoolObject *self, PyObject *keys_o)
+{
+	uint32_t *pages;
+	PyObject *out;
+	Py_buffer kb;
+	Py_ssize_t n;
+	int ret;
+
+	POOL_OPEN(self, NULL);
+	if (keys_from(keys_o, &kb, &n))
+		return NULL;
+	if (check_batch(n, "alloc_claim")) {
+		PyBuffer_Release(&kb);
+		return NULL;
+	}
+	out = new_u32(n, &pages);
+	if (!out) {
+		PyBuffer_Release(&kb);
+		return NULL;
+	}
+	self->busy++;
+	Py_BEGIN_ALLOW_THREADS
+	ret = kv_alloc_claim(self->arb, kb.buf, (uint32_t)n, pages);
+	Py_END_ALLOW_THREADS
+	self->busy--;
+	PyBuffer_Release(&kb);
+	if (ret) {
+		Py_DECREF(out);
+		if (ret == -EEXIST)
+			return kvpy_raise(ret, "alloc_claim of %zd keys: a key exists already, "
+					  "published or claimed by another handle; nothing was "
+					  "allocated: look the keys up again (wait_ms=...)", n);
+		return KV_RAISE(ret, "alloc_claim of %zd pages", n);
+	}
+	return out;
+}
+
 PyDoc_STRVAR(Pool_publish__doc__,
 "publish(pages, keys, parent=NO_PAGE) -> (results, n_dup)\n"
 "\n"
@@ -228,21 +284,99 @@ out:
 }
 
 PyDoc_STRVAR(Pool_lookup__doc__,
-"lookup(keys) -> numpy.ndarray[uint32]\n"
+"lookup(keys, wait_ms=0, *, inflight=False) -> numpy.ndarray[uint32]\n"
 "\n"
 "LOOKUP a key chain ((n, 4) uint64, 1..65536 keys): the pages of the\n"
 "longest run of hits from the first key, one reference taken on each\n"
-"(give them back with put()).  The result's length is the number of hits.");
+"(give them back with put()).  The result's length is the number of hits.\n"
+"\n"
+"wait_ms > 0: while the first key after the hits is claimed by another\n"
+"handle that is computing it (alloc_claim()), wait for that claim to end\n"
+"and look the rest up again, for up to wait_ms in all.  A claim ends in a\n"
+"hit when its page is published, in a miss when it is put or its owner\n"
+"dies (the wait then ends at once).  The GIL is released meanwhile; the\n"
+"call cannot be interrupted (keep wait_ms short of what a page takes to\n"
+"compute, a few seconds).  On kvshared each sleep is bounded by the call\n"
+"deadline (timeout_ms), so a stopped daemon raises CallTimeout.\n"
+"\n"
+"inflight=True returns LookupResult(pages, n_inflight) instead: n_inflight\n"
+"is how many keys after the hits were still claimed by others when the\n"
+"wait gave up (0: none was, or the wait was not needed): compute those\n"
+"unclaimed, or look again.  With wait_ms=0 it only reports them.");
 
-static PyObject *Pool_lookup(PoolObject *self, PyObject *keys_o)
+/* kv_lookup(), or kv_lookup_wait() when asked to wait or to report claims. */
+static int pool_lookup(PoolObject *self, const struct kvs_key *keys, uint32_t n,
+		       uint32_t *pages, unsigned int wait_ms, int report,
+		       uint32_t *n_inflight)
 {
-	uint32_t *pages;
-	PyObject *out;
-	Py_buffer kb;
-	Py_ssize_t n;
 	int ret;
 
+	self->busy++;
+	Py_BEGIN_ALLOW_THREADS
+	if (wait_ms || report)
+		ret = kv_lookup_wait(self->arb, keys, n, pages, (int)wait_ms, n_inflight);
+	else
+		ret = kv_lookup(self->arb, keys, n, pages);
+	Py_END_ALLOW_THREADS
+	self->busy--;
+	return ret;
+}
+
+static PyStructSequence_Field lookup_fields[] = {
+	{ "pages", "numpy uint32 array: the pages of the leading hits, one reference each" },
+	{ "n_inflight", "keys after the hits still claimed by others when the wait gave up" },
+	{ NULL }
+};
+
+PyStructSequence_Desc lookup_desc = {
+	"kvshare.LookupResult",
+	"lookup(..., inflight=True)'s result: (pages, n_inflight).",
+	lookup_fields, 2,
+};
+
+PyTypeObject LookupResult_Type;
+
+/* The pages found, as an array, or LookupResult(pages, n_inflight) when @report. */
+static PyObject *lookup_result(const uint32_t *pages, int n, int report,
+			       uint32_t n_inflight)
+{
+	PyObject *arr, *cnt, *r;
+	uint32_t *data;
+
+	arr = new_u32(n, &data);
+	if (!arr)
+		return NULL;
+	memcpy(data, pages, n * sizeof(*pages));
+	if (!report)
+		return arr;
+	cnt = PyLong_FromUnsignedLong(n_inflight);
+	r = cnt ? PyStructSequence_New(&LookupResult_Type) : NULL;
+	if (!r) {
+		Py_DECREF(arr);
+		Py_XDECREF(cnt);
+		return NULL;
+	}
+	PyStructSequence_SET_ITEM(r, 0, arr);
+	PyStructSequence_SET_ITEM(r, 1, cnt);
+	return r;
+}
+
+static PyObject *Pool_lookup(PoolObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "keys", "wait_ms", "inflight", NULL };
+	PyObject *keys_o, *wait_o = NULL, *out;
+	uint32_t *pages, n_inflight = 0;
+	unsigned int wait_ms = 0;
+	int report = 0, ret;
+	Py_buffer kb;
+	Py_ssize_t n;
+
 	POOL_OPEN(self, NULL);
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O$p:lookup", kwlist, &keys_o, &wait_o,
+					 &report))
+		return NULL;
+	if (wait_o && ms_arg(wait_o, &wait_ms, "lookup: wait_ms"))
+		return NULL;
 	if (keys_from(keys_o, &kb, &n))
 		return NULL;
 	if (check_batch(n, "lookup")) {
@@ -254,22 +388,23 @@ static PyObject *Pool_lookup(PoolObject *self, PyObject *keys_o)
 		PyBuffer_Release(&kb);
 		return PyErr_NoMemory();
 	}
-	self->busy++;
-	Py_BEGIN_ALLOW_THREADS
-	ret = kv_lookup(self->arb, kb.buf, (uint32_t)n, pages);
-	Py_END_ALLOW_THREADS
-	self->busy--;
+	ret = pool_lookup(self, kb.buf, (uint32_t)n, pages, wait_ms, report, &n_inflight);
 	PyBuffer_Release(&kb);
 	if (ret < 0) {
 		PyMem_Free(pages);
+		if (wait_ms)
+			return KV_RAISE(ret, "lookup of %zd keys, waiting up to %u ms", n,
+					wait_ms);
 		return KV_RAISE(ret, "lookup of %zd keys", n);
 	}
-	{
-		uint32_t *data;
-
-		out = new_u32(ret, &data);
-		if (out)
-			memcpy(data, pages, ret * sizeof(*pages));
+	out = lookup_result(pages, ret, report, n_inflight);
+	if (!out && ret) {
+		/* The caller never saw the pages: give the references back. */
+		self->busy++;
+		Py_BEGIN_ALLOW_THREADS
+		kv_put(self->arb, pages, (uint32_t)ret);
+		Py_END_ALLOW_THREADS
+		self->busy--;
 	}
 	PyMem_Free(pages);
 	return out;
@@ -465,6 +600,24 @@ static PyObject *Pool_get_address(PoolObject *self, void *c)
 	return PyLong_FromVoidPtr(kv_page_addr(self->pool, 0));
 }
 
+static PyObject *Pool_get_timeout(PoolObject *self, void *c)
+{
+	POOL_OPEN(self, NULL);
+	return PyLong_FromUnsignedLong(kv_arbiter_timeout(self->arb));
+}
+
+static int Pool_set_timeout(PoolObject *self, PyObject *v, void *c)
+{
+	POOL_OPEN(self, -1);
+	return set_timeout(self->arb, v);
+}
+
+static PyObject *Pool_get_broken(PoolObject *self, void *c)
+{
+	POOL_OPEN(self, NULL);
+	return broken_errno(self->arb);
+}
+
 static PyObject *Pool_repr(PoolObject *self)
 {
 	const struct kvs_geometry *g = &self->info.geom;
@@ -481,9 +634,11 @@ static PyObject *Pool_repr(PoolObject *self)
 
 static PyMethodDef Pool_methods[] = {
 	{ "alloc", (PyCFunction)Pool_alloc, METH_O, Pool_alloc__doc__ },
+	{ "alloc_claim", (PyCFunction)Pool_alloc_claim, METH_O, Pool_alloc_claim__doc__ },
 	{ "publish", (PyCFunction)(void (*)(void))Pool_publish, METH_VARARGS | METH_KEYWORDS,
 	  Pool_publish__doc__ },
-	{ "lookup", (PyCFunction)Pool_lookup, METH_O, Pool_lookup__doc__ },
+	{ "lookup", (PyCFunction)(void (*)(void))Pool_lookup, METH_VARARGS | METH_KEYWORDS,
+	  Pool_lookup__doc__ },
 	{ "put", (PyCFunction)Pool_put, METH_O, Pool_put__doc__ },
 	{ "quota", (PyCFunction)(void (*)(void))Pool_quota, METH_VARARGS | METH_KEYWORDS,
 	  Pool_quota__doc__ },
@@ -534,6 +689,17 @@ static PyGetSetDef Pool_getset[] = {
 	{ "address", (getter)Pool_get_address, NULL,
 	  PyDoc_STR("Address of page 0 in this process (for checks and engine glue);\n"
 		    "a device pointer (CUdeviceptr) for a device pool."), NULL },
+	{ "timeout_ms", (getter)Pool_get_timeout, (setter)Pool_set_timeout,
+	  PyDoc_STR("The call deadline of this handle, in ms (0: none): a call to kvshared\n"
+		    "that gets no answer in time raises CallTimeout (a TimeoutError,\n"
+		    "errno ETIMEDOUT) and breaks the handle (see broken): close it, and\n"
+		    "serve without sharing or open the pool again.  Starts at\n"
+		    "$KVSHARE_CALL_TIMEOUT_MS, else 2000; 0..86400000.  The module\n"
+		    "(/dev/kvshare) never blocks and keeps it unused."), NULL },
+	{ "broken", (getter)Pool_get_broken, NULL,
+	  PyDoc_STR("None while the handle works; else the errno that broke it:\n"
+		    "ETIMEDOUT (a call timed out), ENOTCONN (the daemon went away) or\n"
+		    "EPROTO.  Every call then raises ENOTCONN until it is reopened."), NULL },
 	{ "is_device", (getter)Pool_get_is_device, NULL,
 	  PyDoc_STR("True when the pool's memory is GPU device memory (kvshared's\n"
 		    "memory=cuda): exported as kDLCUDA DLPack only, never to numpy."), NULL },
@@ -541,12 +707,14 @@ static PyGetSetDef Pool_getset[] = {
 };
 
 PyDoc_STRVAR(Pool__doc__,
-"Pool(name, arbiter=None, *, ns=0, owner=None, no_uring=False)\n"
+"Pool(name, arbiter=None, *, ns=0, owner=None, no_uring=False,\n"
+"     timeout_ms=None)\n"
 "\n"
 "Attach to pool name of owner (None: $KVSHARE_POOL_OWNER, else the daemon's\n"
 "uid, else root) through the arbiter at path arbiter (None: libkv's\n"
 "choice) with key namespace ns, and map its memory.  Every page this\n"
-"handle holds is released when it is closed, or when the process ends.");
+"handle holds is released when it is closed, or when the process ends.\n"
+"timeout_ms sets the call deadline (see timeout_ms) once attached.");
 
 PyTypeObject Pool_Type = {
 	PyVarObject_HEAD_INIT(NULL, 0)

@@ -11,8 +11,9 @@
 static int Prefix_init(PrefixObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "pool", "salt", "algo", "extra", "max_reqs",
-				  "max_context", NULL };
-	PyObject *pool_o, *salt_o = Py_None, *extra_o = Py_None;
+				  "max_context", "inflight_wait_ms", NULL };
+	PyObject *pool_o, *salt_o = Py_None, *extra_o = Py_None, *wait_o = NULL;
+	unsigned int wait_ms = 0;
 	const char *algo_s = "sha256";
 	uint32_t max_reqs = 16, max_context = 131072;
 	struct kv_prefix_config cfg = { 0 };
@@ -20,9 +21,11 @@ static int Prefix_init(PrefixObject *self, PyObject *args, PyObject *kw)
 	size_t salt_len;
 	int ret;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|O$sOO&O&:PrefixCache", kwlist,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|O$sOO&O&O:PrefixCache", kwlist,
 					 &Pool_Type, &pool_o, &salt_o, &algo_s, &extra_o,
-					 conv_u32, &max_reqs, conv_u32, &max_context))
+					 conv_u32, &max_reqs, conv_u32, &max_context, &wait_o))
+		return -1;
+	if (wait_o && ms_arg(wait_o, &wait_ms, "inflight_wait_ms"))
 		return -1;
 	if (self->pc) {
 		PyErr_SetString(PyExc_ValueError, "PrefixCache is already initialized");
@@ -45,6 +48,7 @@ static int Prefix_init(PrefixObject *self, PyObject *args, PyObject *kw)
 	cfg.salt_len = salt_len;
 	cfg.extra = self->extra.e;
 	cfg.n_extra = self->extra.n;
+	cfg.inflight_wait_ms = (int)wait_ms;
 	ret = kv_prefix_create(pool->arb, &pool->info, &cfg, &self->pc);
 	if (!ret)
 		ret = kv_req_table_create(max_reqs, max_context,
@@ -64,6 +68,7 @@ static int Prefix_init(PrefixObject *self, PyObject *args, PyObject *kw)
 	self->t.wired = 1;
 	self->t.gen = fork_gen;
 	self->max_context = max_context;
+	self->inflight_wait_ms = wait_ms;
 	self->pool = (PoolObject *)Py_NewRef(pool);
 	pool->users++;
 	return 0;
@@ -512,7 +517,7 @@ static PyObject *Prefix_get_stats(PrefixObject *self, void *c)
 
 	TREE_OPEN(&self->t, NULL);
 	s = kv_prefix_stats(self->pc);
-	return Py_BuildValue("{sKsKsKsKsKsKsKsKsKsK}",
+	return Py_BuildValue("{sKsKsKsKsKsKsKsKsKsKsKsK}",
 			     "local_hit_pages", (unsigned long long)s->local_hit_pages,
 			     "remote_hit_pages", (unsigned long long)s->remote_hit_pages,
 			     "lookups", (unsigned long long)s->lookups,
@@ -522,7 +527,9 @@ static PyObject *Prefix_get_stats(PrefixObject *self, void *c)
 			     "allocated", (unsigned long long)s->allocated,
 			     "alloc_evictions", (unsigned long long)s->alloc_evictions,
 			     "put_pages", (unsigned long long)s->put_pages,
-			     "errors", (unsigned long long)s->errors);
+			     "errors", (unsigned long long)s->errors,
+			     "claimed", (unsigned long long)s->claimed,
+			     "claim_conflicts", (unsigned long long)s->claim_conflicts);
 }
 
 static PyObject *Prefix_page_key(PrefixObject *self, PyObject *arg)
@@ -578,25 +585,36 @@ static PyMethodDef Prefix_methods[] = {
 static PyGetSetDef Prefix_getset[] = {
 	TREE_COMMON_GETSET,
 	{ "stats", (getter)Prefix_get_stats, NULL,
-	  PyDoc_STR("Counters: local/remote hit pages, lookups, published, ..."), NULL },
+	  PyDoc_STR("Counters: local/remote hit pages, lookups, published, ...,\n"
+		    "claimed and claim_conflicts (inflight_wait_ms)."), NULL },
 	{ NULL }
 };
 
 static PyMemberDef Prefix_members[] = {
 	{ "pool", T_OBJECT, offsetof(PrefixObject, pool), READONLY, NULL },
 	{ "max_context", T_UINT, offsetof(PrefixObject, max_context), READONLY, NULL },
+	{ "inflight_wait_ms", T_UINT, offsetof(PrefixObject, inflight_wait_ms), READONLY,
+	  PyDoc_STR("How long match() waits for pages others are computing (0: off).") },
 	{ NULL }
 };
 
 PyDoc_STRVAR(Prefix__doc__,
 "PrefixCache(pool, salt=None, *, algo='sha256', extra=(), max_reqs=16,\n"
-"            max_context=131072)\n"
+"            max_context=131072, inflight_wait_ms=0)\n"
 "\n"
 "libkv's prefix cache: a radix tree whose every page holds one arbiter\n"
 "reference of this process, backed by the pool's arbiter (LOOKUP on a\n"
 "local miss, PUBLISH of new full pages, PUT on eviction), with a request\n"
 "table of max_reqs rows of max_context tokens.  The salt names the model:\n"
-"keys under another salt never match.  One thread at a time per cache.");
+"keys under another salt never match.  One thread at a time per cache.\n"
+"\n"
+"inflight_wait_ms > 0 turns on in-flight dedupe: match() waits up to that\n"
+"long (GIL released) for prompt pages other processes have claimed and are\n"
+"computing, and claims the full prompt pages it still misses, so that the\n"
+"others wait for this process in turn.  The claims end when the pages are\n"
+"published: call cache_unfinished_req() right after prefill (else waiters\n"
+"wait out the decode), or put (abort()).  stats counts them: 'claimed',\n"
+"'claim_conflicts' (claims refused, computed unclaimed).");
 
 PyTypeObject Prefix_Type = {
 	PyVarObject_HEAD_INIT(NULL, 0)

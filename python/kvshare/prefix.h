@@ -18,6 +18,7 @@ typedef struct {
 	char *salt;
 	struct extras extra;
 	uint32_t max_context;
+	unsigned int inflight_wait_ms;	/* 0: no in-flight dedupe */
 	Py_ssize_t live;		/* Requests started and not finished */
 } PrefixObject;
 

@@ -189,6 +189,66 @@ int conv_u64(PyObject *o, void *p)
 	return 1;
 }
 
+/*
+ * A duration in ms for @what: an int (not a bool) in 0..KV_MAX_TIMEOUT_MS,
+ * which also keeps it within the C API's int.
+ */
+int ms_arg(PyObject *o, unsigned int *ms, const char *what)
+{
+	long long v;
+
+	if (!PyLong_Check(o) || PyBool_Check(o)) {
+		PyErr_Format(PyExc_TypeError, "%s: expected an int of milliseconds, not %.100s",
+			     what, Py_TYPE(o)->tp_name);
+		return -1;
+	}
+	v = PyLong_AsLongLong(o);
+	if (v == -1 && PyErr_Occurred()) {
+		if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+			return -1;
+		PyErr_Clear();
+		v = -1;		/* reported below, with the range */
+	}
+	if (v < 0 || v > KV_MAX_TIMEOUT_MS) {
+		PyErr_Format(PyExc_ValueError, "%s: %R ms is out of range; expected "
+			     "0..%u (24 hours)", what, o, KV_MAX_TIMEOUT_MS);
+		return -1;
+	}
+	*ms = (unsigned int)v;
+	return 0;
+}
+
+/* The call deadline of @arb from a Python value: timeout_ms's setter and keyword. */
+int set_timeout(struct kv_arbiter *arb, PyObject *o)
+{
+	unsigned int ms;
+	int ret;
+
+	if (!o) {
+		PyErr_SetString(PyExc_AttributeError, "timeout_ms cannot be deleted (0: no "
+				"deadline)");
+		return -1;
+	}
+	if (ms_arg(o, &ms, "timeout_ms"))
+		return -1;
+	ret = kv_arbiter_set_timeout(arb, ms);
+	if (ret) {
+		KV_RAISE(ret, "timeout_ms = %u", ms);
+		return -1;
+	}
+	return 0;
+}
+
+/* Why a handle no longer works: None, or the errno that broke it. */
+PyObject *broken_errno(struct kv_arbiter *arb)
+{
+	int ret = kv_arbiter_broken(arb);
+
+	if (!ret)
+		Py_RETURN_NONE;
+	return PyLong_FromLong(-ret);
+}
+
 /* An optional owner uid (None: libkv's default). */
 int owner_arg(PyObject *o, uint32_t *owner, int *have)
 {
@@ -374,7 +434,7 @@ fail:
 PyObject *stats_dict(const struct kvs_pool_stats *st)
 {
 	return Py_BuildValue(
-		"{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}",
+		"{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}",
 		"n_pages", (unsigned long long)st->n_pages,
 		"n_free", (unsigned long long)st->n_free,
 		"n_owned", (unsigned long long)st->n_owned,
@@ -390,7 +450,9 @@ PyObject *stats_dict(const struct kvs_pool_stats *st)
 		"dup_publishes", (unsigned long long)st->dup_publishes,
 		"lookups", (unsigned long long)st->lookups,
 		"hits", (unsigned long long)st->hits,
-		"evictions", (unsigned long long)st->evictions);
+		"evictions", (unsigned long long)st->evictions,
+		"n_claimed", (unsigned long long)st->n_claimed,
+		"inflight_waits", (unsigned long long)st->inflight_waits);
 }
 
 PyObject *geom_dict(const struct kvs_geometry *g)
