@@ -145,17 +145,33 @@ PyObject *new_keys(Py_ssize_t n, struct kvs_key **data)
 	return a;
 }
 
+/*
+ * @o as a Python int (new reference): an int, or any integer type's value
+ * through __index__, as CPython's own "I" format takes it, so that a page
+ * or count read from a numpy array passes as it is.  Floats and strings
+ * are refused, never rounded.
+ */
+static PyObject *int_arg(PyObject *o, const char *what, const char *expected)
+{
+	if (PyLong_Check(o))
+		return Py_NewRef(o);
+	if (PyIndex_Check(o))
+		return PyNumber_Index(o);
+	PyErr_Format(PyExc_TypeError, "%s: expected %s, not %.100s", what, expected,
+		     Py_TYPE(o)->tp_name);
+	return NULL;
+}
+
 /* A uint32 argument from a Python int, with a clear range error. */
 int u32_arg(PyObject *o, uint32_t *out, const char *what)
 {
 	unsigned long long v;
+	PyObject *i = int_arg(o, what, "int");
 
-	if (!PyLong_Check(o)) {
-		PyErr_Format(PyExc_TypeError, "%s: expected int, not %.100s", what,
-			     Py_TYPE(o)->tp_name);
+	if (!i)
 		return -1;
-	}
-	v = PyLong_AsUnsignedLongLong(o);
+	v = PyLong_AsUnsignedLongLong(i);
+	Py_DECREF(i);
 	if ((v == (unsigned long long)-1 && PyErr_Occurred()) || v > UINT32_MAX) {
 		PyErr_Clear();
 		PyErr_Format(PyExc_ValueError, "%s: %R is not in 0..4294967295", what, o);
@@ -196,13 +212,18 @@ int conv_u64(PyObject *o, void *p)
 int ms_arg(PyObject *o, unsigned int *ms, const char *what)
 {
 	long long v;
+	PyObject *i;
 
-	if (!PyLong_Check(o) || PyBool_Check(o)) {
-		PyErr_Format(PyExc_TypeError, "%s: expected an int of milliseconds, not %.100s",
-			     what, Py_TYPE(o)->tp_name);
+	if (PyBool_Check(o)) {
+		PyErr_Format(PyExc_TypeError, "%s: expected an int of milliseconds, not bool",
+			     what);
 		return -1;
 	}
-	v = PyLong_AsLongLong(o);
+	i = int_arg(o, what, "an int of milliseconds");
+	if (!i)
+		return -1;
+	v = PyLong_AsLongLong(i);
+	Py_DECREF(i);
 	if (v == -1 && PyErr_Occurred()) {
 		if (!PyErr_ExceptionMatches(PyExc_OverflowError))
 			return -1;
