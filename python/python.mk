@@ -16,6 +16,8 @@ PY_INCLUDES      = $(shell $(PYTHON)-config --includes) \
 PY_EXT           = $(PY_PKG_DIR)/_kvshare$(PY_EXT_SUFFIX)
 PY_SRCS         := $(wildcard python/kvshare/*.py)
 PY_COPIES       := $(PY_SRCS:python/%=$(PY_BUILD)/%)
+PY_C_SRCS       := $(wildcard python/kvshare/*.c)
+PY_C_OBJS       := $(PY_C_SRCS:python/kvshare/%.c=$(PY_BUILD)/%.o)
 
 LIBKV_PIC_OBJS  := $(LIBKV_SRCS:%.c=$(BUILD)/pic/libkv/%.o)
 LIBKV_PIC       := $(BUILD)/pic/libkv.a
@@ -31,13 +33,14 @@ $(LIBKV_PIC): $(LIBKV_PIC_OBJS)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-$(BUILD)/python/_kvshare.o: python/kvshare/_kvshare.c
+# The extension's C files, one per type (python/kvshare/module.c readies them).
+$(PY_C_OBJS): $(PY_BUILD)/%.o: python/kvshare/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -Wno-unused-parameter -Wno-missing-field-initializers \
 		$(LIBKV_CFLAGS) $(PY_INCLUDES) $(DEPFLAGS) -c -o $@ $<
 
 # The symbol the interpreter looks up is the only one exported.
-$(PY_EXT): $(BUILD)/python/_kvshare.o $(LIBKV_PIC)
+$(PY_EXT): $(PY_C_OBJS) $(LIBKV_PIC)
 	@mkdir -p $(@D)
 	$(CC) -shared -o $@ $^ $(LIBKV_LDLIBS) -Wl,--exclude-libs,ALL
 
@@ -48,7 +51,7 @@ $(PY_BUILD)/kvshare/%.py: python/kvshare/%.py
 .PHONY: python
 python: $(PY_EXT) $(PY_COPIES)
 
--include $(LIBKV_PIC_OBJS:.o=.d) $(BUILD)/python/_kvshare.d
+-include $(LIBKV_PIC_OBJS:.o=.d) $(PY_C_OBJS:.o=.d)
 
 ALL_TARGETS += python
 

@@ -7,23 +7,26 @@ torch and numpy conveniences on top.  The objects:
 * :class:`Arbiter` -- pool administration (create, destroy, list, stats);
 * :class:`Pool` -- a pool attached and mapped: ``alloc``/``publish``/
   ``lookup``/``put``/``quota`` over numpy arrays of pages and keys, and its
-  memory without a copy (``view``, ``numpy``, ``tensor``);
+  memory without a copy (``view``, ``numpy``, ``tensor``); in-flight dedupe
+  with ``alloc_claim`` and ``lookup(keys, wait_ms=...)``;
 * :class:`BlockHasher` -- chained SHA-256 / XXH3 page keys, equal to libkv's;
 * :class:`RadixCache` -- SGLang's RadixCache at page granularity, alone;
 * :class:`PrefixCache` -- the same tree wired to the arbiter, as engines
   use it (``match``, ``reserve``, ``cache_finished_req``, ...).
 
 Errors from the arbiter or libkv are :class:`Error`, an ``OSError`` whose
-``errno`` is the call's.
+``errno`` is the call's.  A call to kvshared that gets no answer within the
+handle's deadline (``timeout_ms``) raises :class:`CallTimeout`, which is
+both an :class:`Error` and a ``TimeoutError`` (errno ``ETIMEDOUT``).
 """
 from ._kvshare import (ABI_VERSION, MAX_BATCH, NO_PAGE, Arbiter, BlockHasher,
-                       Error, MatchResult, Node, PoolView, PrefixCache,
-                       RadixCache, Request)
+                       CallTimeout, Error, LookupResult, MatchResult, Node,
+                       PoolView, PrefixCache, RadixCache, Request)
 from ._kvshare import Pool as _Pool
 
 __all__ = ["ABI_VERSION", "MAX_BATCH", "NO_PAGE", "Arbiter", "BlockHasher",
-           "Error", "MatchResult", "Node", "Pool", "PoolView", "PrefixCache",
-           "RadixCache", "Request"]
+           "CallTimeout", "Error", "LookupResult", "MatchResult", "Node", "Pool",
+           "PoolView", "PrefixCache", "RadixCache", "Request"]
 
 
 class Pool(_Pool):

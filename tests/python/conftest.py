@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: GPL-2.0
 """Fixtures of the Python suite: one private kvshared for the session (the
-ASan build when it exists), a fresh pool per test, the C reference."""
+ASan build when it exists), a fresh pool per test, the C reference, and a
+kvshared of a test's own for the tests that stop it."""
 import itertools
 import os
+import signal
 
 import pytest
 
@@ -31,6 +33,21 @@ def daemon():
     yield d
     st = d.stop()
     assert st == 0, "kvshared exited with status %s" % st
+
+
+@pytest.fixture
+def own_daemon():
+    """A kvshared for this test alone, which it may SIGSTOP: whatever the
+    test does, the daemon is continued, then stopped, and must exit 0."""
+    d = Daemon(kvshared=_kvshared())
+    d.start()
+    try:
+        yield d
+    finally:
+        if d.proc is not None and d.proc.poll() is None:
+            d.proc.send_signal(signal.SIGCONT)
+        st = d.stop()
+    assert st == 0, "the test's own kvshared exited with status %s" % st
 
 
 @pytest.fixture

@@ -437,3 +437,26 @@ def test_handles_refuse_use_after_fork(mkpool):
         assert p.stats()["n_held"] == held
         assert pc.match_prefix(tok).length == 32
         pc.abort(r2)
+
+
+def test_numpy_integers_pass_as_ints(mkpool):
+    """A page taken from a result array passes where an int is expected
+    (parent=, page(), wait_ms=), as CPython's own "I" format takes it;
+    floats are refused, never rounded."""
+    with kvshare.Pool(mkpool()) as p:
+        keys = kvshare.BlockHasher(4, "np").hash(np.arange(8, dtype=np.uint32))
+        first, _ = p.publish(p.alloc(1), keys[:1])
+        second, _ = p.publish(p.alloc(1), keys[1:], parent=first[0])
+        assert isinstance(first[0], np.uint32) and p.page(first[0]).start == first[0]
+        hits = p.lookup(keys, np.int64(5))
+        assert list(hits) == [first[0], second[0]]
+        with pytest.raises(TypeError, match="parent"):
+            p.publish([0], keys[:1], parent=np.float64(first[0]))
+        with pytest.raises(TypeError, match="page"):
+            p.page(float(first[0]))
+        with pytest.raises(TypeError, match="wait_ms"):
+            p.lookup(keys, np.float32(5))
+        p.put(hits)
+        p.put(first)
+        p.put(second)
+        assert p.quota()[1] == 0
