@@ -8,8 +8,10 @@
  * socket request is; a request that cannot be framed drops the owner.
  *
  * Polling: after a ring request the loop's poller (rings_poll) polls the
- * rings for ring_poll_us, looking at epoll every RING_SLICE_NS, then sets
- * NEED_WAKEUP and looks once more before epoll sleeps.  Doorbells
+ * rings for a window of at most ring_poll_us that adapts to the gaps
+ * between requests (window_request()), looking at epoll every
+ * RING_SLICE_NS, then sets NEED_WAKEUP and looks once more before epoll
+ * sleeps; a spin that was preempted stops at once.  Doorbells
  * (bell.h): a sleeping daemon is woken by a byte on the ring's sq pipe,
  * which epoll watches, and wakes a client that sleeps for its reply
  * (enter == sq) with a byte on the cq pipe.  A doorbell costs a pipe
@@ -35,6 +37,8 @@
 #define HDR		((uint32_t)sizeof(struct kvs_msg))
 #define RING_AREA_OFF	4096u		/* the control block's page, then the area */
 #define RING_SLICE_NS	20000		/* polling rings, epoll is looked at this often */
+#define RING_WINDOW_MIN	20000		/* the polling window shrinks to this */
+#define RING_PREEMPT_NS	50000		/* a spin this slow was preempted */
 
 /* A connection's ring: the memfd mapped here, and the last sq served. */
 struct kvsd_ring {
@@ -58,7 +62,10 @@ static struct {
 	uint64_t bytes;			/* of all rings */
 	bool asleep;			/* NEED_WAKEUP is set in every ring */
 	uint64_t active_ns;		/* when a ring request was last served */
-	uint64_t poll_ns;		/* ring_poll_us */
+	uint64_t poll_ns;		/* ring_poll_us: the window's upper bound */
+	uint64_t window_ns;		/* polled this long after a request */
+	uint64_t min_ns;		/* the window's lower bound */
+	bool open;			/* a request opened a window, not yet passed */
 	uint8_t *scratch;		/* a ring request, copied out of the ring */
 	uint32_t scratch_cap;
 } rings;
@@ -243,6 +250,40 @@ uint32_t kvsd_ring_size(const struct kvsd_ring *r)
 
 /* ---- serving -------------------------------------------------------------- */
 
+/*
+ * The polling window adapts, as NAPI's and io_uring's hybrid polling do,
+ * so that polling earns its keep: a request that came @now, within
+ * ring_poll_us of the one before, would have been caught by a window of
+ * twice that gap, which the window grows towards (at most doubling per
+ * request, never past ring_poll_us); a window that passes with nothing
+ * caught is halved (window_idle()).  A burst of calls keeps the window
+ * open, and calls a millisecond apart (engines computing between them)
+ * shrink it to RING_WINDOW_MIN, where a spin per call is a few tens of
+ * microseconds instead of ring_poll_us.
+ */
+static void window_request(uint64_t now)
+{
+	uint64_t gap = now - rings.active_ns, want = 2 * gap;
+
+	rings.active_ns = now;
+	rings.open = true;
+	if (gap >= rings.poll_ns || want <= rings.window_ns)
+		return;
+	if (want > 2 * rings.window_ns)
+		want = 2 * rings.window_ns;
+	rings.window_ns = want < rings.poll_ns ? want : rings.poll_ns;
+}
+
+static void window_idle(void)
+{
+	if (!rings.open)
+		return;		/* the loop came round with no window open */
+	rings.open = false;
+	rings.window_ns /= 2;
+	if (rings.window_ns < rings.min_ns)
+		rings.window_ns = rings.min_ns;
+}
+
 static bool scratch_reserve(uint32_t len)
 {
 	uint8_t *p;
@@ -309,7 +350,7 @@ static int ring_serve(struct kvsd_ring *r)
 	 * CPU: polling would only keep it from running.
 	 */
 	if (__atomic_load_n(&r->ctl->client_cpu, __ATOMIC_RELAXED) != (uint32_t)sched_getcpu() + 1)
-		rings.active_ns = now_ns();
+		window_request(now_ns());
 	return 1;
 }
 
@@ -396,14 +437,17 @@ static void rings_set_cpu(uint32_t cpu)
 }
 
 /*
- * The loop's poller: serve the rings, keep polling them for poll_ns
- * after the last request, and before sleeping ask for doorbells
- * (KVS_RING_NEED_WAKEUP), then look once more.  true: do not block in
- * epoll (only look at it, then come back).
+ * The loop's poller: serve the rings, keep polling them for the window
+ * (window_request()) after the last request, and before sleeping ask for
+ * doorbells (KVS_RING_NEED_WAKEUP), then look once more.  A spin that was
+ * preempted (a gap of RING_PREEMPT_NS between two looks that served
+ * nothing) means another task wanted this CPU: the spin only delays it,
+ * so polling stops at once and the window drops to its minimum.  true:
+ * do not block in epoll (only look at it, then come back).
  */
 static bool rings_poll(void)
 {
-	uint64_t start, now;
+	uint64_t start, now, prev;
 
 	if (!rings.n)
 		return false;
@@ -411,15 +455,24 @@ static bool rings_poll(void)
 		rings_set_flags(0);
 		rings.asleep = false;
 	}
-	start = now_ns();
+	start = prev = now_ns();
 	rings_set_cpu(sched_getcpu() + 1);
 	for (;;) {
-		rings_serve_all();
+		bool served = rings_serve_all() > 0;
+
 		now = now_ns();
-		if (now - rings.active_ns >= rings.poll_ns)
+		if (!served && now - prev >= RING_PREEMPT_NS) {
+			rings.window_ns = rings.min_ns;
+			rings.open = false;
 			break;
+		}
+		if (now - rings.active_ns >= rings.window_ns) {
+			window_idle();
+			break;
+		}
 		if (now - start >= RING_SLICE_NS)
 			return true;
+		prev = now;
 		cpu_relax();
 	}
 	rings_set_flags(KVS_RING_NEED_WAKEUP);
@@ -432,6 +485,8 @@ void kvsd_rings_start(const struct kvsd_ring_ops *ops, uint32_t poll_us)
 {
 	rings.ops = ops;
 	rings.poll_ns = (uint64_t)poll_us * 1000;
+	rings.min_ns = rings.poll_ns < RING_WINDOW_MIN ? rings.poll_ns : RING_WINDOW_MIN;
+	rings.window_ns = rings.poll_ns;
 	kvsd_loop_set_poller(rings_poll);
 }
 
