@@ -87,17 +87,18 @@ printf '%-9s %5s %6s %10s %10s %8s %8s\n' placement pool chain A_ns/page B_ns/pa
 for p in 1 2 3; do
 	name=$(echo unpinned split cpu0 | cut -d' ' -f"$p")
 	for key in "1k 16" "1k 256" "64k 16" "64k 256" "64k 4096"; do
-		set -- $key
+		read -r pool chain <<<"$key"
+		cols=()
 		for a in A B; do
-			cat "$tmp"/bench.$a.* | awk -v p="$p" -v pool="$1" -v chain="$2" '
+			cat "$tmp"/bench.$a.* | awk -v p="$p" -v pool="$pool" -v chain="$chain" '
 				/^# kvbench daemon/ { s = s % 3 + 1 }
 				s == p && $1 == pool && $2 == "lookup+put" && $3 == chain { print $5, $7 }' \
 				>"$tmp/rows.$a"
-			eval "ns_$a=\$(cut -d' ' -f1 \"\$tmp/rows.\$a\" | median)"
-			eval "x_$a=\$(cut -d' ' -f2 \"\$tmp/rows.\$a\" | median)"
+			cols+=("$(cut -d' ' -f1 "$tmp/rows.$a" | median)")
+			cols+=("$(cut -d' ' -f2 "$tmp/rows.$a" | median)")
 		done
-		printf '%-9s %5s %6s %10s %10s %8s %8s\n' "$name" "$1" "$2" \
-			"$ns_A" "$ns_B" "$x_A" "$x_B"
+		printf '%-9s %5s %6s %10s %10s %8s %8s\n' "$name" "$pool" "$chain" \
+			"${cols[0]}" "${cols[2]}" "${cols[1]}" "${cols[3]}"
 	done
 done
 
