@@ -11,7 +11,7 @@
  * rings for a window of at most ring_poll_us that adapts to the gaps
  * between requests (window_request()), looking at epoll every
  * RING_SLICE_NS, then sets NEED_WAKEUP and looks once more before epoll
- * sleeps; a spin that was preempted stops at once.  Doorbells
+ * sleeps.  Doorbells
  * (bell.h): a sleeping daemon is woken by a byte on the ring's sq pipe,
  * which epoll watches, and wakes a client that sleeps for its reply
  * (enter == sq) with a byte on the cq pipe.  A doorbell costs a pipe
@@ -38,7 +38,6 @@
 #define RING_AREA_OFF	4096u		/* the control block's page, then the area */
 #define RING_SLICE_NS	20000		/* polling rings, epoll is looked at this often */
 #define RING_WINDOW_MIN	20000		/* the polling window shrinks to this */
-#define RING_PREEMPT_NS	50000		/* a spin this slow was preempted */
 
 /* A connection's ring: the memfd mapped here, and the last sq served. */
 struct kvsd_ring {
@@ -439,15 +438,12 @@ static void rings_set_cpu(uint32_t cpu)
 /*
  * The loop's poller: serve the rings, keep polling them for the window
  * (window_request()) after the last request, and before sleeping ask for
- * doorbells (KVS_RING_NEED_WAKEUP), then look once more.  A spin that was
- * preempted (a gap of RING_PREEMPT_NS between two looks that served
- * nothing) means another task wanted this CPU: the spin only delays it,
- * so polling stops at once and the window drops to its minimum.  true:
- * do not block in epoll (only look at it, then come back).
+ * doorbells (KVS_RING_NEED_WAKEUP), then look once more.  true: do not
+ * block in epoll (only look at it, then come back).
  */
 static bool rings_poll(void)
 {
-	uint64_t start, now, prev;
+	uint64_t start, now;
 
 	if (!rings.n)
 		return false;
@@ -455,24 +451,17 @@ static bool rings_poll(void)
 		rings_set_flags(0);
 		rings.asleep = false;
 	}
-	start = prev = now_ns();
+	start = now_ns();
 	rings_set_cpu(sched_getcpu() + 1);
 	for (;;) {
-		bool served = rings_serve_all() > 0;
-
+		rings_serve_all();
 		now = now_ns();
-		if (!served && now - prev >= RING_PREEMPT_NS) {
-			rings.window_ns = rings.min_ns;
-			rings.open = false;
-			break;
-		}
 		if (now - rings.active_ns >= rings.window_ns) {
 			window_idle();
 			break;
 		}
 		if (now - start >= RING_SLICE_NS)
 			return true;
-		prev = now;
 		cpu_relax();
 	}
 	rings_set_flags(KVS_RING_NEED_WAKEUP);
