@@ -11,10 +11,9 @@
  * rings for a window of at most ring_poll_us that adapts to the gaps
  * between requests (window_request()), looking at epoll every
  * RING_SLICE_NS, then sets NEED_WAKEUP and looks once more before epoll
- * sleeps.  Doorbells
- * (bell.h): a sleeping daemon is woken by a byte on the ring's sq pipe,
- * which epoll watches, and wakes a client that sleeps for its reply
- * (enter == sq) with a byte on the cq pipe.  A doorbell costs a pipe
+ * sleeps.  Doorbells (bell.h): a sleeping daemon is woken by a byte on
+ * the ring's sq pipe, which epoll watches, and wakes a client that sleeps
+ * for its reply (enter == sq) with a byte on the cq pipe.  A doorbell costs a pipe
  * write and a wakeup, half a socket round trip's skb work, which is what
  * the ring pays per call whenever the two share a CPU.
  */
