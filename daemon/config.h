@@ -68,7 +68,7 @@ struct kvsd_config {
 	uint64_t max_conn_buffer;	/* bytes buffered for one connection */
 	uint64_t max_buffer_total;	/* bytes buffered for all of them */
 	uint32_t stall_timeout_ms;	/* mid-message or unread reply: dropped */
-	uint32_t ring_poll_us;		/* rings polled after a request (0: never) */
+	uint32_t ring_poll_us;		/* rings polled after a request, at most (0: never) */
 	/* Per-user limits of the core (socket mode; 0 = none). */
 	uint32_t max_user_pools;
 	uint64_t max_user_pool_pages;

@@ -9,10 +9,10 @@
  * Shared declarations of pools.c, mem.c, mem_cuda.c and metrics.c.
  * Parsing lives in config.h, the arbiter socket in server.h, the log in
  * log.h and the event loop in loop.h.  Calls go one way, down:
- *   main.c -> metrics.c -> server.c -> pools.c -> mem.c -> mem_cuda.c
+ *   main.c -> metrics.c -> server.c -> ring.c -> pools.c -> mem.c -> mem_cuda.c
  * (each may also call any file further down), and every one of them may
- * call config.c (names, sizes and addresses), loop.c and log.c, which
- * call nothing above them (loop.c only log.c).
+ * call config.c (names, sizes and addresses), listen.c, loop.c and log.c,
+ * which call nothing above them (listen.c and loop.c only log.c).
  */
 #ifndef _KVSHARED_H
 #define _KVSHARED_H

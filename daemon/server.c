@@ -37,22 +37,13 @@
  *   per message does that): the daemon reads exactly one message at a
  *   time, so descriptors can never be taken for the wrong message.
  *
- * - The shared ring (RING_SETUP, RING_ENTER): a sealed memfd per
+ * - The shared ring (RING_SETUP, RING_ENTER; ring.h): a sealed memfd per
  *   connection, counted against max_buffer_total (rings together at most
  *   half of it, one uid's an eighth: they have no stall deadline).  A ring
- *   request is copied out once into srv.scratch (one buffer for the
- *   daemon, as large as the largest request served, at most
- *   max_conn_buffer) and run by
- *   msg_handle() as a socket request is; only the page commands
- *   (EOPNOTSUPP else); unframeable closes the connection (c->doom, so
- *   that nothing is freed under the caller).  After a ring request the
- *   loop's poller (srv_poll) polls the rings for ring_poll_ns, then sets
- *   NEED_WAKEUP and looks once more before epoll sleeps.  Doorbells
- *   (bell.h): a sleeping daemon is woken by a byte on the ring's sq pipe,
- *   which epoll watches, and wakes a client that sleeps for its reply
- *   (enter == sq) with a byte on the cq pipe.  A doorbell costs a pipe
- *   write and a wakeup, half a socket round trip's skb work, which is
- *   what the ring pays per call whenever the two share a CPU.
+ *   request is copied out once by ring.c and run by msg_handle() as a
+ *   socket request is; only the page commands (EOPNOTSUPP else);
+ *   unframeable closes the connection (c->doom on RING_ENTER, so that
+ *   nothing is freed under the caller).  Polling and doorbells: ring.c.
  * - WAIT_FD: a pipe per connection, rung by the core's waker when the
  *   claim the connection's latest LOOKUP waits on ends (kvs_client_set_
  *   waker(), set at accept), and at once if no wait is pending when it is
@@ -80,23 +71,20 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include <sys/epoll.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 
 #include "bell.h"
 #include "closer.h"
 #include "core.h"
 #include "kvshared.h"
+#include "ring.h"
 #include "server.h"
 
 #define HDR		((uint32_t)sizeof(struct kvs_msg))
@@ -106,8 +94,6 @@
 #define BUF_KEEP	(64u << 10)	/* larger buffers are freed after use */
 #define READ_BUDGET	16		/* messages per wakeup, for fairness */
 #define MAX_GROUPS	65536		/* NGROUPS_MAX */
-#define RING_AREA_OFF	4096u		/* the control block's page, then the area */
-#define RING_SLICE_NS	20000		/* polling rings, epoll is looked at this often */
 
 struct conn {
 	struct kvsd_watch w;
@@ -124,7 +110,7 @@ struct conn {
 	void *out_mem;			/* ATTACH: memory whose fd goes along */
 	int out_fds[MAX_OUT_FDS];	/* sent with the reply, then closed */
 	unsigned int n_out_fds;
-	struct ring *ring;		/* the shared ring, if asked for */
+	struct kvsd_ring *ring;		/* the shared ring, if asked for */
 	int wait_bell;			/* WAIT_FD: our end, rung by the core's waker */
 	int fds[MAX_FDS];
 	unsigned int n_fds;
@@ -141,24 +127,6 @@ struct conn {
 	uint64_t busy_since;
 };
 
-/*
- * A connection's shared ring (<linux/kvshare.h>, "The shared ring"): the
- * memfd mapped here, and the last sq served.  Everything in the mapping
- * is the client's to scribble on at any time: sq is read once per look,
- * a request is copied out once before anything checks it.
- */
-struct ring {
-	struct kvs_ring_ctl *ctl;	/* the mapping, control block first */
-	struct kvsd_watch sq_bell;	/* our end of the sq doorbell (-1: gone) */
-	int cq_bell;			/* our end of the cq doorbell */
-	uint8_t *area;			/* the message area */
-	uint32_t size;			/* bytes of the area */
-	size_t map_len;
-	uint32_t served;		/* the sq last served (our cq) */
-	struct conn *c;
-	struct ring *prev, *next;	/* srv.rings */
-};
-
 static struct {
 	struct kvsd *d;
 	struct kvsd_watch listen;
@@ -170,14 +138,6 @@ static struct {
 	bool accept_paused;
 	bool accept_warned;		/* logged once per episode */
 	uint64_t buffered;		/* buffer bytes beyond BUF_MIN, all connections */
-	uint64_t ring_bytes;		/* of which rings, at most half of the budget */
-	struct ring *rings;		/* connections with a ring */
-	unsigned int n_rings;
-	bool rings_asleep;		/* NEED_WAKEUP is set in every ring */
-	uint64_t ring_active_ns;	/* when a ring request was last served */
-	uint8_t *scratch;		/* a ring request, copied out of the ring */
-	uint32_t scratch_cap;
-	uint64_t ring_poll_ns;		/* ring_poll_us */
 } srv = { .listen = { .fd = -1 } };
 
 /* ---- connections ------------------------------------------------------- */
@@ -227,31 +187,6 @@ static void conn_free_buf(struct conn *c)
 	c->cap = 0;
 }
 
-static void ring_free(struct conn *c)
-{
-	struct ring *r = c->ring;
-
-	if (!r)
-		return;
-	if (r->sq_bell.fd >= 0) {
-		kvsd_watch_del(&r->sq_bell);
-		close(r->sq_bell.fd);
-	}
-	close(r->cq_bell);
-	munmap(r->ctl, r->map_len);
-	if (r->prev)
-		r->prev->next = r->next;
-	else
-		srv.rings = r->next;
-	if (r->next)
-		r->next->prev = r->prev;
-	srv.n_rings--;
-	srv.buffered -= r->size;
-	srv.ring_bytes -= r->size;
-	free(r);
-	c->ring = NULL;
-}
-
 static void conn_drop_out_fds(struct conn *c)
 {
 	while (c->n_out_fds)
@@ -268,7 +203,10 @@ static void conn_close(struct conn *c, const char *why)
 	if (c->out_mem)
 		kvs_host_mem_put(c->out_mem);
 	conn_drop_out_fds(c);
-	ring_free(c);
+	if (c->ring) {
+		srv.buffered -= kvsd_ring_size(c->ring);
+		kvsd_ring_free(c->ring);
+	}
 	/* Releasing its holdings may wake others, never itself: then the bell. */
 	kvs_client_free(c->cl);
 	if (c->wait_bell >= 0)
@@ -473,10 +411,6 @@ static int msg_check(const struct conn *c, const struct kvs_msg *h, uint32_t usi
 	return 0;
 }
 
-static int ring_setup(struct conn *c, struct kvs_ring_setup *rs);
-static void ring_bell(struct kvsd_watch *w, uint32_t events);
-static void conn_read(struct conn *c);
-static int ring_enter(struct conn *c, struct kvs_ring_enter *re);
 
 static bool is_sock_cmd(unsigned int cmd)
 {
@@ -513,6 +447,47 @@ static int wait_fd_setup(struct conn *c, struct kvs_wait_fd *wf)
 	c->out_fds[c->n_out_fds++] = theirs;
 	wf->wait_fd = 0;
 	return 0;
+}
+
+/*
+ * RING_SETUP: the ring comes out of the buffer budget, as a buffer does,
+ * and ring.c keeps the rings' share of it.
+ */
+static int ring_setup(struct conn *c, struct kvs_ring_setup *rs)
+{
+	const struct kvsd_config *cfg = srv.d->cfg;
+	int ret;
+
+	ret = kvsd_ring_check(rs, cfg->max_conn_buffer);
+	if (ret)
+		return ret;
+	if (c->ring)
+		return -EBUSY;
+	if (srv.buffered + rs->size > cfg->max_buffer_total)
+		return -ENOBUFS;
+	ret = kvsd_ring_new(c, c->cred.uid, c->cred.admin, cfg->max_buffer_total,
+			    rs, c->out_fds + c->n_out_fds, &c->ring);
+	if (ret)
+		return ret;
+	c->n_out_fds += 3;
+	srv.buffered += rs->size;
+	kvsd_debug("client %llu: ring of %u bytes", (unsigned long long)c->id, rs->size);
+	return 0;
+}
+
+/* RING_ENTER: unframeable garbage closes the connection once this returns. */
+static int ring_enter(struct conn *c, struct kvs_ring_enter *re)
+{
+	int ret;
+
+	if (re->flags || re->cq || re->reserved[0] || re->reserved[1])
+		return -EINVAL;
+	if (!c->ring)
+		return -ENXIO;
+	ret = kvsd_ring_enter(c->ring, re, c->doom_buf, sizeof(c->doom_buf));
+	if (ret == -EPROTO)
+		c->doom = c->doom_buf;
+	return ret;
 }
 
 /*
@@ -592,6 +567,22 @@ static uint32_t msg_handle(struct conn *c, uint8_t *buf, bool ring)
 	return len;
 }
 
+/* What ring.c runs: a request of @owner's ring, copied out of it. */
+static uint32_t ring_handle(void *owner, uint8_t *msg)
+{
+	return msg_handle(owner, msg, true);
+}
+
+static void ring_drop(void *owner, const char *why)
+{
+	conn_close(owner, why);
+}
+
+static const struct kvsd_ring_ops ring_ops = {
+	.handle = ring_handle,
+	.drop = ring_drop,
+};
+
 /* Run the request in c->buf and turn c->buf into its reply. */
 static void conn_handle(struct conn *c)
 {
@@ -599,331 +590,6 @@ static void conn_handle(struct conn *c)
 	conn_drop_fds(c);
 	c->out_sent = 0;
 	c->in_len = 0;
-}
-
-/* ---- the shared ring ------------------------------------------------------ */
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#endif
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + ts.tv_nsec;
-}
-
-/* Bytes of the rings of @uid's connections. */
-static uint64_t rings_of_uid(uint32_t uid)
-{
-	uint64_t n = 0;
-	struct ring *r;
-
-	for (r = srv.rings; r; r = r->next)
-		if (r->c->cred.uid == uid)
-			n += r->size;
-	return n;
-}
-
-/*
- * Room for a ring of @size bytes for @c: ENOBUFS past the budget, past
- * half of it for rings in all, or past an eighth for one uid (admin
- * exempt).  A ring lives as long as its connection, with no stall
- * deadline: rings can never leave the requests on the sockets no budget
- * (a connection whose request finds none is closed), and one user cannot
- * take every ring there is, which would send everyone else's page
- * commands to the socket, the slow path.
- */
-static int ring_budget(const struct conn *c, uint32_t size)
-{
-	uint64_t total = srv.d->cfg->max_buffer_total;
-
-	if (srv.buffered + size > total || srv.ring_bytes + size > total / 2)
-		return -ENOBUFS;
-	if (!c->cred.admin && rings_of_uid(c->cred.uid) + size > total / 8)
-		return -ENOBUFS;
-	return 0;
-}
-
-static int ring_setup(struct conn *c, struct kvs_ring_setup *rs)
-{
-	const struct kvsd_config *cfg = srv.d->cfg;
-	size_t map_len;
-	struct ring *r;
-	int fd, sq_theirs, cq_theirs, ret;
-	void *p;
-
-	if (rs->flags || rs->ring_fd || rs->area_off || rs->sq_bell ||
-	    rs->cq_bell || rs->reserved || rs->size % 4096)
-		return -EINVAL;
-	if (rs->size < KVS_RING_MIN || rs->size > cfg->max_conn_buffer ||
-	    rs->size > KVS_MSG_MAX)
-		return -ERANGE;
-	if (c->ring)
-		return -EBUSY;
-	ret = ring_budget(c, rs->size);
-	if (ret)
-		return ret;
-	r = calloc(1, sizeof(*r));
-	if (!r)
-		return -ENOMEM;
-	map_len = (size_t)RING_AREA_OFF + rs->size;
-	fd = memfd_create("kvshared-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (fd < 0) {
-		ret = -errno;
-		free(r);
-		return ret == -ENFILE ? -EMFILE : ret;
-	}
-	/*
-	 * Sealed before the client sees it: it cannot shrink the file under
-	 * our mapping (SIGBUS here) nor seal it against our writes.
-	 */
-	if (ftruncate(fd, map_len) ||
-	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
-		ret = -errno;
-		goto fail;
-	}
-	ret = kvsd_bell_new(true, &r->sq_bell.fd, &sq_theirs);
-	if (ret)
-		goto fail;
-	ret = kvsd_bell_new(false, &r->cq_bell, &cq_theirs);
-	if (ret)
-		goto fail_sq;
-	r->sq_bell.fn = ring_bell;
-	ret = kvsd_watch_add(&r->sq_bell, EPOLLIN);
-	if (ret)
-		goto fail_cq;
-	p = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (p == MAP_FAILED) {
-		ret = -errno;
-		kvsd_watch_del(&r->sq_bell);
-		goto fail_cq;
-	}
-	r->ctl = p;
-	r->area = (uint8_t *)p + RING_AREA_OFF;
-	r->size = rs->size;
-	r->map_len = map_len;
-	r->c = c;
-	r->next = srv.rings;
-	if (srv.rings)
-		srv.rings->prev = r;
-	srv.rings = r;
-	srv.n_rings++;
-	srv.buffered += r->size;
-	srv.ring_bytes += r->size;
-	c->ring = r;
-	/* In this order, as the reply's struct says. */
-	c->out_fds[c->n_out_fds++] = fd;
-	c->out_fds[c->n_out_fds++] = sq_theirs;
-	c->out_fds[c->n_out_fds++] = cq_theirs;
-	rs->ring_fd = 0;
-	rs->sq_bell = 1;
-	rs->cq_bell = 2;
-	rs->area_off = RING_AREA_OFF;
-	kvsd_debug("client %llu: ring of %u bytes", (unsigned long long)c->id, r->size);
-	return 0;
-fail_cq:
-	close(r->cq_bell);
-	close(cq_theirs);
-fail_sq:
-	close(r->sq_bell.fd);
-	close(sq_theirs);
-fail:
-	close(fd);
-	free(r);
-	return ret;
-}
-
-static bool scratch_reserve(uint32_t len)
-{
-	uint8_t *p;
-
-	if (srv.scratch_cap >= len)
-		return true;
-	p = realloc(srv.scratch, len);
-	if (!p)
-		return false;
-	srv.scratch = p;
-	srv.scratch_cap = len;
-	return true;
-}
-
-/*
- * Serve the ring's pending request, if any: 1 served, 0 none, -1 the
- * request cannot be framed (c->doom says why; the caller closes).
- */
-static int ring_serve(struct ring *r)
-{
-	struct conn *c = r->c;
-	uint32_t sq = __atomic_load_n(&r->ctl->sq, __ATOMIC_ACQUIRE);
-	struct kvs_msg h, *m;
-	uint32_t out;
-
-	if (sq == r->served)
-		return 0;
-	/* Copied once, then only the copy is looked at. */
-	memcpy(&h, r->area, HDR);
-	if (h.magic != KVS_MSG_MAGIC || h.len < HDR || h.len > r->size) {
-		snprintf(c->doom_buf, sizeof(c->doom_buf), h.magic != KVS_MSG_MAGIC ?
-			 "ring: bad magic 0x%08x" : "ring: bad message length %u",
-			 h.magic != KVS_MSG_MAGIC ? h.magic : h.len);
-		c->doom = c->doom_buf;
-		return -1;
-	}
-	if (!scratch_reserve(h.len)) {
-		c->doom = "out of memory";
-		return -1;
-	}
-	memcpy(srv.scratch, r->area, h.len);
-	__atomic_store_n(&r->ctl->taken, sq, __ATOMIC_RELEASE);
-	m = (struct kvs_msg *)srv.scratch;
-	*m = h;			/* what was checked, whatever the ring says now */
-	out = msg_handle(c, srv.scratch, true);
-	memcpy(r->area, srv.scratch, out);	/* a reply is never longer */
-	r->served = sq;
-	/*
-	 * Awake now, and polling for a while before the next sleep (which
-	 * sets the flag again and looks once more): the client's next
-	 * request, which comes at once in a burst, needs no doorbell.
-	 */
-	if (srv.ring_poll_ns)
-		__atomic_store_n(&r->ctl->flags, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&r->ctl->cq, sq, __ATOMIC_RELEASE);
-	/*
-	 * A client that sleeps for this reply stored sq in enter before it
-	 * looked at cq: between its store and its look, and ours, one of us
-	 * sees the other's.
-	 */
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&r->ctl->enter, __ATOMIC_RELAXED) == sq)
-		kvsd_bell_ring(r->cq_bell);
-	/*
-	 * Poll for the next one a while, unless the client runs on this
-	 * CPU: polling would only keep it from running.
-	 */
-	if (__atomic_load_n(&r->ctl->client_cpu, __ATOMIC_RELAXED) != (uint32_t)sched_getcpu() + 1)
-		srv.ring_active_ns = now_ns();
-	return 1;
-}
-
-static int ring_enter(struct conn *c, struct kvs_ring_enter *re)
-{
-	if (re->flags || re->cq || re->reserved[0] || re->reserved[1])
-		return -EINVAL;
-	if (!c->ring)
-		return -ENXIO;
-	/* Unframeable: c->doom closes the connection once this returns. */
-	if (ring_serve(c->ring) < 0)
-		return -EPROTO;
-	re->cq = c->ring->served;
-	return 0;
-}
-
-/*
- * Serve @r's pending request, if any: 1 if one was served, 0 if none (@r
- * is gone if its request could not be framed).  A client sleeping in
- * RING_ENTER is answered by the loop, which reads its socket within
- * RING_SLICE_NS while polling: reading every client's socket after every
- * request would cost the doorbell clients a system call each.
- */
-static int ring_poke(struct ring *r)
-{
-	int ret = ring_serve(r);
-
-	if (ret < 0) {
-		conn_close(r->c, r->c->doom);
-		return 0;
-	}
-	return ret;
-}
-
-/* Serve every ring once; how many requests were served. */
-static unsigned int rings_serve_all(void)
-{
-	struct ring *r, *next;
-	unsigned int n = 0;
-
-	for (r = srv.rings; r; r = next) {
-		next = r->next;
-		n += ring_poke(r);
-	}
-	return n;
-}
-
-/*
- * The sq doorbell rang.  A client that closed every write end leaves the
- * read end at EOF, which a level-triggered epoll would report forever:
- * the bell goes, and the ring is served by polling and RING_ENTER alone.
- */
-static void ring_bell(struct kvsd_watch *w, uint32_t events)
-{
-	struct ring *r = (struct ring *)((char *)w - offsetof(struct ring, sq_bell));
-	char b;
-
-	kvsd_bell_drain(w->fd);
-	if ((events & (EPOLLHUP | EPOLLERR)) && read(w->fd, &b, 1) == 0) {
-		kvsd_watch_del(w);
-		close(w->fd);
-		w->fd = -1;
-	}
-	__atomic_store_n(&r->ctl->daemon_cpu, (uint32_t)sched_getcpu() + 1, __ATOMIC_RELAXED);
-	ring_poke(r);
-}
-
-static void rings_set_flags(uint32_t flags)
-{
-	struct ring *r;
-
-	for (r = srv.rings; r; r = r->next)
-		__atomic_store_n(&r->ctl->flags, flags, __ATOMIC_SEQ_CST);
-}
-
-/* Where we poll, for clients to see (0: not polling). */
-static void rings_set_cpu(uint32_t cpu)
-{
-	struct ring *r;
-
-	for (r = srv.rings; r; r = r->next)
-		if (__atomic_load_n(&r->ctl->daemon_cpu, __ATOMIC_RELAXED) != cpu)
-			__atomic_store_n(&r->ctl->daemon_cpu, cpu, __ATOMIC_RELAXED);
-}
-
-/*
- * The loop's poller: serve the rings, keep polling them for ring_poll_ns
- * after the last request, and before sleeping ask for doorbells
- * (KVS_RING_NEED_WAKEUP), then look once more.  true: do not block in
- * epoll (only look at it, then come back).
- */
-static bool srv_poll(void)
-{
-	uint64_t start, now;
-
-	if (!srv.n_rings)
-		return false;
-	if (srv.rings_asleep) {
-		rings_set_flags(0);
-		srv.rings_asleep = false;
-	}
-	start = now_ns();
-	rings_set_cpu(sched_getcpu() + 1);
-	for (;;) {
-		rings_serve_all();
-		now = now_ns();
-		if (now - srv.ring_active_ns >= srv.ring_poll_ns)
-			break;
-		if (now - start >= RING_SLICE_NS)
-			return true;
-		cpu_relax();
-	}
-	rings_set_flags(KVS_RING_NEED_WAKEUP);
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	srv.rings_asleep = true;
-	return rings_serve_all() > 0;
 }
 
 /* ---- sending ------------------------------------------------------------- */
@@ -1403,109 +1069,12 @@ void kvsd_server_tick(void)
 		srv.accept_paused = false;
 }
 
-/* ---- the listening socket ------------------------------------------------ */
-
-static void mkdir_parents(const char *path)
-{
-	char *dir = strdup(path), *p;
-
-	if (!dir)
-		return;
-	for (p = dir + 1; (p = strchr(p, '/')); p++) {
-		*p = '\0';
-		mkdir(dir, 0755);	/* EEXIST is fine; bind reports the rest */
-		*p = '/';
-	}
-	free(dir);
-}
-
-/* 0: the path is free now; < 0: logged. */
-static int unix_stale(const char *path, const struct sockaddr_un *sa)
-{
-	struct stat st;
-	int fd, ret;
-
-	if (lstat(path, &st)) {
-		if (errno == ENOENT)
-			return 0;
-		kvsd_log("%s: %s", path, strerror(errno));
-		return -errno;
-	}
-	if (!S_ISSOCK(st.st_mode)) {
-		kvsd_log("%s: exists and is not a socket", path);
-		return -EEXIST;
-	}
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	ret = connect(fd, (const struct sockaddr *)sa, sizeof(*sa));
-	close(fd);
-	if (!ret || errno == EAGAIN) {
-		kvsd_log("%s: another server is listening there", path);
-		return -EADDRINUSE;
-	}
-	if (errno != ECONNREFUSED && errno != ENOENT) {
-		kvsd_log("%s: %s", path, strerror(errno));
-		return -errno;
-	}
-	if (unlink(path) && errno != ENOENT) {
-		kvsd_log("%s: removing the stale socket: %s", path, strerror(errno));
-		return -errno;
-	}
-	kvsd_log("removed stale socket %s", path);
-	return 0;
-}
-
-int kvsd_unix_listen(const char *path, mode_t mode, ino_t *ino)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct stat st;
-	int fd, ret;
-
-	if (!*path) {
-		kvsd_log("empty socket path");
-		return -EINVAL;
-	}
-	if (strlen(path) >= sizeof(sa.sun_path)) {
-		kvsd_log("%s: socket path longer than %zu bytes", path,
-			 sizeof(sa.sun_path) - 1);
-		return -ENAMETOOLONG;
-	}
-	memcpy(sa.sun_path, path, strlen(path));
-	mkdir_parents(path);
-	ret = unix_stale(path, &sa);
-	if (ret)
-		return ret;
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
-	    chmod(path, mode) || listen(fd, SOMAXCONN) || stat(path, &st)) {
-		ret = -errno;
-		kvsd_log("%s: %s", path, strerror(errno));
-		close(fd);
-		return ret;
-	}
-	*ino = st.st_ino;
-	return fd;
-}
-
-void kvsd_unix_unlink(const char *path, ino_t ino)
-{
-	struct stat st;
-
-	/* Someone may have started another daemon on the path since. */
-	if (!lstat(path, &st) && S_ISSOCK(st.st_mode) && st.st_ino == ino)
-		unlink(path);
-}
-
 int kvsd_server_start(struct kvsd *d, const char *path)
 {
 	int fd;
 
 	srv.d = d;
-	srv.ring_poll_ns = (uint64_t)d->cfg->ring_poll_us * 1000;
-	kvsd_loop_set_poller(srv_poll);
+	kvsd_rings_start(&ring_ops, d->cfg->ring_poll_us);
 	fd = kvsd_closer_start();
 	if (fd)
 		return fd;
@@ -1536,12 +1105,9 @@ int kvsd_server_start(struct kvsd *d, const char *path)
 
 void kvsd_server_stop(void)
 {
-	kvsd_loop_set_poller(NULL);
 	while (srv.conns)
 		conn_close(srv.conns, "daemon shutting down");
-	free(srv.scratch);
-	srv.scratch = NULL;
-	srv.scratch_cap = 0;
+	kvsd_rings_stop();
 	if (srv.listen.fd >= 0) {
 		if (!srv.accept_paused)
 			kvsd_watch_del(&srv.listen);

@@ -9,6 +9,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* kvsd_unix_listen(), which metrics.c takes from here too. */
+#include "listen.h"
+
 struct kvsd;
 
 /* Listen on @path; -EINVAL/-ENAMETOOLONG for a bad path (a usage error). */
@@ -30,15 +33,5 @@ struct kvsd_conn_info {
 unsigned int kvsd_server_n_conns(void);
 void kvsd_server_for_each(void (*fn)(const struct kvsd_conn_info *ci, void *arg),
 			  void *arg);
-
-/*
- * A listening unix socket at @path with permissions @mode.  A socket file
- * nobody answers on is stale and replaced; a live one, or a path that is
- * not a socket, is an error (logged).  *ino identifies our file for
- * kvsd_unix_unlink().  Returns the fd or -errno.
- */
-int kvsd_unix_listen(const char *path, mode_t mode, ino_t *ino);
-/* Remove @path if it is still the socket we created. */
-void kvsd_unix_unlink(const char *path, ino_t ino);
 
 #endif /* _KVSHARED_SERVER_H */

@@ -29,6 +29,9 @@
  *  - a ring call whose doorbell finds the daemon dead fails with ENOTCONN
  *    without SIGPIPE killing the caller or staying pending, and leaves
  *    the caller's signal mask as it was.
+ *  - an idle daemon sleeps (asks for doorbells, its CPU time over a second
+ *    of quiet near zero), and requests posted to it while it sleeps are
+ *    served when the client rings the sq doorbell, not at its next tick.
  *
  * Children report through their exit status, never the harness asserts.
  */
@@ -474,8 +477,11 @@ struct raw_reply {
 	unsigned char body[4096];
 };
 
-/* One reply and the descriptor riding on it (*rfd, -1 if none): 0, -EPIPE, -ETIMEDOUT. */
-static int raw_recv(int fd, struct raw_reply *r, int *rfd, int ms)
+/*
+ * One reply and the first @nrfd descriptors riding on it (in @rfd, -1 for
+ * each missing; the rest are closed): 0, -EPIPE, -ETIMEDOUT.
+ */
+static int raw_recv(int fd, struct raw_reply *r, int *rfd, int nrfd, int ms)
 {
 	union {
 		char b[CMSG_SPACE(4 * sizeof(int))];
@@ -484,9 +490,10 @@ static int raw_recv(int fd, struct raw_reply *r, int *rfd, int ms)
 	struct pollfd pfd = { .fd = fd, .events = POLLIN };
 	size_t got = 0, want = HDR;
 	double deadline = kvd_now() + ms / 1000.0;
+	int k, got_fds = 0;
 
-	if (rfd)
-		*rfd = -1;
+	for (k = 0; k < nrfd; k++)
+		rfd[k] = -1;
 	while (got < want) {
 		struct iovec iov = { (char *)r + got, want - got };
 		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
@@ -504,13 +511,13 @@ static int raw_recv(int fd, struct raw_reply *r, int *rfd, int ms)
 		for (c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
 			size_t i, nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
 
-			/* RING_SETUP's doorbells ride along: only the first is kept. */
+			/* RING_SETUP's doorbells ride along with the ring. */
 			for (i = 0; i < nfd; i++) {
 				int f;
 
 				memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(f));
-				if (rfd && *rfd < 0)
-					*rfd = f;
+				if (got_fds < nrfd)
+					rfd[got_fds++] = f;
 				else
 					close(f);
 			}
@@ -525,8 +532,12 @@ static int raw_recv(int fd, struct raw_reply *r, int *rfd, int ms)
 	return 0;
 }
 
-/* Send header + @st; the reply's result (and fd), or a negative transport error - 1000. */
-static int raw_call(int fd, __u32 cmd, void *st, size_t usize, int pass_fd, int *rfd)
+/*
+ * Send header + @st; the reply's result (and its first @nrfd descriptors),
+ * or a negative transport error - 1000.
+ */
+static int raw_call_fds(int fd, __u32 cmd, void *st, size_t usize, int pass_fd,
+			int *rfd, int nrfd)
 {
 	unsigned char buf[512];
 	struct kvs_msg h = { .magic = KVS_MSG_MAGIC, .cmd = cmd, .len = HDR + usize, .seq = 9 };
@@ -537,12 +548,18 @@ static int raw_call(int fd, __u32 cmd, void *st, size_t usize, int pass_fd, int 
 	memcpy(buf + HDR, st, usize);
 	if (kvd_raw_send(fd, buf, HDR + usize, pass_fd))
 		return -1000 - EIO;
-	ret = raw_recv(fd, &r, rfd, 5000);
+	ret = raw_recv(fd, &r, rfd, nrfd, 5000);
 	if (ret)
 		return -1000 + ret;
 	if (r.h.len >= HDR + usize)
 		memcpy(st, r.body, usize);
 	return r.h.result;
+}
+
+/* The same with at most one descriptor back (*rfd, -1 if none; @rfd may be NULL). */
+static int raw_call(int fd, __u32 cmd, void *st, size_t usize, int pass_fd, int *rfd)
+{
+	return raw_call_fds(fd, cmd, st, usize, pass_fd, rfd, rfd ? 1 : 0);
 }
 
 static int raw_enter(int fd)
@@ -926,6 +943,124 @@ TEST_F(ring, doorbell_to_a_dead_daemon_raises_no_sigpipe)
 	ASSERT_EQ(0, sigpending(&pending));
 	EXPECT_FALSE(sigismember(&pending, SIGPIPE));
 	kv_arbiter_close(a);
+}
+
+/* The daemon's CPU time so far (utime + stime of all its threads), in clock ticks. */
+static long daemon_ticks(pid_t pid)
+{
+	unsigned long ut, st;
+	char path[64], buf[1024], *p;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (kvd_read_file(path, buf, sizeof(buf)) <= 0)
+		return -1;
+	/* After the command name, which may hold anything: state, then 10 fields. */
+	p = strrchr(buf, ')');
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+			 &ut, &st) != 2)
+		return -1;
+	return (long)(ut + st);
+}
+
+/* Wait (at most @ms) until the daemon has asked @ctl's client for doorbells. */
+static bool wait_need_wakeup(struct kvs_ring_ctl *ctl, int ms)
+{
+	double deadline = kvd_now() + ms / 1000.0;
+
+	while (!(__atomic_load_n(&ctl->flags, __ATOMIC_SEQ_CST) & KVS_RING_NEED_WAKEUP)) {
+		if (kvd_now() > deadline)
+			return false;
+		kvd_sleep_ms(1);
+	}
+	return true;
+}
+
+/*
+ * Post an ALLOC (the connection is not attached: any result will do, as
+ * long as it is served) as libkv does, ringing @sq_bell if the daemon
+ * asked for it, and wait for the reply, sleeping, at most 10 s: 0 or
+ * -ETIMEDOUT, the wait in *took (seconds).
+ */
+static int ring_call_bell(struct kvs_ring_ctl *ctl, __u8 *area, int sq_bell, double *took)
+{
+	struct kvs_msg h = {
+		.magic = KVS_MSG_MAGIC, .cmd = KVS_IOC_ALLOC,
+		.len = HDR + sizeof(struct kvs_alloc), .seq = 7,
+	};
+	struct kvs_alloc al = { .count = 1 };
+	__u32 sq = __atomic_load_n(&ctl->sq, __ATOMIC_RELAXED) + 1;
+	double t0 = kvd_now();
+
+	memcpy(area, &h, HDR);
+	memcpy(area + HDR, &al, sizeof(al));
+	__atomic_store_n(&ctl->sq, sq, __ATOMIC_SEQ_CST);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&ctl->flags, __ATOMIC_SEQ_CST) & KVS_RING_NEED_WAKEUP &&
+	    write(sq_bell, "", 1) != 1)
+		return -EPIPE;
+	while (__atomic_load_n(&ctl->cq, __ATOMIC_ACQUIRE) != sq) {
+		if (kvd_now() - t0 > 10)
+			return -ETIMEDOUT;
+		usleep(100);
+	}
+	*took = kvd_now() - t0;
+	memcpy(&h, area, HDR);
+	return h.magic == KVS_MSG_MAGIC && h.len >= HDR ? 0 : -EPROTO;
+}
+
+/*
+ * An idle daemon sleeps, and a doorbell wakes it.  After a burst of ring
+ * calls it polls for at most ring_poll_us (500 us here), then asks for
+ * doorbells (NEED_WAKEUP) and sleeps: over a second of quiet its CPU time
+ * stays near zero (a bound with plenty of slack: a daemon that kept
+ * polling would spend the whole second).  Then twenty requests, each
+ * posted to a sleeping daemon and rung, are served within 5 s in all;
+ * without the doorbell the daemon would find each only at its next tick
+ * (a second apart), ten seconds for twenty.
+ */
+TEST_F(ring, idle_daemon_sleeps_and_its_doorbell_wakes_it)
+{
+	struct kvs_ring_setup rs = { .size = 8192 };
+	struct kvs_ring_ctl *ctl;
+	double took, total = 0;
+	long t0, t1;
+	int fd, i, fds[3];
+	__u8 *area;
+	void *p;
+
+	fd = kvd_connect(self->d.sock);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, raw_call_fds(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), -1, fds, 3));
+	ASSERT_LE(0, fds[0]);
+	ASSERT_LE(0, fds[1]);
+	ASSERT_LE(0, fds[2]);
+	p = mmap(NULL, rs.area_off + rs.size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+	ASSERT_NE(MAP_FAILED, p);
+	ctl = p;
+	area = (__u8 *)p + rs.area_off;
+
+	for (i = 0; i < 20; i++)
+		ASSERT_EQ(0, ring_call_bell(ctl, area, fds[1], &took));
+	ASSERT_TRUE(wait_need_wakeup(ctl, 2000));
+	t0 = daemon_ticks(self->d.pid);
+	kvd_sleep_ms(1000);
+	t1 = daemon_ticks(self->d.pid);
+	ASSERT_LE(0, t0);
+	TH_LOG("idle for 1 s: %ld ticks of CPU", t1 - t0);
+	EXPECT_LT(t1 - t0, sysconf(_SC_CLK_TCK) / 4);
+	EXPECT_TRUE(__atomic_load_n(&ctl->flags, __ATOMIC_SEQ_CST) & KVS_RING_NEED_WAKEUP);
+
+	for (i = 0; i < 20; i++) {
+		ASSERT_TRUE(wait_need_wakeup(ctl, 2000));
+		ASSERT_EQ(0, ring_call_bell(ctl, area, fds[1], &took));
+		total += took;
+	}
+	TH_LOG("20 requests to a sleeping daemon served in %.3f s", total);
+	EXPECT_LT(total, 5.0);
+	munmap(p, rs.area_off + rs.size);
+	for (i = 0; i < 3; i++)
+		close(fds[i]);
+	close(fd);
 }
 
 TEST_HARNESS_MAIN

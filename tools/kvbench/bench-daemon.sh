@@ -10,6 +10,8 @@
 # ring is fast while the two run on different CPUs (kvshared polls, the
 # client spins); on one CPU every call is two context switches, woken by
 # the ring's doorbells.
+# tools/kvbench/ab-daemon.sh runs this against two kvshared builds,
+# alternated, for a before/after comparison.
 # Usage: tools/kvbench/bench-daemon.sh [kvbench options...]
 set -euo pipefail
 
