@@ -24,6 +24,7 @@
 #include <sys/socket.h>
 
 #include "kvshared.h"
+#include "listen.h"
 #include "server.h"
 
 #define REQ_MAX		8192		/* request head, bytes */

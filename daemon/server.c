@@ -84,6 +84,7 @@
 #include "closer.h"
 #include "core.h"
 #include "kvshared.h"
+#include "listen.h"
 #include "ring.h"
 #include "server.h"
 

@@ -9,9 +9,6 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* kvsd_unix_listen(), which metrics.c takes from here too. */
-#include "listen.h"
-
 struct kvsd;
 
 /* Listen on @path; -EINVAL/-ENAMETOOLONG for a bad path (a usage error). */
