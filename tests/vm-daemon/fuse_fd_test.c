@@ -553,7 +553,8 @@ static bool main_thread_exited(pid_t pid, unsigned int *threads)
 	while (fgets(line, sizeof(line), f)) {
 		if (!strncmp(line, "State:", 6))
 			zombie = strchr(line, 'Z');
-		sscanf(line, "Threads: %u", threads);
+		if (!strncmp(line, "Threads:", 8))
+			*threads = strtoul(line + 8, NULL, 10);
 	}
 	fclose(f);
 	return zombie;
@@ -569,19 +570,24 @@ static void check_sigterm(void)
 {
 	unsigned int threads;
 	struct timespec t0;
+	char lingers[96];
 	bool stopped;
 
+	snprintf(lingers, sizeof(lingers),
+		 "kvshared: %d client descriptors are still being closed", PER_UID);
 	kill(kvsd, SIGTERM);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	do {
 		stopped = file_has(log_path, "kvshared: stopped") &&
+			  file_has(log_path, lingers) &&
 			  access(sock_path, F_OK) &&
 			  main_thread_exited(kvsd, &threads);
 		if (!stopped)
 			nap_ms(50);
 	} while (!stopped && ms_since(&t0) < BOUND_MS);
-	report(stopped, "SIGTERM with closers stuck: kvshared shuts down, its main "
-	       "thread exits (in %ld ms; %u threads left)", ms_since(&t0), threads);
+	report(stopped, "SIGTERM with closers stuck: kvshared shuts down, says why it "
+	       "lingers, its main thread exits (in %ld ms; %u threads left)",
+	       ms_since(&t0), threads);
 }
 
 static void check_abort(void)
