@@ -568,7 +568,7 @@ static bool main_thread_exited(pid_t pid, unsigned int *threads)
  */
 static void check_sigterm(void)
 {
-	unsigned int threads;
+	unsigned int threads = 0;
 	struct timespec t0;
 	char lingers[96];
 	bool stopped;
