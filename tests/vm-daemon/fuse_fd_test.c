@@ -17,6 +17,12 @@
  * BOUND_MS all the same, and once the connection is aborted (fusectl) its
  * last threads end and it exits 0.
  *
+ * Run as fuse_drop_test (the same binary by another name), the attacker
+ * sends its file where kvshared's recvmsg() has no room for it, the
+ * second descriptor of a message, which the kernel then drops for
+ * kvshared: holding its last reference, with dirty pages to write back
+ * (laden()).  The file's release must not run on kvshared's event loop.
+ *
  * Nothing here may close a descriptor of the hostile file before the
  * connection is aborted: the test would hang, as the daemon would.
  */
@@ -49,6 +55,7 @@
 #define POOL		"kvsf"
 #define GEOM		"layers=2,kv_heads=2,head_dim=64,tokens_per_page=16,dtype=bf16"
 #define NOT_RUN		1		/* a step after one that timed out */
+#define FLOOD		1500		/* requests: replies enough to fill a socket */
 
 static const char *kvshared_bin = "kvshared", *kvctl_bin = "kvctl";
 static char dir[64], mnt[96], sock_path[96], log_path[96], out_path[96];
@@ -56,6 +63,7 @@ static struct hfuse fs;
 static pid_t kvsd, victim, attacker;
 static int victim_stop = -1, attacker_hold = -1;
 static int n_test;
+static bool drop_mode;		/* run as fuse_drop_test */
 
 static bool failed;
 
@@ -188,31 +196,34 @@ static int read_full(int s, void *buf, size_t len, int ms)
 	return 0;
 }
 
-/*
- * Command @cmd with its struct @arg in one message, with @n_fds copies of
- * @fd: the reply's result (0 or -errno), -ETIMEDOUT if no reply came
- * within BOUND_MS, or -EIO.  The reply's struct is not read back.
- */
-static int call(int s, unsigned int cmd, const void *arg, size_t size, int fd, int n_fds)
+struct msg {
+	struct kvs_msg h;
+	char arg[256];
+};
+
+/* Command @cmd with its struct @arg in @m, ready to send. */
+static size_t msg_fill(struct msg *m, unsigned int cmd, const void *arg, size_t size)
+{
+	memset(m, 0, sizeof(*m));
+	m->h.magic = KVS_MSG_MAGIC;
+	m->h.cmd = cmd;
+	m->h.len = sizeof(m->h) + size;
+	memcpy(m->arg, arg, size);
+	return m->h.len;
+}
+
+/* @len bytes of @buf in one sendmsg(), with the @n_fds descriptors @fds. */
+static int send_fds(int s, const void *buf, size_t len, const int *fds, int n_fds)
 {
 	union {
 		char b[CMSG_SPACE(MANY * sizeof(int))];
 		struct cmsghdr align;
 	} ctl;
-	struct {
-		struct kvs_msg h;
-		char arg[256];
-	} msg, rep;
-	struct iovec iov = { &msg, sizeof(msg.h) + size };
+	struct iovec iov = { (void *)buf, len };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
 	struct cmsghdr *c;
-	int i, ret;
+	int i;
 
-	memset(&msg, 0, sizeof(msg));
-	msg.h.magic = KVS_MSG_MAGIC;
-	msg.h.cmd = cmd;
-	msg.h.len = sizeof(msg.h) + size;
-	memcpy(msg.arg, arg, size);
 	if (n_fds) {
 		memset(&ctl, 0, sizeof(ctl));
 		mh.msg_control = ctl.b;
@@ -222,10 +233,20 @@ static int call(int s, unsigned int cmd, const void *arg, size_t size, int fd, i
 		c->cmsg_type = SCM_RIGHTS;
 		c->cmsg_len = CMSG_LEN(n_fds * sizeof(int));
 		for (i = 0; i < n_fds; i++)
-			memcpy(CMSG_DATA(c) + i * sizeof(int), &fd, sizeof(int));
+			memcpy(CMSG_DATA(c) + i * sizeof(int), &fds[i], sizeof(int));
 	}
-	if (sendmsg(s, &mh, MSG_NOSIGNAL) != (ssize_t)msg.h.len)
-		return -EIO;
+	return sendmsg(s, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)len ? 0 : -EIO;
+}
+
+/*
+ * The next reply on @s: its result (0 or -errno), -ETIMEDOUT if it has
+ * not come within BOUND_MS, or -EIO.  Its struct is not read back.
+ */
+static int reply(int s)
+{
+	struct msg rep;
+	int ret;
+
 	ret = read_full(s, &rep.h, sizeof(rep.h), BOUND_MS);
 	if (ret)
 		return ret;
@@ -234,6 +255,18 @@ static int call(int s, unsigned int cmd, const void *arg, size_t size, int fd, i
 		return -EIO;
 	ret = read_full(s, rep.arg, rep.h.len - sizeof(rep.h), BOUND_MS);
 	return ret ? ret : rep.h.result;
+}
+
+/* Command @cmd in one message with @n_fds copies of @fd: reply(). */
+static int call(int s, unsigned int cmd, const void *arg, size_t size, int fd, int n_fds)
+{
+	int i, fds[MANY];
+	struct msg m;
+	size_t len = msg_fill(&m, cmd, arg, size);
+
+	for (i = 0; i < n_fds; i++)
+		fds[i] = fd;
+	return send_fds(s, &m, len, fds, n_fds) ?: reply(s);
 }
 
 static int info(int s, int fd, int n_fds)
@@ -309,6 +342,7 @@ struct attack {
 	int many;		/* INFO with MANY copies */
 	int more[MORE];		/* INFO with it, up to the closers' cap and past */
 	int create_capped;	/* POOL_CREATE with it, past the cap */
+	int laden;		/* INFO with it, its last reference, pages dirty */
 };
 
 /* Run @r unless an earlier step timed out. */
@@ -329,9 +363,52 @@ static void attack_run(struct attack *a, int s, int fd)
 }
 
 /*
- * uid NOBODY: open the hostile file, send it (attack_run()), write the
- * results to @res, and keep the file open until @hold reads EOF: our own
- * close() would wait on the server too, until the connection is aborted.
+ * A descriptor that kvshared's recvmsg() has no room for (here the second
+ * of a message; or any, where its uid holds all its closers) is dropped
+ * by the kernel, and if kvshared held its last reference, the file is
+ * released on kvshared's own thread, as recvmsg() returns.  A FUSE file whose pages are dirty (written through
+ * another open file: the mount caches writes) is written back by its
+ * release, and the WRITE waits on the server.  For the reference to be
+ * the last, our own close() (whose flush is answered) must come before
+ * kvshared reads the message: FLOOD requests whose replies we do not read
+ * yet keep it from reading on.
+ */
+static int laden(int s, const char *path)
+{
+	static char flood[FLOOD * sizeof(struct msg)];
+	struct kvs_info in = { .flags = 0 };
+	static char page[4096];
+	struct msg m;
+	size_t len = msg_fill(&m, KVS_IOC_INFO, &in, sizeof(in));
+	int a, b, i, ret, fds[2];
+
+	a = open(path, O_RDWR | O_CLOEXEC);
+	b = open(path, O_RDWR | O_CLOEXEC);
+	fds[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	fds[1] = a;
+	if (a < 0 || b < 0 || fds[0] < 0)
+		return -errno;
+	for (i = 0; i < FLOOD; i++)
+		memcpy(flood + i * len, &m, len);
+	ret = send_fds(s, flood, FLOOD * len, NULL, 0);
+	if (!ret)
+		ret = send_fds(s, &m, len, fds, 2);
+	close(fds[0]);
+	close(a);
+	memset(page, 'x', sizeof(page));
+	if (!ret && pwrite(b, page, sizeof(page), 0) != sizeof(page))
+		ret = -errno;
+	for (i = 0; !ret && i < FLOOD; i++)
+		ret = reply(s);
+	/* b stays open: closing it would write the pages back itself. */
+	return ret ? ret : reply(s);
+}
+
+/*
+ * uid NOBODY: open the hostile file, send it (attack_run(), or laden() as
+ * fuse_drop_test), write the results to @res.  Keep the file open until
+ * @hold reads EOF: our own close() would wait on the server too, until
+ * the connection is aborted.
  */
 static int attacker_main(int res, int hold)
 {
@@ -345,6 +422,8 @@ static int attacker_main(int res, int hold)
 	s = sock_connect();
 	if (fd < 0 || s < 0)
 		a.open_err = errno;
+	else if (drop_mode)
+		a.laden = laden(s, path);
 	else
 		attack_run(&a, s, fd);
 	if (write(res, &a, sizeof(a)) != sizeof(a))
@@ -501,10 +580,22 @@ static void check_waits(void)
 	report(atomic_load(&fs.main_waits) == 0,
 	       "kvshared's event loop never waited on the FUSE server (%u requests)",
 	       atomic_load(&fs.main_waits));
-	report(atomic_load(&fs.thread_waits) == PER_UID &&
-	       atomic_load(&fs.other_waits) == 0,
-	       "%d closer threads wait on FLUSH, no more (%u; others %u)", PER_UID,
-	       atomic_load(&fs.thread_waits), atomic_load(&fs.other_waits));
+	report(atomic_load(&fs.thread_waits) == PER_UID,
+	       "%d closer threads wait on FLUSH, no more (%u)", PER_UID,
+	       atomic_load(&fs.thread_waits));
+}
+
+/* laden(): the attacker's last reference, dropped by kvshared's recvmsg(). */
+static void check_laden(const struct attack *a)
+{
+	report(!a->open_err, "uid %d opens a file on the FUSE mount (%s)", NOBODY,
+	       a->open_err ? strerror(a->open_err) : "ok");
+	report(a->laden == -EINVAL,
+	       "INFO with /dev/null and the FUSE file, its last reference, pages "
+	       "dirty: answered, EINVAL (%d)", a->laden);
+	report(atomic_load(&fs.main_waits) == 0,
+	       "kvshared's event loop never waited on the FUSE server (%u requests)",
+	       atomic_load(&fs.main_waits));
 }
 
 static void check_still_serving(void)
@@ -579,7 +670,7 @@ static void check_sigterm(void)
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	do {
 		stopped = file_has(log_path, "kvshared: stopped") &&
-			  file_has(log_path, lingers) &&
+			  (drop_mode || file_has(log_path, lingers)) &&
 			  access(sock_path, F_OK) &&
 			  main_thread_exited(kvsd, &threads);
 		if (!stopped)
@@ -632,18 +723,20 @@ static int setup(void)
 	return ret;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	int ready[2], stop[2], res[2], hold[2];
 	struct attack a;
 	char c;
 	int st;
 
+	(void)argc;
+	drop_mode = strstr(argv[0], "fuse_drop_test");
 	if (getenv("KVSHARED"))
 		kvshared_bin = getenv("KVSHARED");
 	if (getenv("KVCTL"))
 		kvctl_bin = getenv("KVCTL");
-	printf("TAP version 13\n1..18\n");
+	printf("TAP version 13\n1..%d\n", drop_mode ? 13 : 18);
 	if (setup()) {
 		cleanup();
 		return 1;
@@ -668,8 +761,12 @@ int main(void)
 	a.open_err = EIO;
 	if (read(res[0], &a, sizeof(a)) != sizeof(a))
 		printf("# the attacker reported nothing\n");
-	check_attack(&a);
-	check_waits();
+	if (drop_mode) {
+		check_laden(&a);
+	} else {
+		check_attack(&a);
+		check_waits();
+	}
 
 	close(victim_stop);
 	victim_stop = -1;

@@ -65,6 +65,8 @@ static void do_init(struct hfuse *f, const struct fuse_in_header *in)
 	io.minor = ii->minor < FUSE_KERNEL_MINOR_VERSION ? ii->minor :
 		   FUSE_KERNEL_MINOR_VERSION;
 	io.max_write = MAX_WRITE;
+	/* Written pages stay dirty until whoever releases the file last. */
+	io.flags = ii->flags & FUSE_WRITEBACK_CACHE;
 	io.max_background = 16;
 	io.congestion_threshold = 12;
 	reply(f, in, 0, &io, sizeof(io));
@@ -106,10 +108,25 @@ static void do_open(struct hfuse *f, const struct fuse_in_header *in)
 	memset(&oo, 0, sizeof(oo));
 	oo.fh = in->nodeid;
 	reply(f, in, 0, &oo, sizeof(oo));
-	if (in->nodeid == FILE_NODE) {
+	if (in->nodeid == FILE_NODE)
 		atomic_fetch_add(&f->opens, 1);
-		atomic_store(&f->hostile, true);
-	}
+}
+
+/* Reads see zeros; writes all go in (and nowhere). */
+static void do_read(struct hfuse *f, const struct fuse_in_header *in)
+{
+	static const char zeros[MAX_WRITE];
+	const struct fuse_read_in *ri = (const void *)(in + 1);
+
+	reply(f, in, 0, zeros, ri->size < sizeof(zeros) ? ri->size : sizeof(zeros));
+}
+
+static void do_write(struct hfuse *f, const struct fuse_in_header *in)
+{
+	const struct fuse_write_in *wi = (const void *)(in + 1);
+	struct fuse_write_out wo = { .size = wi->size };
+
+	reply(f, in, 0, &wo, sizeof(wo));
 }
 
 static void do_statfs(struct hfuse *f, const struct fuse_in_header *in)
@@ -132,23 +149,40 @@ static bool thread_of(pid_t pid, pid_t tid)
 	return !access(path, F_OK);
 }
 
-/* A request we never answer: note who now waits for it. */
-static void left_waiting(struct hfuse *f, const struct fuse_in_header *in)
+/*
+ * Whether to leave @in unanswered: a request that can wait on the file
+ * from the watched process, noted by who now waits for it.
+ */
+static bool left_waiting(struct hfuse *f, const struct fuse_in_header *in)
 {
 	pid_t pid = atomic_load(&f->watch_pid);
 
+	switch (in->opcode) {
+	case FUSE_GETATTR:
+	case FUSE_SETATTR:
+		if (in->nodeid != FILE_NODE)
+			return false;
+		break;
+	case FUSE_FLUSH:
+	case FUSE_STATFS:
+	case FUSE_WRITE:
+		break;
+	default:
+		return false;
+	}
 	if (pid && (pid_t)in->pid == pid)
 		atomic_fetch_add(&f->main_waits, 1);
 	else if (pid && thread_of(pid, in->pid))
 		atomic_fetch_add(&f->thread_waits, 1);
 	else
-		atomic_fetch_add(&f->other_waits, 1);
+		return false;
+	return true;
 }
 
 static void serve_one(struct hfuse *f, const struct fuse_in_header *in)
 {
-	bool hostile = atomic_load(&f->hostile);
-
+	if (left_waiting(f, in))
+		return;
 	switch (in->opcode) {
 	case FUSE_INIT:
 		do_init(f, in);
@@ -157,24 +191,23 @@ static void serve_one(struct hfuse *f, const struct fuse_in_header *in)
 		do_lookup(f, in);
 		break;
 	case FUSE_GETATTR:
-		if (hostile && in->nodeid == FILE_NODE)
-			left_waiting(f, in);
-		else
-			do_getattr(f, in);
+	case FUSE_SETATTR:		/* as if done: nothing here changes */
+		do_getattr(f, in);
 		break;
 	case FUSE_OPEN:
 	case FUSE_OPENDIR:
 		do_open(f, in);
 		break;
+	case FUSE_READ:
+		do_read(f, in);
+		break;
+	case FUSE_WRITE:
+		do_write(f, in);
+		break;
 	case FUSE_STATFS:
-		if (hostile)
-			left_waiting(f, in);
-		else
-			do_statfs(f, in);
+		do_statfs(f, in);
 		break;
 	case FUSE_FLUSH:
-		left_waiting(f, in);
-		break;
 	case FUSE_RELEASE:
 	case FUSE_RELEASEDIR:
 		reply(f, in, 0, NULL, 0);

@@ -2,15 +2,18 @@
 /*
  * A hostile FUSE file system for the guest's tests, served over a raw
  * /dev/fuse descriptor by a thread of the test (no libfuse): one file,
- * HFUSE_FILE, that opens as any, and then never answers a FLUSH, nor,
- * once the file has been opened, a GETATTR of it or a STATFS.  A task
- * that closes a descriptor of the file waits in the kernel, unkillably,
- * until the connection is aborted: what a client can do to a daemon it
- * sends such a descriptor to.
+ * HFUSE_FILE, that anyone may open, read and write (in the page cache:
+ * the mount caches writes back), and one process, the watched one, that
+ * the server never answers when it asks for the file's FLUSH, WRITE,
+ * GETATTR or SETATTR, or a STATFS.  A task that waits for one of those
+ * waits in the kernel, a FLUSH or a WRITE unkillably, until the
+ * connection is aborted: what a client can do to a daemon it sends such a
+ * descriptor to.  Everyone else is answered, so that an attacker can use
+ * the file as any.
  *
- * The server notes who it left waiting, by the pid the kernel gives each
- * request (the thread's id): the watched process's main thread, its other
- * threads, or anyone else.  Must run as root (mount(2)).
+ * The server counts whom it left waiting, by the pid the kernel gives
+ * each request (the thread's id): the watched process's main thread, or
+ * its other threads.  Must run as root (mount(2)).
  */
 #ifndef HOSTILE_FUSE_H
 #define HOSTILE_FUSE_H
@@ -29,12 +32,10 @@ struct hfuse {
 	unsigned int conn;		/* its name in /sys/fs/fuse/connections */
 	pthread_t thread;
 	bool running;
-	atomic_int watch_pid;		/* whose waits to tell apart (0: none) */
-	atomic_bool hostile;		/* set once the file has been opened */
-	atomic_uint opens;
+	atomic_int watch_pid;		/* the process never answered (0: none) */
+	atomic_uint opens;		/* of the file */
 	atomic_uint main_waits;		/* left unanswered: watch_pid itself */
 	atomic_uint thread_waits;	/* ... its other threads */
-	atomic_uint other_waits;	/* ... anyone else */
 };
 
 /*
