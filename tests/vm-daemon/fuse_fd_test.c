@@ -21,7 +21,10 @@
  * sends its file where kvshared's recvmsg() has no room for it, the
  * second descriptor of a message, which the kernel then drops for
  * kvshared: holding its last reference, with dirty pages to write back
- * (laden()).  The file's release must not run on kvshared's event loop.
+ * (laden()).  As fuse_drop_closed_test, it queues the file behind a
+ * message that makes kvshared close the connection, and the kernel drops
+ * it with the connection.  The file's release must not run on kvshared's
+ * event loop.
  *
  * Nothing here may close a descriptor of the hostile file before the
  * connection is aborted: the test would hang, as the daemon would.
@@ -63,7 +66,8 @@ static struct hfuse fs;
 static pid_t kvsd, victim, attacker;
 static int victim_stop = -1, attacker_hold = -1;
 static int n_test;
-static bool drop_mode;		/* run as fuse_drop_test */
+/* Run as fuse_fd_test, fuse_drop_test or fuse_drop_closed_test. */
+static enum { CLOSERS, DROP_RECV, DROP_CLOSED } drop_mode;
 
 static bool failed;
 
@@ -366,19 +370,22 @@ static void attack_run(struct attack *a, int s, int fd)
  * A descriptor that kvshared's recvmsg() has no room for (here the second
  * of a message; or any, where its uid holds all its closers) is dropped
  * by the kernel, and if kvshared held its last reference, the file is
- * released on kvshared's own thread, as recvmsg() returns.  A FUSE file whose pages are dirty (written through
- * another open file: the mount caches writes) is written back by its
- * release, and the WRITE waits on the server.  For the reference to be
- * the last, our own close() (whose flush is answered) must come before
- * kvshared reads the message: FLOOD requests whose replies we do not read
- * yet keep it from reading on.
+ * released on kvshared's own thread, as recvmsg() returns.  So is one
+ * still queued on a connection that kvshared closes (@garbage: a message
+ * it cannot frame comes first).  A FUSE file whose pages are dirty
+ * (written through another open file: the mount caches writes) is
+ * written back by its release, and the WRITE waits on the server.  For
+ * the reference to be the last, our own close() (whose flush is answered)
+ * must come before kvshared reads the message: FLOOD requests whose
+ * replies we do not read yet keep it from reading on.  The last reply's
+ * result: -EINVAL, or -EIO (closed) after @garbage.
  */
-static int laden(int s, const char *path)
+static int laden(int s, const char *path, bool garbage)
 {
 	static char flood[FLOOD * sizeof(struct msg)];
 	struct kvs_info in = { .flags = 0 };
 	static char page[4096];
-	struct msg m;
+	struct msg m, bad;
 	size_t len = msg_fill(&m, KVS_IOC_INFO, &in, sizeof(in));
 	int a, b, i, ret, fds[2];
 
@@ -391,8 +398,12 @@ static int laden(int s, const char *path)
 	for (i = 0; i < FLOOD; i++)
 		memcpy(flood + i * len, &m, len);
 	ret = send_fds(s, flood, FLOOD * len, NULL, 0);
+	bad = m;
+	bad.h.magic = ~KVS_MSG_MAGIC;
+	if (!ret && garbage)
+		ret = send_fds(s, &bad, len, NULL, 0);
 	if (!ret)
-		ret = send_fds(s, &m, len, fds, 2);
+		ret = garbage ? send_fds(s, &m, len, &a, 1) : send_fds(s, &m, len, fds, 2);
 	close(fds[0]);
 	close(a);
 	memset(page, 'x', sizeof(page));
@@ -423,7 +434,7 @@ static int attacker_main(int res, int hold)
 	if (fd < 0 || s < 0)
 		a.open_err = errno;
 	else if (drop_mode)
-		a.laden = laden(s, path);
+		a.laden = laden(s, path, drop_mode == DROP_CLOSED);
 	else
 		attack_run(&a, s, fd);
 	if (write(res, &a, sizeof(a)) != sizeof(a))
@@ -590,9 +601,14 @@ static void check_laden(const struct attack *a)
 {
 	report(!a->open_err, "uid %d opens a file on the FUSE mount (%s)", NOBODY,
 	       a->open_err ? strerror(a->open_err) : "ok");
-	report(a->laden == -EINVAL,
-	       "INFO with /dev/null and the FUSE file, its last reference, pages "
-	       "dirty: answered, EINVAL (%d)", a->laden);
+	if (drop_mode == DROP_CLOSED)
+		report(a->laden == -EIO,
+		       "the FUSE file, its last reference, pages dirty, queued behind "
+		       "garbage: the connection is closed (%d)", a->laden);
+	else
+		report(a->laden == -EINVAL,
+		       "INFO with /dev/null and the FUSE file, its last reference, "
+		       "pages dirty: answered, EINVAL (%d)", a->laden);
 	report(atomic_load(&fs.main_waits) == 0,
 	       "kvshared's event loop never waited on the FUSE server (%u requests)",
 	       atomic_load(&fs.main_waits));
@@ -731,7 +747,10 @@ int main(int argc, char **argv)
 	int st;
 
 	(void)argc;
-	drop_mode = strstr(argv[0], "fuse_drop_test");
+	if (strstr(argv[0], "fuse_drop_test"))
+		drop_mode = DROP_RECV;
+	else if (strstr(argv[0], "fuse_drop_closed_test"))
+		drop_mode = DROP_CLOSED;
 	if (getenv("KVSHARED"))
 		kvshared_bin = getenv("KVSHARED");
 	if (getenv("KVCTL"))
@@ -768,6 +787,8 @@ int main(int argc, char **argv)
 		check_waits();
 	}
 
+	/* The victim calls on meanwhile, till kvctl has had its turns. */
+	check_still_serving();
 	close(victim_stop);
 	victim_stop = -1;
 	st = reap_within(victim, 2 * BOUND_MS);
@@ -776,7 +797,6 @@ int main(int argc, char **argv)
 	report(st >= 0 && WIFEXITED(st) && !WEXITSTATUS(st),
 	       "uid %d got every reply within %d ms throughout", VICTIM, BOUND_MS);
 
-	check_still_serving();
 	check_sigterm();
 	check_abort();
 	if (failed)
