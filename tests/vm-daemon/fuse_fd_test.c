@@ -724,6 +724,9 @@ static int setup(void)
 	snprintf(log_path, sizeof(log_path), "%s/log", dir);
 	snprintf(out_path, sizeof(out_path), "%s/out", dir);
 	ret = fuse_load(ko);
+	if (ret)
+		snprintf(why, sizeof(why), "no /dev/fuse, and loading %s: %s", ko,
+			 strerror(-ret));
 	if (!ret && mkdir(mnt, 0755))
 		ret = -errno;
 	if (!ret)
