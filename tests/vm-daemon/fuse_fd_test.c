@@ -13,9 +13,10 @@
  * victim (uid 65533) keeps calling meanwhile and must get every reply
  * within BOUND_MS; afterwards kvshared still serves, another uid still
  * creates a pool with its memfd, and the pools' invariants hold.  Then
- * SIGTERM with the closers still stuck: kvshared must shut down within
- * BOUND_MS all the same, and once the connection is aborted (fusectl) its
- * last threads end and it exits 0.
+ * SIGTERM with the closers still stuck: within BOUND_MS kvshared must shut
+ * down, say how many descriptors it is still closing, and its main thread
+ * exit; the kernel keeps the process until the connection is aborted
+ * (fusectl), and then it exits 0.
  *
  * Run as fuse_drop_test (the same binary by another name), the attacker
  * sends its file where kvshared's recvmsg() has no room for it, the
