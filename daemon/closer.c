@@ -70,7 +70,10 @@ int kvsd_closer_start(void)
 	pthread_t t;
 	int ret;
 
-	/* Detached: at exit the process ends, stuck closer or not. */
+	/*
+	 * Detached: nothing waits for a closer at exit, though the kernel
+	 * keeps the process until the last of them returns (main.c).
+	 */
 	ret = pthread_create(&t, NULL, closer_main, NULL);
 	if (ret)
 		return -ret;

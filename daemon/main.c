@@ -20,6 +20,7 @@
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
 
+#include "closer.h"
 #include "core.h"
 #include "kvshared.h"
 #include "server.h"
@@ -220,6 +221,27 @@ out:
 	return stop_signal ? 0 : 1;
 }
 
+/*
+ * The end.  A closer (closer.h) still in close() waits on a client's file
+ * system, past even SIGKILL (a FUSE flush waits for its answer): nothing
+ * here waits for it, but the kernel keeps the process, a zombie, until
+ * that close() returns.  Say so, and leave by _exit(), since an exit()
+ * handler may wait on every thread (LeakSanitizer stops them all to scan
+ * them, and a thread in such a close() never stops).
+ */
+static int finish(int status)
+{
+	unsigned int busy = kvsd_closer_busy();
+
+	if (!busy)
+		return status;
+	kvsd_log("%u client descriptor%s still being closed: the process ends "
+		 "when %s file system answers, or its connection is aborted "
+		 "(FUSE: /sys/fs/fuse/connections/*/abort)", busy,
+		 busy == 1 ? " is" : "s are", busy == 1 ? "its" : "their");
+	_exit(status);
+}
+
 int main(int argc, char **argv)
 {
 	struct kvsd d = { .dev_fd = -1 };
@@ -248,5 +270,5 @@ int main(int argc, char **argv)
 	kvsd_config_free(d.cfg);
 	if (!ret)
 		kvsd_log("stopped");
-	return ret;
+	return finish(ret);
 }
