@@ -1,120 +1,113 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The closers (closer.h).  The slots are few and scanned under one mutex;
- * the loop only ever holds it for such a scan, never across a close().
- * Each descriptor gets a thread of its own, so that one stuck on a
- * hostile file holds up no other user's; the slots bound the threads.
- * Where no thread can be had, the descriptor waits for the one standing
- * closer, behind whatever that is closing.
+ * The close queues (closer.h).  One mutex guards them all; the loop holds
+ * it only to count or to push, never across a close().  A queue is a
+ * stack: the order descriptors are closed in does not matter, and a
+ * closer stuck on one file must not hold the others behind it.
+ *
+ * A closer thread serves one queue until it is empty, then takes another
+ * that has work and fewer than KVSD_CLOSE_PER_UID closers, and ends when
+ * there is none.  The standing closer, started first, waits for work
+ * instead of ending: descriptors pushed when no thread could be created
+ * still get closed.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdint.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "closer.h"
 
 #define CLOSER_STACK	(256u << 10)	/* close() needs little; ASan more */
 
-enum slot_state { SLOT_FREE, SLOT_HELD, SLOT_QUEUED, SLOT_CLOSING };
+struct kvsd_closeq {
+	struct kvsd_closeq *next;
+	uint32_t uid;
+	unsigned int refs;
+	unsigned int threads;		/* closers serving it */
+	unsigned int reserved;		/* places promised, not yet used */
+	unsigned int n, cap;		/* descriptors queued; room in fds */
+	int *fds;
+};
 
 static struct {
 	pthread_mutex_t lock;
-	pthread_cond_t work;
-	struct {
-		enum slot_state state;
-		uint32_t uid;
-		int fd;
-	} slot[KVSD_CLOSE_SLOTS];
-	unsigned int queued;
+	pthread_cond_t work;		/* for the standing closer */
+	struct kvsd_closeq *queues;
+	unsigned int threads;		/* closer threads, the standing one too */
+	unsigned int closing;		/* descriptors in close() now */
+	unsigned int queued;		/* in all queues */
 } cl = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.work = PTHREAD_COND_INITIALIZER,
 };
 
-static void *closer_main(void *arg)
+/* Under cl.lock: free @q once nothing refers to it or waits in it. */
+static void closeq_maybe_free(struct kvsd_closeq *q)
 {
-	unsigned int i;
-	int fd;
+	struct kvsd_closeq **p;
 
-	(void)arg;
-	pthread_mutex_lock(&cl.lock);
-	for (;;) {
-		while (!cl.queued)
-			pthread_cond_wait(&cl.work, &cl.lock);
-		for (i = 0; cl.slot[i].state != SLOT_QUEUED; i++)
-			;
-		cl.slot[i].state = SLOT_CLOSING;
-		cl.queued--;
-		fd = cl.slot[i].fd;
-		pthread_mutex_unlock(&cl.lock);
-		close(fd);		/* may wait on a file system forever */
-		pthread_mutex_lock(&cl.lock);
-		cl.slot[i].state = SLOT_FREE;
-	}
-	return NULL;
+	if (q->refs || q->threads || q->reserved || q->n)
+		return;
+	for (p = &cl.queues; *p != q; p = &(*p)->next)
+		;
+	*p = q->next;
+	free(q->fds);
+	free(q);
 }
 
-static void *closer_one(void *arg)
+/* Under cl.lock: a queue with work and room for one more closer. */
+static struct kvsd_closeq *closeq_adopt(void)
 {
-	int i = (int)(intptr_t)arg;
+	struct kvsd_closeq *q;
 
-	close(cl.slot[i].fd);	/* the slot is ours: SLOT_CLOSING */
-	kvsd_closer_unreserve(i);
-	return NULL;
-}
-
-int kvsd_closer_start(void)
-{
-	pthread_t t;
-	int ret;
-
-	/*
-	 * Detached: nothing waits for a closer at exit, though the kernel
-	 * keeps the process until the last of them returns (main.c).
-	 */
-	ret = pthread_create(&t, NULL, closer_main, NULL);
-	if (ret)
-		return -ret;
-	pthread_detach(t);
-	return 0;
-}
-
-int kvsd_closer_reserve(uint32_t uid)
-{
-	unsigned int i, mine = 0;
-	int free_slot = -EAGAIN;
-
-	pthread_mutex_lock(&cl.lock);
-	for (i = 0; i < KVSD_CLOSE_SLOTS; i++) {
-		if (cl.slot[i].state == SLOT_FREE) {
-			if (free_slot < 0)
-				free_slot = (int)i;
-		} else if (cl.slot[i].uid == uid) {
-			mine++;
+	for (q = cl.queues; q; q = q->next) {
+		if (q->n && q->threads < KVSD_CLOSE_PER_UID) {
+			q->threads++;
+			return q;
 		}
 	}
-	if (mine >= KVSD_CLOSE_PER_UID)
-		free_slot = -EAGAIN;
-	if (free_slot >= 0) {
-		cl.slot[free_slot].state = SLOT_HELD;
-		cl.slot[free_slot].uid = uid;
-		cl.slot[free_slot].fd = -1;
-	}
-	pthread_mutex_unlock(&cl.lock);
-	return free_slot;
+	return NULL;
 }
 
-void kvsd_closer_unreserve(int slot)
+/* @arg: the queue the thread was created for; NULL for the standing one. */
+static void *closer_main(void *arg)
 {
+	struct kvsd_closeq *q = arg;
+	bool standing = !q;
+	int fd;
+
 	pthread_mutex_lock(&cl.lock);
-	cl.slot[slot].state = SLOT_FREE;
+	for (;;) {
+		if (!q)
+			q = closeq_adopt();
+		if (!q) {
+			if (!standing)
+				break;
+			pthread_cond_wait(&cl.work, &cl.lock);
+			continue;
+		}
+		while (q->n) {
+			fd = q->fds[--q->n];
+			cl.queued--;
+			cl.closing++;
+			pthread_mutex_unlock(&cl.lock);
+			close(fd);	/* may wait on a file system forever */
+			pthread_mutex_lock(&cl.lock);
+			cl.closing--;
+		}
+		q->threads--;
+		closeq_maybe_free(q);
+		q = NULL;
+	}
+	cl.threads--;
 	pthread_mutex_unlock(&cl.lock);
+	return NULL;
 }
 
-/* A detached thread with a small stack to close slot @i's descriptor. */
-static int closer_spawn(int i)
+/* A detached closer thread with a small stack, serving @q (NULL: standing). */
+static int closer_spawn(struct kvsd_closeq *q)
 {
 	pthread_attr_t attr;
 	pthread_t t;
@@ -124,42 +117,165 @@ static int closer_spawn(int i)
 		return -ENOMEM;
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	pthread_attr_setstacksize(&attr, CLOSER_STACK);
-	ret = pthread_create(&t, &attr, closer_one, (void *)(intptr_t)i);
+	ret = pthread_create(&t, &attr, closer_main, q);
 	pthread_attr_destroy(&attr);
 	return ret ? -ret : 0;
 }
 
-void kvsd_closer_close(int slot, int fd)
+int kvsd_closer_start(void)
 {
+	int ret;
+
+	/*
+	 * Detached: nothing waits for a closer at exit, though the kernel
+	 * keeps the process until the last of them returns (main.c).
+	 */
+	pthread_mutex_lock(&cl.lock);
+	cl.threads++;
+	pthread_mutex_unlock(&cl.lock);
+	ret = closer_spawn(NULL);
+	if (ret) {
+		pthread_mutex_lock(&cl.lock);
+		cl.threads--;
+		pthread_mutex_unlock(&cl.lock);
+	}
+	return ret;
+}
+
+struct kvsd_closeq *kvsd_closeq_get(uint32_t uid)
+{
+	struct kvsd_closeq *q;
+
+	pthread_mutex_lock(&cl.lock);
+	for (q = cl.queues; q && q->uid != uid; q = q->next)
+		;
+	if (!q) {
+		q = calloc(1, sizeof(*q));
+		if (q) {
+			q->uid = uid;
+			q->next = cl.queues;
+			cl.queues = q;
+		}
+	}
+	if (q)
+		q->refs++;
+	pthread_mutex_unlock(&cl.lock);
+	return q;
+}
+
+void kvsd_closeq_put(struct kvsd_closeq *q)
+{
+	pthread_mutex_lock(&cl.lock);
+	q->refs--;
+	closeq_maybe_free(q);
+	pthread_mutex_unlock(&cl.lock);
+}
+
+int kvsd_closeq_reserve(struct kvsd_closeq *q, unsigned int n, bool force)
+{
+	unsigned int need, cap;
+	int ret = 0, *p;
+
+	pthread_mutex_lock(&cl.lock);
+	need = q->n + q->reserved + n;
+	if (!force && q->n >= KVSD_CLOSE_QUEUE_UID) {
+		ret = -EAGAIN;
+	} else if (need > q->cap) {
+		cap = need > 2 * q->cap ? need : 2 * q->cap;
+		p = realloc(q->fds, cap * sizeof(*p));
+		if (p) {
+			q->fds = p;
+			q->cap = cap;
+		} else {
+			ret = -ENOMEM;
+		}
+	}
+	if (!ret)
+		q->reserved += n;
+	pthread_mutex_unlock(&cl.lock);
+	return ret;
+}
+
+void kvsd_closeq_unreserve(struct kvsd_closeq *q, unsigned int n)
+{
+	pthread_mutex_lock(&cl.lock);
+	q->reserved -= n;
+	closeq_maybe_free(q);
+	pthread_mutex_unlock(&cl.lock);
+}
+
+/* Under cl.lock: whether @q could use another closer thread. */
+static bool closeq_wants_thread(const struct kvsd_closeq *q)
+{
+	return q->threads < q->n && q->threads < KVSD_CLOSE_PER_UID &&
+	       cl.threads < KVSD_CLOSE_THREADS;
+}
+
+void kvsd_closeq_close(struct kvsd_closeq *q, int fd)
+{
+	bool spawn;
+
 	/*
 	 * F_GET_SEALS answers only for shmem and hugetlbfs files and calls
 	 * into no file system: what it accepts has no ->flush to wait on.
 	 */
 	if (fcntl(fd, F_GET_SEALS) >= 0) {
 		close(fd);
-		kvsd_closer_unreserve(slot);
+		kvsd_closeq_unreserve(q, 1);
 		return;
 	}
 	pthread_mutex_lock(&cl.lock);
-	cl.slot[slot].fd = fd;
-	cl.slot[slot].state = SLOT_CLOSING;
-	pthread_mutex_unlock(&cl.lock);
-	if (!closer_spawn(slot))
-		return;
-	pthread_mutex_lock(&cl.lock);
-	cl.slot[slot].state = SLOT_QUEUED;
+	q->reserved--;
+	q->fds[q->n++] = fd;
 	cl.queued++;
+	spawn = closeq_wants_thread(q);
+	if (spawn) {
+		q->threads++;
+		cl.threads++;
+	}
+	pthread_cond_signal(&cl.work);
+	pthread_mutex_unlock(&cl.lock);
+	if (!spawn || !closer_spawn(q))
+		return;
+	/* No thread: the standing closer, or the next to finish, takes it. */
+	pthread_mutex_lock(&cl.lock);
+	q->threads--;
+	cl.threads--;
 	pthread_cond_signal(&cl.work);
 	pthread_mutex_unlock(&cl.lock);
 }
 
-unsigned int kvsd_closer_busy(void)
+bool kvsd_closeq_long(const struct kvsd_closeq *q)
 {
-	unsigned int i, n = 0;
+	bool ret;
 
 	pthread_mutex_lock(&cl.lock);
-	for (i = 0; i < KVSD_CLOSE_SLOTS; i++)
-		n += cl.slot[i].state != SLOT_FREE;
+	ret = q->n >= KVSD_CLOSE_QUEUE_UID;
+	pthread_mutex_unlock(&cl.lock);
+	return ret;
+}
+
+bool kvsd_closer_full(void)
+{
+	return kvsd_closer_queued() >= KVSD_CLOSE_QUEUE_MAX;
+}
+
+unsigned int kvsd_closer_busy(void)
+{
+	unsigned int n;
+
+	pthread_mutex_lock(&cl.lock);
+	n = cl.closing;
+	pthread_mutex_unlock(&cl.lock);
+	return n;
+}
+
+unsigned int kvsd_closer_queued(void)
+{
+	unsigned int n;
+
+	pthread_mutex_lock(&cl.lock);
+	n = cl.queued;
 	pthread_mutex_unlock(&cl.lock);
 	return n;
 }

@@ -1,39 +1,61 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * Closing a client's descriptor off the event loop.  close() calls the
- * file's ->flush, and a file system served by a client (FUSE, mountable
- * by anyone in a user namespace) answers a flush when it likes: the
- * daemon's one thread must never be the one waiting.  So a descriptor
- * that may be foreign is handed to a closer thread, and a client may hold
- * only a bounded number of slots there: a slot is reserved before
- * recvmsg() is given room for a descriptor, and freed once the closer has
- * closed it.  With no slot free, recvmsg() gets no room and the kernel
- * drops what comes, with fput(), which calls no ->flush.
+ * file's ->flush, and its last reference ->release, and a file system
+ * served by a client (FUSE, mountable by anyone in a user namespace)
+ * answers when it likes: the daemon's one thread must never be the one
+ * waiting.  Nor may the kernel drop a client's file for it: a descriptor
+ * that recvmsg() has no room for, or one still queued on a socket the
+ * daemon closes, is released by the kernel on the daemon's thread too.
+ *
+ * So every descriptor a client sent, and every client socket that may
+ * still hold some, goes to its uid's close queue, served by at most
+ * KVSD_CLOSE_PER_UID closer threads of that uid (KVSD_CLOSE_THREADS in
+ * all): a closer stuck on one user's file holds back only that user's
+ * queue.  Room in a queue is reserved before the descriptors exist
+ * (kvsd_closeq_reserve()), so handing one over never fails; a uid whose
+ * queue is long gets no more room (-EAGAIN), and the server stops reading
+ * its connections until the closers catch up.
  */
 #ifndef _KVSHARED_CLOSER_H
 #define _KVSHARED_CLOSER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
-#define KVSD_CLOSE_SLOTS	64	/* descriptors held or being closed, in all */
-#define KVSD_CLOSE_PER_UID	8	/* of which one uid's */
+#define KVSD_CLOSE_THREADS	64	/* closer threads, in all */
+#define KVSD_CLOSE_PER_UID	8	/* of which serve one uid */
+#define KVSD_CLOSE_QUEUE_UID	1024	/* queued for one uid: no more reading */
+#define KVSD_CLOSE_QUEUE_MAX	16384	/* for all: no more accepting */
+#define KVSD_RECV_FDS		253	/* SCM_MAX_FD: what one recvmsg() may bring */
 
-/* Start the closer thread.  0 or -errno. */
+struct kvsd_closeq;
+
+/* Start the standing closer thread.  0 or -errno. */
 int kvsd_closer_start(void);
+/* @uid's queue, referenced (kvsd_closeq_put()); NULL: out of memory. */
+struct kvsd_closeq *kvsd_closeq_get(uint32_t uid);
+/* Drop a reference; the queue's reservations must be given back first. */
+void kvsd_closeq_put(struct kvsd_closeq *q);
 /*
- * A slot for one descriptor of @uid: its index, or -EAGAIN when all are
- * taken or @uid holds KVSD_CLOSE_PER_UID of them.
+ * Room for @n more descriptors in @q: 0; -EAGAIN when @q already holds
+ * KVSD_CLOSE_QUEUE_UID (unless @force); -ENOMEM.
  */
-int kvsd_closer_reserve(uint32_t uid);
-/* Give back a reserved slot that received no descriptor. */
-void kvsd_closer_unreserve(int slot);
+int kvsd_closeq_reserve(struct kvsd_closeq *q, unsigned int n, bool force);
+/* Give back @n reserved and unused places. */
+void kvsd_closeq_unreserve(struct kvsd_closeq *q, unsigned int n);
 /*
- * Dispose of @fd, received into @slot: a memfd (a shmem or hugetlbfs
- * file, which has no ->flush) is closed here and now, anything else by
- * the closer thread, which then frees the slot.
+ * Dispose of @fd in a place reserved in @q: a memfd (a shmem or hugetlbfs
+ * file, which has no ->flush and releases nothing another process serves)
+ * is closed here and now, anything else by @q's closers.
  */
-void kvsd_closer_close(int slot, int fd);
-/* Slots taken now (held, queued or being closed): for the metrics. */
+void kvsd_closeq_close(struct kvsd_closeq *q, int fd);
+/* Whether @q holds KVSD_CLOSE_QUEUE_UID or more (no reading). */
+bool kvsd_closeq_long(const struct kvsd_closeq *q);
+/* Whether all queues together hold KVSD_CLOSE_QUEUE_MAX (no accepting). */
+bool kvsd_closer_full(void);
+/* Descriptors in close() now, and waiting in the queues: for the metrics. */
 unsigned int kvsd_closer_busy(void);
+unsigned int kvsd_closer_queued(void);
 
 #endif /* _KVSHARED_CLOSER_H */

@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 
 #include "closer.h"
@@ -231,15 +232,31 @@ out:
  */
 static int finish(int status)
 {
-	unsigned int busy = kvsd_closer_busy();
+	unsigned int busy = kvsd_closer_busy(), queued = kvsd_closer_queued();
 
-	if (!busy)
+	if (!busy && !queued)
 		return status;
-	kvsd_log("%u client descriptor%s still being closed: the process ends "
-		 "when %s file system answers, or its connection is aborted "
-		 "(FUSE: /sys/fs/fuse/connections/*/abort)", busy,
-		 busy == 1 ? " is" : "s are", busy == 1 ? "its" : "their");
+	kvsd_log("%u client descriptor%s still being closed, %u more queued: the "
+		 "process ends when %s file system answers, or its connection is "
+		 "aborted (FUSE: /sys/fs/fuse/connections/*/abort)", busy,
+		 busy == 1 ? " is" : "s are", queued, busy == 1 ? "its" : "their");
 	_exit(status);
+}
+
+/*
+ * As many descriptors as the hard limit allows: a client's descriptors
+ * that recvmsg() cannot install for want of a free one are released by
+ * the kernel on the event loop's thread (server.c says what is needed).
+ */
+static void nofile_raise(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == rl.rlim_max)
+		return;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl))
+		kvsd_log("setrlimit(RLIMIT_NOFILE): %s", strerror(errno));
 }
 
 int main(int argc, char **argv)
@@ -253,6 +270,7 @@ int main(int argc, char **argv)
 		return ret == 1 ? 0 : ret;
 	}
 	kvsd_verbose = d.cfg->verbose;
+	nofile_raise();
 	ret = kvsd_loop_init();
 	if (!ret)
 		ret = signals_setup();

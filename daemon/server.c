@@ -76,7 +76,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <linux/sockios.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
@@ -89,7 +92,6 @@
 #include "server.h"
 
 #define HDR		((uint32_t)sizeof(struct kvs_msg))
-#define MAX_FDS		1		/* room for cmsg; more is MSG_CTRUNC */
 #define MAX_OUT_FDS	3		/* RING_SETUP: the ring and its doorbells */
 #define BUF_MIN		4096
 #define BUF_KEEP	(64u << 10)	/* larger buffers are freed after use */
@@ -113,11 +115,15 @@ struct conn {
 	unsigned int n_out_fds;
 	struct kvsd_ring *ring;		/* the shared ring, if asked for */
 	int wait_bell;			/* WAIT_FD: our end, rung by the core's waker */
-	int fds[MAX_FDS];
+	/*
+	 * Its uid's close queue (closer.h), where a place is reserved for
+	 * the socket and for fds[0]: a client's file is never closed here.
+	 */
+	struct kvsd_closeq *closeq;
+	int fds[1];			/* POOL_CREATE's descriptor */
 	unsigned int n_fds;
-	int fd_slot;			/* the closer's slot of fds[0] (closer.h) */
-	bool fds_trunc;			/* descriptors were lost (too many) */
-	bool fds_no_slot;		/* ... or no closer slot was free */
+	bool fds_trunc;			/* descriptors where none belong */
+	bool throttled;			/* not read until the closers catch up */
 	const char *doom;		/* to be closed, for this reason (ring garbage) */
 	char doom_buf[96];
 	/*
@@ -145,14 +151,31 @@ static struct {
 
 static void conn_drop_fds(struct conn *c)
 {
-	unsigned int i;
-
 	/* Never close() here: the file may be a client's FUSE file. */
-	for (i = 0; i < c->n_fds; i++)
-		kvsd_closer_close(c->fd_slot, c->fds[i]);
+	if (c->n_fds)
+		kvsd_closeq_close(c->closeq, c->fds[0]);
 	c->n_fds = 0;
 	c->fds_trunc = false;
-	c->fds_no_slot = false;
+}
+
+/*
+ * Close a client's socket, in a place reserved in @q.  Descriptors still
+ * queued on it would be released by the kernel as it goes, on this
+ * thread: then the closers close it.  Once shut for reading, nothing more
+ * can be queued (unix_stream_sendmsg() checks under the peer's lock), so
+ * an empty queue stays empty and the socket is closed here.
+ */
+static void sock_close(struct kvsd_closeq *q, int fd)
+{
+	int inq = 1;
+
+	shutdown(fd, SHUT_RD);
+	if (ioctl(fd, SIOCINQ, &inq) || inq) {
+		kvsd_closeq_close(q, fd);
+		return;
+	}
+	close(fd);
+	kvsd_closeq_unreserve(q, 1);
 }
 
 static void conn_log_close(struct conn *c, const char *why)
@@ -199,8 +222,9 @@ static void conn_close(struct conn *c, const char *why)
 {
 	conn_log_close(c, why);
 	kvsd_watch_del(&c->w);
-	close(c->w.fd);
+	sock_close(c->closeq, c->w.fd);
 	conn_drop_fds(c);
+	kvsd_closeq_put(c->closeq);
 	if (c->out_mem)
 		kvs_host_mem_put(c->out_mem);
 	conn_drop_out_fds(c);
@@ -406,12 +430,9 @@ static int msg_check(const struct conn *c, const struct kvs_msg *h, uint32_t usi
 		return -EINVAL;
 	if (!ring && (c->fds_trunc ||
 		      (c->n_fds && !is_cmd(h->cmd, KVS_IOC_POOL_CREATE))))
-		/* A descriptor refused for want of a closer slot: try again. */
-		return c->fds_no_slot && is_cmd(h->cmd, KVS_IOC_POOL_CREATE) ?
-		       -EAGAIN : -EINVAL;
+		return -EINVAL;
 	return 0;
 }
-
 
 static bool is_sock_cmd(unsigned int cmd)
 {
@@ -656,40 +677,12 @@ static int conn_flush(struct conn *c)
 /* ---- receiving ----------------------------------------------------------- */
 
 /*
- * What recvmsg() returned in @mh, given room for at most one descriptor
- * (reserved as closer @slot, or -1 for none): more, or any without room,
- * the kernel dropped with MSG_CTRUNC, unflushed.
- */
-static void conn_take_fds(struct conn *c, struct msghdr *mh, int slot)
-{
-	struct cmsghdr *cm;
-
-	if (mh->msg_flags & MSG_CTRUNC) {
-		c->fds_trunc = true;
-		if (slot < 0 && !c->n_fds)
-			c->fds_no_slot = true;
-	}
-	for (cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
-		    cm->cmsg_len < CMSG_LEN(sizeof(int)) || slot < 0)
-			continue;
-		memcpy(&c->fds[0], CMSG_DATA(cm), sizeof(int));
-		c->n_fds = 1;
-		c->fd_slot = slot;
-		return;
-	}
-	if (slot >= 0)
-		kvsd_closer_unreserve(slot);
-}
-
-/*
- * Whether the next read may take a descriptor: only POOL_CREATE carries
+ * Whether a descriptor arriving now may be kept: only POOL_CREATE carries
  * one, and it comes with the message's first bytes, read while the
- * command is not yet known.  Every other read gets no room, so that the
- * kernel drops whatever is sent there with fput(), which calls no
- * ->flush, and the request is refused for MSG_CTRUNC as before.
+ * command is not yet known.  Any other is closed (by the closers), and
+ * the request refused.
  */
-static bool conn_fd_room(const struct conn *c)
+static bool conn_fd_keep(const struct conn *c)
 {
 	const struct kvs_msg *h = (const struct kvs_msg *)c->buf;
 
@@ -698,33 +691,71 @@ static bool conn_fd_room(const struct conn *c)
 	return c->in_len < HDR || is_cmd(h->cmd, KVS_IOC_POOL_CREATE);
 }
 
-/* Never past the current message: its descriptors are then its own. */
+/*
+ * The descriptors recvmsg() returned in @mh, for which @room places are
+ * reserved in the close queue: the first of a POOL_CREATE is kept (with
+ * its place), the others go to the closers, and the places left over are
+ * given back.  MSG_CTRUNC: the kernel dropped some (a full descriptor
+ * table; room for KVSD_RECV_FDS was given).
+ */
+static void conn_take_fds(struct conn *c, struct msghdr *mh, unsigned int room)
+{
+	struct cmsghdr *cm;
+	unsigned int i, n;
+	int fd;
+
+	if (mh->msg_flags & MSG_CTRUNC)
+		c->fds_trunc = true;
+	for (cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
+		    cm->cmsg_len < CMSG_LEN(0))
+			continue;
+		n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (i = 0; i < n && room; i++, room--) {
+			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
+			if (conn_fd_keep(c)) {
+				c->fds[0] = fd;
+				c->n_fds = 1;
+				continue;
+			}
+			c->fds_trunc = true;
+			kvsd_closeq_close(c->closeq, fd);
+		}
+	}
+	if (room)
+		kvsd_closeq_unreserve(c->closeq, room);
+}
+
+/*
+ * Never past the current message: its descriptors are then its own.
+ * Room for as many descriptors as one message may carry (SCM_MAX_FD), so
+ * that the kernel drops none here (it would release them on this
+ * thread), each with its place reserved in the close queue.
+ */
 static ssize_t conn_recv(struct conn *c, size_t want)
 {
 	union {
-		char buf[CMSG_SPACE(MAX_FDS * sizeof(int))];
+		char buf[CMSG_SPACE(KVSD_RECV_FDS * sizeof(int))];
 		struct cmsghdr align;
 	} ctl;
 	struct iovec iov = { .iov_base = c->buf + c->in_len, .iov_len = want };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-	int slot = -1;
+	struct msghdr mh = {
+		.msg_iov = &iov, .msg_iovlen = 1,
+		.msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf),
+	};
 	ssize_t n;
+	int ret;
 
-	if (conn_fd_room(c))
-		slot = kvsd_closer_reserve(c->cred.uid);
-	if (slot >= 0) {
-		/* CMSG_LEN, not CMSG_SPACE: its padding would fit a second. */
-		mh.msg_control = ctl.buf;
-		mh.msg_controllen = CMSG_LEN(MAX_FDS * sizeof(int));
-	}
+	ret = kvsd_closeq_reserve(c->closeq, KVSD_RECV_FDS, true);
+	if (ret)
+		return ret;
 	n = recvmsg(c->w.fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
 	if (n < 0) {
 		n = -errno;
-		if (slot >= 0)
-			kvsd_closer_unreserve(slot);
+		kvsd_closeq_unreserve(c->closeq, KVSD_RECV_FDS);
 		return n;
 	}
-	conn_take_fds(c, &mh, slot);
+	conn_take_fds(c, &mh, KVSD_RECV_FDS);
 	return n;
 }
 
@@ -785,6 +816,22 @@ static int conn_want(struct conn *c, uint32_t *want, char *why, size_t why_len)
 	return 0;
 }
 
+/*
+ * The connection's uid has KVSD_CLOSE_QUEUE_UID descriptors waiting for
+ * its closers, or all uids KVSD_CLOSE_QUEUE_MAX: read nothing more from
+ * it (and take no more descriptors) until they catch up
+ * (kvsd_server_tick()).  A request half read still runs against the stall
+ * deadline.
+ */
+static void conn_throttle(struct conn *c)
+{
+	if (kvsd_watch_mod(&c->w, 0)) {
+		conn_close(c, "epoll failed");
+		return;
+	}
+	c->throttled = true;
+}
+
 static void conn_read(struct conn *c)
 {
 	int budget = READ_BUDGET;
@@ -801,6 +848,10 @@ static void conn_read(struct conn *c)
 		}
 		if (conn_want(c, &want, why, sizeof(why))) {
 			conn_close(c, why);
+			return;
+		}
+		if (kvsd_closeq_long(c->closeq) || kvsd_closer_full()) {
+			conn_throttle(c);
 			return;
 		}
 		n = conn_recv(c, want);
@@ -851,6 +902,11 @@ static void conn_event(struct kvsd_watch *w, uint32_t events)
 {
 	struct conn *c = (struct conn *)((char *)w - offsetof(struct conn, w));
 
+	if (c->throttled) {
+		/* Hung up or failed: epoll says so whatever it watches. */
+		conn_close(c, "hung up while throttled");
+		return;
+	}
 	if (c->out_len) {
 		int ret = conn_flush(c);
 
@@ -941,9 +997,28 @@ static bool conn_over_cap(const struct ucred *uc, char *why, size_t len)
 	return false;
 }
 
+/*
+ * A connection refused at accept may already hold descriptors: the
+ * closers close it like any other.  Only out of memory, with nowhere to
+ * queue it, is it closed here.
+ */
+static void refuse_close(uint32_t uid, int fd)
+{
+	struct kvsd_closeq *q = kvsd_closeq_get(uid);
+
+	if (q && !kvsd_closeq_reserve(q, 1, true)) {
+		sock_close(q, fd);
+		kvsd_closeq_put(q);
+		return;
+	}
+	if (q)
+		kvsd_closeq_put(q);
+	close(fd);
+}
+
 static void conn_new(int fd)
 {
-	struct ucred uc;
+	struct ucred uc = { .uid = (uid_t)-1 };
 	socklen_t len = sizeof(uc);
 	struct conn *c;
 	char why[96];
@@ -951,22 +1026,30 @@ static void conn_new(int fd)
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len)) {
 		kvsd_log("accept: SO_PEERCRED: %s", strerror(errno));
-		close(fd);
+		refuse_close(uc.uid, fd);
 		return;
 	}
 	if (conn_over_cap(&uc, why, sizeof(why))) {
 		kvsd_log_limited(KVSD_LOG_REFUSED, "client (pid %d uid %u) refused: %s",
 				 uc.pid, uc.uid, why);
-		close(fd);
+		refuse_close(uc.uid, fd);
 		return;
 	}
 	c = calloc(1, sizeof(*c));
 	if (c)
 		c->cl = kvs_client_new();
-	if (!c || !c->cl) {
+	if (c)
+		c->closeq = kvsd_closeq_get(uc.uid);
+	if (c && c->closeq && kvsd_closeq_reserve(c->closeq, 1, true)) {
+		kvsd_closeq_put(c->closeq);
+		c->closeq = NULL;
+	}
+	if (!c || !c->cl || !c->closeq) {
 		kvsd_log("accept: out of memory (pid %d uid %u refused)", uc.pid, uc.uid);
+		if (c && c->cl)
+			kvs_client_free(c->cl);
 		free(c);
-		close(fd);
+		refuse_close(uc.uid, fd);
 		return;
 	}
 	c->w.fd = fd;
@@ -991,8 +1074,9 @@ static void conn_new(int fd)
 	if (ret) {
 		kvs_client_free(c->cl);
 		free(c->groups);
+		sock_close(c->closeq, fd);
+		kvsd_closeq_put(c->closeq);
 		free(c);
-		close(fd);
 		return;
 	}
 	c->next = srv.conns;
@@ -1004,12 +1088,31 @@ static void conn_new(int fd)
 			 (unsigned long long)c->id, c->pid, uc.uid, uc.gid);
 }
 
+/*
+ * Out of descriptors or memory, or the close queues are full: a pending
+ * connection stays queued and would wake us forever, so stop accepting
+ * until a tick finds things better.
+ */
+static void accept_pause(const char *why)
+{
+	if (!srv.accept_warned)
+		kvsd_log("accept: %s; retrying every second", why);
+	srv.accept_warned = true;
+	kvsd_watch_del(&srv.listen);
+	srv.accept_paused = true;
+}
+
 static void srv_accept(struct kvsd_watch *w, uint32_t events)
 {
 	int i, fd;
 
 	(void)events;
 	for (i = 0; i < 16; i++) {
+		/* Even a refused connection may leave its socket to the closers. */
+		if (kvsd_closer_full()) {
+			accept_pause("the close queues are full");
+			return;
+		}
 		fd = accept4(w->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd >= 0) {
 			if (srv.accept_warned)
@@ -1020,18 +1123,8 @@ static void srv_accept(struct kvsd_watch *w, uint32_t events)
 		}
 		if (errno == EINTR || errno == ECONNABORTED)
 			continue;
-		if (errno == EAGAIN || errno == EWOULDBLOCK)
-			return;
-		/*
-		 * Out of descriptors or memory: the pending connection stays
-		 * queued and would wake us forever, so stop accepting until
-		 * the next tick.
-		 */
-		if (!srv.accept_warned)
-			kvsd_log("accept: %s; retrying every second", strerror(errno));
-		srv.accept_warned = true;
-		kvsd_watch_del(w);
-		srv.accept_paused = true;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			accept_pause(strerror(errno));
 		return;
 	}
 }
@@ -1059,15 +1152,52 @@ static void conn_expire(void)
 	}
 }
 
+/* Read again from connections whose uid's closers have caught up. */
+static void conn_unthrottle(void)
+{
+	struct conn *c, *next;
+
+	for (c = srv.conns; c; c = next) {
+		next = c->next;
+		if (!c->throttled || kvsd_closeq_long(c->closeq) ||
+		    kvsd_closer_full())
+			continue;
+		c->throttled = false;
+		conn_set_events(c, EPOLLIN);
+	}
+}
+
 void kvsd_server_tick(void)
 {
 	if (!srv.d)		/* module mode: no socket, no connections */
 		return;
 	conn_expire();
-	if (!srv.accept_paused)
+	conn_unthrottle();
+	if (!srv.accept_paused || kvsd_closer_full())
 		return;
 	if (!kvsd_watch_add(&srv.listen, EPOLLIN))
 		srv.accept_paused = false;
+}
+
+/*
+ * recvmsg() installs what a client sends only while the descriptor table
+ * has room, and the kernel releases the rest on this thread.  Each
+ * connection holds up to six (socket, wait pipe, ring and doorbells,
+ * POOL_CREATE's), the close queues KVSD_CLOSE_QUEUE_MAX and one read's
+ * more, pools and the rest fewer than 1024: say so if the limit is lower.
+ */
+static void nofile_check(const struct kvsd_config *cfg)
+{
+	uint64_t need = (uint64_t)cfg->max_connections * 6 +
+			KVSD_CLOSE_QUEUE_MAX + KVSD_RECV_FDS + 1024;
+	struct rlimit rl;
+
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < need)
+		kvsd_log("RLIMIT_NOFILE %llu is below the %llu descriptors that "
+			 "max_connections %u may need: a client's descriptors may "
+			 "then be dropped on the event loop (LimitNOFILE=)",
+			 (unsigned long long)rl.rlim_cur, (unsigned long long)need,
+			 cfg->max_connections);
 }
 
 int kvsd_server_start(struct kvsd *d, const char *path)
@@ -1075,6 +1205,7 @@ int kvsd_server_start(struct kvsd *d, const char *path)
 	int fd;
 
 	srv.d = d;
+	nofile_check(d->cfg);
 	kvsd_rings_start(&ring_ops, d->cfg->ring_poll_us);
 	fd = kvsd_closer_start();
 	if (fd)
@@ -1112,9 +1243,13 @@ void kvsd_server_stop(void)
 	if (srv.listen.fd >= 0) {
 		if (!srv.accept_paused)
 			kvsd_watch_del(&srv.listen);
-		close(srv.listen.fd);
-		srv.listen.fd = -1;
 		kvsd_unix_unlink(srv.path, srv.ino);
+		/*
+		 * Connections not yet accepted go with it, and what they hold
+		 * is released as they go: the closers close it.
+		 */
+		refuse_close(0, srv.listen.fd);
+		srv.listen.fd = -1;
 	}
 	free(srv.path);
 	srv.path = NULL;
