@@ -1235,6 +1235,36 @@ int kvsd_server_start(struct kvsd *d, const char *path)
 	return 0;
 }
 
+/*
+ * Connections not yet accepted would go with the listening socket, and
+ * what they hold be released as they go: shut it (connect() is refused
+ * from then on), refuse each, and close it once none is left.  Unable to
+ * empty it, the closers close it.
+ */
+static void listen_close(int fd)
+{
+	struct ucred uc;
+	socklen_t len;
+	int c;
+
+	shutdown(fd, SHUT_RD);
+	for (;;) {
+		c = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (c < 0 && (errno == EINTR || errno == ECONNABORTED))
+			continue;
+		if (c < 0)
+			break;
+		len = sizeof(uc);
+		if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &uc, &len))
+			uc.uid = (uid_t)-1;
+		refuse_close(uc.uid, c);
+	}
+	if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINVAL)
+		close(fd);
+	else
+		refuse_close(0, fd);
+}
+
 void kvsd_server_stop(void)
 {
 	while (srv.conns)
@@ -1244,11 +1274,7 @@ void kvsd_server_stop(void)
 		if (!srv.accept_paused)
 			kvsd_watch_del(&srv.listen);
 		kvsd_unix_unlink(srv.path, srv.ino);
-		/*
-		 * Connections not yet accepted go with it, and what they hold
-		 * is released as they go: the closers close it.
-		 */
-		refuse_close(0, srv.listen.fd);
+		listen_close(srv.listen.fd);
 		srv.listen.fd = -1;
 	}
 	free(srv.path);
