@@ -35,4 +35,4 @@ GUEST_BINS  += $(BUILD)/guest/kvshared $(BUILD)/guest/kvshared_module_test \
 	       $(BUILD)/guest/kvsd_as $(BUILD)/guest/fuse_fd_test \
 	       $(BUILD)/guest/fuse_drop_test $(BUILD)/guest/fuse_drop_closed_test \
 	       $(if $(GUEST_FUSE_KO),$(BUILD)/guest/fuse.ko)
-GUEST_TESTS += kvshared_module_test fuse_fd_test
+GUEST_TESTS += kvshared_module_test fuse_fd_test fuse_drop_test fuse_drop_closed_test
