@@ -25,8 +25,10 @@
  * kvshared: holding its last reference, with dirty pages to write back
  * (laden()).  As fuse_drop_closed_test, it queues the file behind a
  * message that makes kvshared close the connection, and the kernel drops
- * it with the connection.  The file's release must not run on kvshared's
- * event loop.
+ * it with the connection.  As fuse_drop_refused_test, it queues the file
+ * on a connection kvshared refuses (its uid has max_connections_per_uid),
+ * sent while kvshared is stopped, so that it is there at accept.  The
+ * file's release must not run on kvshared's event loop.
  *
  * Nothing here may close a descriptor of the hostile file before the
  * connection is aborted: the test would hang, as the daemon would.
@@ -68,8 +70,10 @@ static struct hfuse fs;
 static pid_t kvsd, victim, attacker;
 static int victim_stop = -1, attacker_hold = -1;
 static int n_test;
-/* Run as fuse_fd_test, fuse_drop_test or fuse_drop_closed_test. */
-static enum { CLOSERS, DROP_RECV, DROP_CLOSED } drop_mode;
+/* Run as fuse_fd_test, fuse_drop_test, fuse_drop_closed_test or ..._refused_test. */
+static enum { CLOSERS, DROP_RECV, DROP_CLOSED, DROP_REFUSED } drop_mode;
+/* DROP_REFUSED: the attacker asks (stop_req) for kvshared stopped, continued. */
+static int stop_req[2] = { -1, -1 }, stop_ack[2] = { -1, -1 };
 
 static bool failed;
 
@@ -418,6 +422,44 @@ static int laden(int s, const char *path, bool garbage)
 }
 
 /*
+ * laden() on a connection that kvshared refuses: uid NOBODY holds its two
+ * (with @s), and the third, with the file queued on it, is connected and
+ * sent while the parent holds kvshared stopped.  The result: -EIO, closed.
+ */
+static int laden_refused(int s, const char *path)
+{
+	struct kvs_info in = { .flags = 0 };
+	static char page[4096];
+	int a, b, s2, t, ret;
+	struct msg m;
+	size_t len = msg_fill(&m, KVS_IOC_INFO, &in, sizeof(in));
+	char c;
+
+	s2 = sock_connect();
+	a = open(path, O_RDWR | O_CLOEXEC);
+	b = open(path, O_RDWR | O_CLOEXEC);
+	if (s2 < 0 || a < 0 || b < 0)
+		return -errno;
+	/* Both accepted: they answer. */
+	ret = info(s, -1, 0) ?: info(s2, -1, 0);
+	if (!ret && (write(stop_req[1], "s", 1) != 1 || read(stop_ack[0], &c, 1) != 1))
+		ret = -EPIPE;
+	t = ret ? -1 : sock_connect();
+	if (!ret && t < 0)
+		ret = -errno;
+	if (!ret)
+		ret = send_fds(t, &m, len, &a, 1);
+	close(a);
+	memset(page, 'x', sizeof(page));
+	if (!ret && pwrite(b, page, sizeof(page), 0) != sizeof(page))
+		ret = -errno;
+	if (write(stop_req[1], "c", 1) != 1 && !ret)
+		ret = -EPIPE;
+	/* b stays open, and s2: closing them is not the point. */
+	return ret ? ret : reply(t);
+}
+
+/*
  * uid NOBODY: open the hostile file, send it (attack_run(), or laden() as
  * fuse_drop_test), write the results to @res.  Keep the file open until
  * @hold reads EOF: our own close() would wait on the server too, until
@@ -435,6 +477,8 @@ static int attacker_main(int res, int hold)
 	s = sock_connect();
 	if (fd < 0 || s < 0)
 		a.open_err = errno;
+	else if (drop_mode == DROP_REFUSED)
+		a.laden = laden_refused(s, path);
 	else if (drop_mode)
 		a.laden = laden(s, path, drop_mode == DROP_CLOSED);
 	else
@@ -496,8 +540,10 @@ static int kvshared_start(void)
 		fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 		if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
 			_exit(127);
+		/* Two per uid: the victim's and kvctl's; the attacker's third is refused. */
 		execlp(kvshared_bin, kvshared_bin, "--mode", "socket", "--socket",
 		       sock_path, "--pool", POOL ":pages=64," GEOM ",mode=0666,memory=host",
+		       "--max-connections-per-uid", drop_mode == DROP_REFUSED ? "2" : "64",
 		       (char *)NULL);
 		_exit(127);
 	}
@@ -606,7 +652,11 @@ static void check_laden(const struct attack *a)
 
 	report(!a->open_err, "uid %d opens a file on the FUSE mount (%s)", NOBODY,
 	       a->open_err ? strerror(a->open_err) : "ok");
-	if (drop_mode == DROP_CLOSED)
+	if (drop_mode == DROP_REFUSED)
+		report(a->laden == -EIO,
+		       "the FUSE file, its last reference, pages dirty, queued on a "
+		       "connection kvshared refuses: closed (%d)", a->laden);
+	else if (drop_mode == DROP_CLOSED)
 		report(a->laden == -EIO,
 		       "the FUSE file, its last reference, pages dirty, queued behind "
 		       "garbage: the connection is closed (%d)", a->laden);
@@ -752,6 +802,28 @@ static int setup(void)
 	return ret;
 }
 
+/*
+ * DROP_REFUSED: stop kvshared when the attacker asks, tell it once it is
+ * stopped, and continue it when the attacker has queued its connection.
+ */
+static void stop_kvshared(void)
+{
+	char c;
+	int st;
+
+	close(stop_req[1]);
+	close(stop_ack[0]);
+	if (read(stop_req[0], &c, 1) != 1)
+		return;
+	kill(kvsd, SIGSTOP);
+	waitpid(kvsd, &st, WUNTRACED);
+	if (write(stop_ack[1], "k", 1) != 1)
+		printf("# could not tell the attacker\n");
+	if (read(stop_req[0], &c, 1) != 1)
+		printf("# the attacker did not ask to continue\n");
+	kill(kvsd, SIGCONT);
+}
+
 int main(int argc, char **argv)
 {
 	int ready[2], stop[2], res[2], hold[2];
@@ -764,6 +836,8 @@ int main(int argc, char **argv)
 		drop_mode = DROP_RECV;
 	else if (strstr(argv[0], "fuse_drop_closed_test"))
 		drop_mode = DROP_CLOSED;
+	else if (strstr(argv[0], "fuse_drop_refused_test"))
+		drop_mode = DROP_REFUSED;
 	if (getenv("KVSHARED"))
 		kvshared_bin = getenv("KVSHARED");
 	if (getenv("KVCTL"))
@@ -785,10 +859,16 @@ int main(int argc, char **argv)
 	report(read(ready[0], &c, 1) == 1, "uid %d is served (INFO) before the attack",
 	       VICTIM);
 
+	/* Made after the victim's spawn, so that only the attacker holds them. */
+	if (drop_mode == DROP_REFUSED &&
+	    (pipe2(stop_req, O_CLOEXEC) || pipe2(stop_ack, O_CLOEXEC)))
+		return 1;
 	attacker = spawn(attacker_main, res[1], hold[0], res[0], hold[1]);
 	attacker_hold = hold[1];
 	close(res[1]);
 	close(hold[0]);
+	if (drop_mode == DROP_REFUSED)
+		stop_kvshared();
 	memset(&a, 0, sizeof(a));
 	a.open_err = EIO;
 	if (read(res[0], &a, sizeof(a)) != sizeof(a))

@@ -20,7 +20,8 @@ $(BUILD)/guest/fuse_fd_test: $(FUSE_FD_TEST_SRCS) tests/vm-daemon/hostile_fuse.h
 	$(CC) $(CFLAGS) -static -pthread -o $@ $(FUSE_FD_TEST_SRCS)
 
 # The same binary: argv[0] picks the attack (fuse_fd_test.c).
-$(BUILD)/guest/fuse_drop_test $(BUILD)/guest/fuse_drop_closed_test: $(BUILD)/guest/fuse_fd_test
+$(BUILD)/guest/fuse_drop_test $(BUILD)/guest/fuse_drop_closed_test \
+$(BUILD)/guest/fuse_drop_refused_test: $(BUILD)/guest/fuse_fd_test
 	cp $< $@
 
 GUEST_FUSE_KO := $(wildcard /lib/modules/$(KVER)/kernel/fs/fuse/fuse.ko)
@@ -30,9 +31,12 @@ $(BUILD)/guest/fuse.ko: $(GUEST_FUSE_KO)
 
 ALL_TARGETS += $(BUILD)/guest/kvshared $(BUILD)/guest/kvshared_module_test \
 	       $(BUILD)/guest/kvsd_as $(BUILD)/guest/fuse_fd_test \
-	       $(BUILD)/guest/fuse_drop_test $(BUILD)/guest/fuse_drop_closed_test
+	       $(BUILD)/guest/fuse_drop_test $(BUILD)/guest/fuse_drop_closed_test \
+	       $(BUILD)/guest/fuse_drop_refused_test
 GUEST_BINS  += $(BUILD)/guest/kvshared $(BUILD)/guest/kvshared_module_test \
 	       $(BUILD)/guest/kvsd_as $(BUILD)/guest/fuse_fd_test \
 	       $(BUILD)/guest/fuse_drop_test $(BUILD)/guest/fuse_drop_closed_test \
+	       $(BUILD)/guest/fuse_drop_refused_test \
 	       $(if $(GUEST_FUSE_KO),$(BUILD)/guest/fuse.ko)
-GUEST_TESTS += kvshared_module_test fuse_fd_test fuse_drop_test fuse_drop_closed_test
+GUEST_TESTS += kvshared_module_test fuse_fd_test fuse_drop_test fuse_drop_closed_test \
+	       fuse_drop_refused_test
