@@ -171,16 +171,14 @@ void kvsd_closeq_put(struct kvsd_closeq *q)
 	pthread_mutex_unlock(&cl.lock);
 }
 
-int kvsd_closeq_reserve(struct kvsd_closeq *q, unsigned int n, bool force)
+int kvsd_closeq_reserve(struct kvsd_closeq *q, unsigned int n)
 {
 	unsigned int need, cap;
 	int ret = 0, *p;
 
 	pthread_mutex_lock(&cl.lock);
 	need = q->n + q->reserved + n;
-	if (!force && q->n >= KVSD_CLOSE_QUEUE_UID) {
-		ret = -EAGAIN;
-	} else if (need > q->cap) {
+	if (need > q->cap) {
 		cap = need > 2 * q->cap ? need : 2 * q->cap;
 		p = realloc(q->fds, cap * sizeof(*p));
 		if (p) {

@@ -13,9 +13,9 @@
  * KVSD_CLOSE_PER_UID closer threads of that uid (KVSD_CLOSE_THREADS in
  * all): a closer stuck on one user's file holds back only that user's
  * queue.  Room in a queue is reserved before the descriptors exist
- * (kvsd_closeq_reserve()), so handing one over never fails; a uid whose
- * queue is long gets no more room (-EAGAIN), and the server stops reading
- * its connections until the closers catch up.
+ * (kvsd_closeq_reserve()), so handing one over never fails; the server
+ * stops reading the connections of a uid whose queue is long
+ * (kvsd_closeq_long()) until the closers catch up.
  */
 #ifndef _KVSHARED_CLOSER_H
 #define _KVSHARED_CLOSER_H
@@ -23,7 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define KVSD_CLOSE_THREADS	64	/* closer threads, in all */
+#define KVSD_CLOSE_THREADS	64	/* closer threads, the standing one too */
 #define KVSD_CLOSE_PER_UID	8	/* of which serve one uid */
 #define KVSD_CLOSE_QUEUE_UID	1024	/* queued for one uid: no more reading */
 #define KVSD_CLOSE_QUEUE_MAX	16384	/* for all: no more accepting */
@@ -37,11 +37,8 @@ int kvsd_closer_start(void);
 struct kvsd_closeq *kvsd_closeq_get(uint32_t uid);
 /* Drop a reference; the queue's reservations must be given back first. */
 void kvsd_closeq_put(struct kvsd_closeq *q);
-/*
- * Room for @n more descriptors in @q: 0; -EAGAIN when @q already holds
- * KVSD_CLOSE_QUEUE_UID (unless @force); -ENOMEM.
- */
-int kvsd_closeq_reserve(struct kvsd_closeq *q, unsigned int n, bool force);
+/* Room for @n more descriptors in @q: 0 or -ENOMEM. */
+int kvsd_closeq_reserve(struct kvsd_closeq *q, unsigned int n);
 /* Give back @n reserved and unused places. */
 void kvsd_closeq_unreserve(struct kvsd_closeq *q, unsigned int n);
 /*

@@ -746,7 +746,7 @@ static ssize_t conn_recv(struct conn *c, size_t want)
 	ssize_t n;
 	int ret;
 
-	ret = kvsd_closeq_reserve(c->closeq, KVSD_RECV_FDS, true);
+	ret = kvsd_closeq_reserve(c->closeq, KVSD_RECV_FDS);
 	if (ret)
 		return ret;
 	n = recvmsg(c->w.fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
@@ -1006,7 +1006,7 @@ static void refuse_close(uint32_t uid, int fd)
 {
 	struct kvsd_closeq *q = kvsd_closeq_get(uid);
 
-	if (q && !kvsd_closeq_reserve(q, 1, true)) {
+	if (q && !kvsd_closeq_reserve(q, 1)) {
 		sock_close(q, fd);
 		kvsd_closeq_put(q);
 		return;
@@ -1040,7 +1040,7 @@ static void conn_new(int fd)
 		c->cl = kvs_client_new();
 	if (c)
 		c->closeq = kvsd_closeq_get(uc.uid);
-	if (c && c->closeq && kvsd_closeq_reserve(c->closeq, 1, true)) {
+	if (c && c->closeq && kvsd_closeq_reserve(c->closeq, 1)) {
 		kvsd_closeq_put(c->closeq);
 		c->closeq = NULL;
 	}
