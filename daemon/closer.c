@@ -243,14 +243,14 @@ void kvsd_closeq_close(struct kvsd_closeq *q, int fd)
 	pthread_mutex_unlock(&cl.lock);
 }
 
-bool kvsd_closeq_long(const struct kvsd_closeq *q)
+unsigned int kvsd_closeq_len(const struct kvsd_closeq *q)
 {
-	bool ret;
+	unsigned int n;
 
 	pthread_mutex_lock(&cl.lock);
-	ret = q->n >= KVSD_CLOSE_QUEUE_UID;
+	n = q->n;
 	pthread_mutex_unlock(&cl.lock);
-	return ret;
+	return n;
 }
 
 bool kvsd_closer_full(void)

@@ -15,7 +15,7 @@
  * queue.  Room in a queue is reserved before the descriptors exist
  * (kvsd_closeq_reserve()), so handing one over never fails; the server
  * stops reading the connections of a uid whose queue is long
- * (kvsd_closeq_long()) until the closers catch up.
+ * (kvsd_closeq_len()) until the closers catch up.
  */
 #ifndef _KVSHARED_CLOSER_H
 #define _KVSHARED_CLOSER_H
@@ -47,8 +47,8 @@ void kvsd_closeq_unreserve(struct kvsd_closeq *q, unsigned int n);
  * is closed here and now, anything else by @q's closers.
  */
 void kvsd_closeq_close(struct kvsd_closeq *q, int fd);
-/* Whether @q holds KVSD_CLOSE_QUEUE_UID or more (no reading). */
-bool kvsd_closeq_long(const struct kvsd_closeq *q);
+/* Descriptors waiting in @q (the server reads no more past a limit). */
+unsigned int kvsd_closeq_len(const struct kvsd_closeq *q);
 /* Whether all queues together hold KVSD_CLOSE_QUEUE_MAX (no accepting). */
 bool kvsd_closer_full(void);
 /* Descriptors in close() now, and waiting in the queues: for the metrics. */

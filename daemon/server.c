@@ -817,11 +817,25 @@ static int conn_want(struct conn *c, uint32_t *want, char *why, size_t why_len)
 }
 
 /*
- * The connection's uid has KVSD_CLOSE_QUEUE_UID descriptors waiting for
- * its closers, or all uids KVSD_CLOSE_QUEUE_MAX: read nothing more from
- * it (and take no more descriptors) until they catch up
- * (kvsd_server_tick()).  A request half read still runs against the stall
- * deadline.
+ * Whether the closers are too far behind for @c to be read: its uid has
+ * KVSD_CLOSE_QUEUE_UID descriptors waiting for them, or all uids
+ * KVSD_CLOSE_QUEUE_MAX.  A message under way (whose first bytes may have
+ * brought the last of them) is read to its end, unless it brings another
+ * KVSD_RECV_FDS, so a uid's queue stays below KVSD_CLOSE_QUEUE_UID +
+ * 2 * KVSD_RECV_FDS.
+ */
+static bool conn_closers_behind(const struct conn *c)
+{
+	unsigned int more = c->in_len ? KVSD_RECV_FDS : 0;
+
+	return kvsd_closeq_len(c->closeq) >= KVSD_CLOSE_QUEUE_UID + more ||
+	       kvsd_closer_queued() >= KVSD_CLOSE_QUEUE_MAX + more;
+}
+
+/*
+ * Read nothing more from @c (and take no more descriptors) until the
+ * closers catch up (kvsd_server_tick()).  A request half read still runs
+ * against the stall deadline.
  */
 static void conn_throttle(struct conn *c)
 {
@@ -850,7 +864,7 @@ static void conn_read(struct conn *c)
 			conn_close(c, why);
 			return;
 		}
-		if (kvsd_closeq_long(c->closeq) || kvsd_closer_full()) {
+		if (conn_closers_behind(c)) {
 			conn_throttle(c);
 			return;
 		}
@@ -1159,8 +1173,7 @@ static void conn_unthrottle(void)
 
 	for (c = srv.conns; c; c = next) {
 		next = c->next;
-		if (!c->throttled || kvsd_closeq_long(c->closeq) ||
-		    kvsd_closer_full())
+		if (!c->throttled || conn_closers_behind(c))
 			continue;
 		c->throttled = false;
 		conn_set_events(c, EPOLLIN);
@@ -1183,13 +1196,14 @@ void kvsd_server_tick(void)
  * recvmsg() installs what a client sends only while the descriptor table
  * has room, and the kernel releases the rest on this thread.  Each
  * connection holds up to six (socket, wait pipe, ring and doorbells,
- * POOL_CREATE's), the close queues KVSD_CLOSE_QUEUE_MAX and one read's
- * more, pools and the rest fewer than 1024: say so if the limit is lower.
+ * POOL_CREATE's), the close queues KVSD_CLOSE_QUEUE_MAX and three reads'
+ * more (conn_closers_behind()), pools and the rest fewer than 1024: say
+ * so if the limit is lower.
  */
 static void nofile_check(const struct kvsd_config *cfg)
 {
 	uint64_t need = (uint64_t)cfg->max_connections * 6 +
-			KVSD_CLOSE_QUEUE_MAX + KVSD_RECV_FDS + 1024;
+			KVSD_CLOSE_QUEUE_MAX + 3 * KVSD_RECV_FDS + 1024;
 	struct rlimit rl;
 
 	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < need)
