@@ -33,6 +33,7 @@
  * Nothing here may close a descriptor of the hostile file before the
  * connection is aborted: the test would hang, as the daemon would.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -59,6 +60,10 @@
 #define PER_UID		8		/* KVSD_CLOSE_PER_UID (daemon/closer.h) */
 #define MORE		(PER_UID - 3 + 1)	/* fills the closers, and one past */
 #define MANY		8		/* descriptors in one message */
+#define FULL_FDS	253		/* SCM_MAX_FD: the most in one message */
+#define QUEUE_UID	1024		/* KVSD_CLOSE_QUEUE_UID: no more reading */
+#define FILLS		5		/* FULL_FDS messages filling it, with the rest */
+#define UNREAD		3		/* then sent, never read */
 #define POOL		"kvsf"
 #define GEOM		"layers=2,kv_heads=2,head_dim=64,tokens_per_page=16,dtype=bf16"
 #define NOT_RUN		1		/* a step after one that timed out */
@@ -226,7 +231,7 @@ static size_t msg_fill(struct msg *m, unsigned int cmd, const void *arg, size_t 
 static int send_fds(int s, const void *buf, size_t len, const int *fds, int n_fds)
 {
 	union {
-		char b[CMSG_SPACE(MANY * sizeof(int))];
+		char b[CMSG_SPACE(FULL_FDS * sizeof(int))];
 		struct cmsghdr align;
 	} ctl;
 	struct iovec iov = { (void *)buf, len };
@@ -270,7 +275,7 @@ static int reply(int s)
 /* Command @cmd in one message with @n_fds copies of @fd: reply(). */
 static int call(int s, unsigned int cmd, const void *arg, size_t size, int fd, int n_fds)
 {
-	int i, fds[MANY];
+	int i, fds[FULL_FDS];
 	struct msg m;
 	size_t len = msg_fill(&m, cmd, arg, size);
 
@@ -352,12 +357,41 @@ struct attack {
 	int many;		/* INFO with MANY copies */
 	int more[MORE];		/* INFO with it, up to the closers' cap and past */
 	int create_capped;	/* POOL_CREATE with it, its closers all stuck */
+	int fill[FILLS];	/* INFO with FULL_FDS of /dev/null */
+	int unread;		/* UNREAD more sent: 0 or -errno */
 	int laden;		/* INFO with it, its last reference, pages dirty */
 };
 
 /* Run @r unless an earlier step timed out. */
 #define STEP(res, expr) ((res) = timed_out ? NOT_RUN : (expr), \
 			 timed_out |= (res) == -ETIMEDOUT)
+
+/*
+ * Its closers stuck, uid NOBODY's close queue fills: FILLS messages of
+ * FULL_FDS descriptors each take it past QUEUE_UID, and kvshared must
+ * then stop reading the connection, so that the UNREAD messages sent
+ * after them stay in flight, not in kvshared's descriptor table.
+ */
+static void fill_queue(struct attack *a, int s)
+{
+	int i, nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	bool timed_out = false;
+	struct kvs_info in;
+	struct msg m;
+	size_t len;
+	int fds[FULL_FDS];
+
+	memset(&in, 0, sizeof(in));
+	len = msg_fill(&m, KVS_IOC_INFO, &in, sizeof(in));
+	for (i = 0; i < FULL_FDS; i++)
+		fds[i] = nul;
+	for (i = 0; i < FILLS; i++)
+		STEP(a->fill[i], call(s, KVS_IOC_INFO, &in, sizeof(in), nul, FULL_FDS));
+	a->unread = 0;
+	for (i = 0; i < UNREAD && !a->unread; i++)
+		a->unread = send_fds(s, &m, len, fds, FULL_FDS);
+	close(nul);
+}
 
 static void attack_run(struct attack *a, int s, int fd)
 {
@@ -370,6 +404,7 @@ static void attack_run(struct attack *a, int s, int fd)
 	for (i = 0; i < MORE; i++)
 		STEP(a->more[i], info(s, fd, 1));
 	STEP(a->create_capped, pool_create(s, fd));
+	fill_queue(a, s);
 }
 
 /*
@@ -625,6 +660,51 @@ static void check_attack(const struct attack *a)
 	       NOBODY, PER_UID, a->create_capped);
 }
 
+/* How many descriptors @pid has open. */
+static unsigned int fd_count(pid_t pid)
+{
+	unsigned int n = 0;
+	char path[64];
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", pid);
+	d = opendir(path);
+	if (!d)
+		return ~0u;
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n - 2;		/* . and .. */
+}
+
+/*
+ * fill_queue(): once a request of another connection is answered,
+ * kvshared is past reading the attacker's, and holds what it took: the
+ * FUSE files (PER_UID in close, the rest queued), FILLS * FULL_FDS, the
+ * connection, beyond the @base it had before; never the UNREAD ones.
+ * kvshared's bound: a queue stops below QUEUE_UID + 2 * FULL_FDS.
+ */
+static void check_full(const struct attack *a, unsigned int base)
+{
+	unsigned int n, bound = base + QUEUE_UID + 2 * FULL_FDS + PER_UID + 4;
+	bool fill_ok = true;
+	int i, s, ret;
+
+	for (i = 0; i < FILLS; i++)
+		fill_ok &= a->fill[i] == -EINVAL;
+	report(fill_ok, "%d messages of %d descriptors each, its closers stuck: answered, "
+	       "EINVAL (%d .. %d)", FILLS, FULL_FDS, a->fill[0], a->fill[FILLS - 1]);
+	s = sock_connect();
+	ret = s >= 0 ? info(s, -1, 0) : -EIO;
+	if (s >= 0)
+		close(s);
+	n = fd_count(kvsd);
+	report(!a->unread && !ret && n <= bound,
+	       "with %d queued for uid %d kvshared reads no more of it: %d more sent (%d), "
+	       "kvshared holds %u descriptors, at most %u", QUEUE_UID, NOBODY, UNREAD,
+	       a->unread, n, bound);
+}
+
 /*
  * Where the server left requests unanswered: the closers are asynchronous,
  * so give them BOUND_MS to reach the file system.
@@ -827,6 +907,7 @@ static void stop_kvshared(void)
 int main(int argc, char **argv)
 {
 	int ready[2], stop[2], res[2], hold[2];
+	unsigned int base;
 	struct attack a;
 	char c;
 	int st;
@@ -842,7 +923,7 @@ int main(int argc, char **argv)
 		kvshared_bin = getenv("KVSHARED");
 	if (getenv("KVCTL"))
 		kvctl_bin = getenv("KVCTL");
-	printf("TAP version 13\n1..%d\n", drop_mode ? 13 : 18);
+	printf("TAP version 13\n1..%d\n", drop_mode ? 13 : 20);
 	if (setup()) {
 		cleanup();
 		return 1;
@@ -859,6 +940,7 @@ int main(int argc, char **argv)
 	report(read(ready[0], &c, 1) == 1, "uid %d is served (INFO) before the attack",
 	       VICTIM);
 
+	base = fd_count(kvsd);
 	/* Made after the victim's spawn, so that only the attacker holds them. */
 	if (drop_mode == DROP_REFUSED &&
 	    (pipe2(stop_req, O_CLOEXEC) || pipe2(stop_ack, O_CLOEXEC)))
@@ -878,6 +960,7 @@ int main(int argc, char **argv)
 	} else {
 		check_attack(&a);
 		check_waits();
+		check_full(&a, base);
 	}
 
 	/* The victim calls on meanwhile, till kvctl has had its turns. */
