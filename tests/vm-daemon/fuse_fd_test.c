@@ -10,7 +10,8 @@
  * The attacker (uid 65534) opens the hostile file and sends it to a
  * socket-mode kvshared with POOL_CREATE, with an ordinary request, eight
  * at once in one message, and then more than its closers take at once
- * (the rest wait in its close queue, and are answered all the same).  A
+ * (the rest wait in its close queue, and are answered all the same);
+ * then it fills that queue, and kvshared must stop reading it.  A
  * victim (uid 65533) keeps calling meanwhile and must get every reply
  * within BOUND_MS; afterwards kvshared still serves, another uid still
  * creates a pool with its memfd, and the pools' invariants hold.  Then
