@@ -32,7 +32,8 @@ $(BUILD)/guest/fuse.ko: $(GUEST_FUSE_KO)
 ALL_TARGETS += $(BUILD)/guest/kvshared $(BUILD)/guest/kvshared_module_test \
 	       $(BUILD)/guest/kvsd_as $(BUILD)/guest/fuse_fd_test \
 	       $(BUILD)/guest/fuse_drop_test $(BUILD)/guest/fuse_drop_closed_test \
-	       $(BUILD)/guest/fuse_drop_refused_test
+	       $(BUILD)/guest/fuse_drop_refused_test \
+	       $(if $(GUEST_FUSE_KO),$(BUILD)/guest/fuse.ko)
 GUEST_BINS  += $(BUILD)/guest/kvshared $(BUILD)/guest/kvshared_module_test \
 	       $(BUILD)/guest/kvsd_as $(BUILD)/guest/fuse_fd_test \
 	       $(BUILD)/guest/fuse_drop_test $(BUILD)/guest/fuse_drop_closed_test \
