@@ -38,6 +38,7 @@
  * Children report through their exit status (KVD_CHILD_*), never the
  * harness asserts.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <grp.h>
 #include <limits.h>
@@ -62,6 +63,8 @@
 			"tokens_per_page=16,dtype=f16,mode=0666"
 #define MAX_KIDS	16
 #define HDR		sizeof(struct kvs_msg)
+#define BULK_FDS	253	/* SCM_MAX_FD: the most one message carries */
+#define BULK_MSGS	40
 
 /* ------------------------------------------------------------------ */
 /* helpers shared by the tests and their children                     */
@@ -1269,6 +1272,113 @@ TEST_F_TIMEOUT(kvd, garbage_clients_cannot_disturb_others, 60)
  * while the others still allocate until the pool, not the quota, is the
  * limit; once it dies, its pages come back.
  */
+/* The descriptors kvshared holds now (/proc/<pid>/fd), or -errno. */
+static int daemon_fds(pid_t pid)
+{
+	char path[64];
+	struct dirent *e;
+	DIR *dir;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	dir = opendir(path);
+	if (!dir)
+		return -errno;
+	while ((e = readdir(dir)))
+		n += e->d_name[0] != '.';
+	closedir(dir);
+	return n;
+}
+
+/* Send @len bytes of @buf in one sendmsg() with @nfds copies of @fd. */
+static int send_copies(int sock, const void *buf, size_t len, int fd, int nfds)
+{
+	union {
+		char b[CMSG_SPACE(BULK_FDS * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { (void *)buf, len };
+	struct msghdr mh = {
+		.msg_iov = &iov, .msg_iovlen = 1,
+		.msg_control = ctl.b, .msg_controllen = CMSG_SPACE(nfds * sizeof(int)),
+	};
+	struct cmsghdr *c;
+	int i;
+
+	memset(&ctl, 0, sizeof(ctl));
+	c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+	for (i = 0; i < nfds; i++)
+		memcpy(CMSG_DATA(c) + i * sizeof(int), &fd, sizeof(int));
+	return sendmsg(sock, &mh, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -errno;
+}
+
+/*
+ * Every descriptor a client sends goes to its uid's close queue, and the
+ * closers close them all: full messages of SCM_MAX_FD, and a message left
+ * unread in a connection kvshared closes.  Copies of a pipe's write end
+ * make a leak visible (its read end never sees EOF), and kvshared's
+ * descriptor count must come back to where it was.
+ */
+TEST_F_TIMEOUT(kvd, descriptors_in_bulk_are_all_closed, 60)
+{
+	static unsigned char buf[4096];
+	struct raw_reply *r;
+	struct kvs_info info;
+	int fd, pfd[2], before, after = -1, i;
+	size_t len;
+
+	r = calloc(1, sizeof(*r));
+	ASSERT_NE(NULL, r);
+	ASSERT_EQ(0, kvd_settle(&self->d));
+	before = daemon_fds(self->d.pid);
+	ASSERT_LT(0, before) TH_LOG("/proc/%d/fd: %s", self->d.pid, strerror(-before));
+	ASSERT_EQ(0, pipe(pfd));
+
+	/* 40 requests with 253 descriptors each: EINVAL, none kept. */
+	fd = kvd_connect(self->d.sock);
+	ASSERT_LE(0, fd);
+	memset(&info, 0, sizeof(info));
+	for (i = 0; i < BULK_MSGS; i++) {
+		len = raw_build(buf, KVS_IOC_INFO, &info, sizeof(info), NULL, 0, 1000 + i);
+		ASSERT_EQ(0, send_copies(fd, buf, len, pfd[1], BULK_FDS));
+		ASSERT_EQ(0, raw_recv(fd, r, 5000));
+		ASSERT_EQ(1000 + i, r->h.seq);
+		ASSERT_EQ(-EINVAL, r->h.result);
+	}
+	close(fd);
+
+	/*
+	 * A header kvshared refuses, and behind it a message with 253
+	 * descriptors that it never reads: closing the connection must not
+	 * lose them to the loop, nor keep them.
+	 */
+	fd = kvd_connect(self->d.sock);
+	ASSERT_LE(0, fd);
+	memset(buf, 0xa5, HDR);
+	ASSERT_EQ(0, raw_send(fd, buf, HDR, NULL, 0));
+	len = raw_build(buf, KVS_IOC_INFO, &info, sizeof(info), NULL, 0, 2);
+	ASSERT_EQ(0, send_copies(fd, buf, len, pfd[1], BULK_FDS));
+	ASSERT_EQ(0, raw_expect_closed(fd, 5000));
+	close(fd);
+
+	close(pfd[1]);
+	ASSERT_EQ(0, pipe_writers_gone(pfd[0], 10000))
+		TH_LOG("kvshared kept a descriptor it was sent");
+	close(pfd[0]);
+	for (i = 0; i < 500; i++) {
+		after = daemon_fds(self->d.pid);
+		if (after == before)
+			break;
+		kvd_sleep_ms(10);
+	}
+	ASSERT_EQ(before, after) TH_LOG("kvshared holds %d descriptors, %d before", after, before);
+	ASSERT_EQ(0, kv_arbiter_call(self->ctl, KVS_IOC_INFO, &info));
+	free(r);
+}
+
 TEST_F(kvd, quota_exhausted_while_others_allocate)
 {
 	struct kvs_pool_create pc;
