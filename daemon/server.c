@@ -1043,6 +1043,18 @@ static void conn_new(int fd)
 		refuse_close(uc.uid, fd);
 		return;
 	}
+	/*
+	 * Out-of-band data inline: a byte sent with MSG_OOB is otherwise
+	 * skipped by our reads, and the kernel releases the descriptors it
+	 * carries right there, on this thread, where a client's FUSE file
+	 * may wait forever.  Inline, they arrive as any others do.  The flag
+	 * is read at each read, so one queued before this call is covered.
+	 */
+	if (setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &(int){ 1 }, sizeof(int))) {
+		kvsd_log("accept: SO_OOBINLINE: %s", strerror(errno));
+		refuse_close(uc.uid, fd);
+		return;
+	}
 	if (conn_over_cap(&uc, why, sizeof(why))) {
 		kvsd_log_limited(KVSD_LOG_REFUSED, "client (pid %d uid %u) refused: %s",
 				 uc.pid, uc.uid, why);

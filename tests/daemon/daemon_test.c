@@ -1379,6 +1379,69 @@ TEST_F_TIMEOUT(kvd, descriptors_in_bulk_are_all_closed, 60)
 	free(r);
 }
 
+/*
+ * A request whose last byte is sent out of band, with a descriptor on it.
+ * Without SO_OOBINLINE kvshared's reads skip that byte, and the kernel
+ * releases its descriptors inside the read, on kvshared's loop (a FUSE
+ * file's release may then never return) and the request never completes.
+ * Inline, the byte ends the request and the descriptor is refused
+ * (EINVAL) through the close queue like any other.
+ */
+TEST_F(kvd, out_of_band_descriptors_arrive_inline)
+{
+	static unsigned char buf[512];
+	struct raw_reply *r;
+	struct kvs_info info;
+	union {
+		char b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	struct cmsghdr *c;
+	int fd, pfd[2];
+	size_t len;
+
+	r = calloc(1, sizeof(*r));
+	ASSERT_NE(NULL, r);
+	ASSERT_EQ(0, pipe(pfd));
+	fd = kvd_connect(self->d.sock);
+	ASSERT_LE(0, fd);
+	memset(&info, 0, sizeof(info));
+	len = raw_build(buf, KVS_IOC_INFO, &info, sizeof(info), NULL, 0, 77);
+	ASSERT_EQ(0, raw_send(fd, buf, len - 1, NULL, 0));
+
+	memset(&ctl, 0, sizeof(ctl));
+	iov.iov_base = buf + len - 1;
+	iov.iov_len = 1;
+	mh.msg_control = ctl.b;
+	mh.msg_controllen = sizeof(ctl.b);
+	c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &pfd[1], sizeof(int));
+	if (sendmsg(fd, &mh, MSG_OOB | MSG_NOSIGNAL) != 1) {
+		int err = errno;
+
+		close(fd);
+		close(pfd[0]);
+		close(pfd[1]);
+		free(r);
+		if (err == EOPNOTSUPP)
+			SKIP(return, "this kernel has no out-of-band data on unix sockets");
+		ASSERT_EQ(0, err) TH_LOG("sendmsg(MSG_OOB): %s", strerror(err));
+	}
+	ASSERT_EQ(0, raw_recv(fd, r, 5000)) TH_LOG("the out-of-band byte never reached kvshared");
+	ASSERT_EQ(77, r->h.seq);
+	ASSERT_EQ(-EINVAL, r->h.result);
+	close(fd);
+	close(pfd[1]);
+	ASSERT_EQ(0, pipe_writers_gone(pfd[0], 10000)) TH_LOG("kvshared kept the descriptor");
+	close(pfd[0]);
+	free(r);
+}
+
 TEST_F(kvd, quota_exhausted_while_others_allocate)
 {
 	struct kvs_pool_create pc;
