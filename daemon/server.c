@@ -818,7 +818,7 @@ static int conn_want(struct conn *c, uint32_t *want, char *why, size_t why_len)
 
 /*
  * Whether the closers are too far behind for @c to be read: its uid has
- * KVSD_CLOSE_QUEUE_UID descriptors waiting for them, or all uids
+ * KVSD_CLOSE_QUEUE_UID descriptors waiting for them, or some and all uids
  * KVSD_CLOSE_QUEUE_MAX.  A message under way (whose first bytes may have
  * brought the last of them) is read to its end, unless it brings another
  * KVSD_RECV_FDS, so a uid's queue stays below KVSD_CLOSE_QUEUE_UID +
@@ -828,8 +828,14 @@ static bool conn_closers_behind(const struct conn *c)
 {
 	unsigned int more = c->in_len ? KVSD_RECV_FDS : 0;
 
-	return kvsd_closeq_len(c->closeq) >= KVSD_CLOSE_QUEUE_UID + more ||
-	       kvsd_closer_queued() >= KVSD_CLOSE_QUEUE_MAX + more;
+	unsigned int mine = kvsd_closeq_len(c->closeq);
+
+	/*
+	 * The cap on all queues stops only uids that have some queued: one
+	 * uid whose closers are stuck must not stop the others' service.
+	 */
+	return mine >= KVSD_CLOSE_QUEUE_UID + more ||
+	       (mine && kvsd_closer_queued() >= KVSD_CLOSE_QUEUE_MAX + more);
 }
 
 /*
