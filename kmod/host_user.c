@@ -111,7 +111,8 @@ static bool kvs_fd_link_is(int fd, const char *prefix)
  * Device memory (KVS_POOL_DEVICE_MEM), as the module's kvs_device_mem_check():
  * accepted by exclusion, since what file a driver exports is the driver's
  * business.  Refused: sockets (a descriptor in flight through one could
- * hold the arbiter), directories, io_uring files, a kvshare device file
+ * hold the arbiter), pipes (a client holding the pipe's lock through a
+ * copy from a page of its FUSE file would hold the release), directories, io_uring files, a kvshare device file
  * (a pool holding its own arbiter), and regular files other than memfds;
  * a memfd (the test stand-in's handles) must pass the host-memory rules.
  * An O_PATH descriptor is refused as the kernel's fget() refuses it.
@@ -126,7 +127,7 @@ static int kvs_device_mem_check(int fd, u64 bytes)
 	if (fl < 0 || (fl & O_PATH) ||
 	    statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_TYPE, &stx))
 		return -EBADF;
-	if (S_ISSOCK(stx.stx_mode) || S_ISDIR(stx.stx_mode))
+	if (S_ISSOCK(stx.stx_mode) || S_ISDIR(stx.stx_mode) || S_ISFIFO(stx.stx_mode))
 		return -EINVAL;
 	if (S_ISREG(stx.stx_mode))
 		return kvs_mem_check(fd, bytes);

@@ -218,6 +218,8 @@ static int kvs_host_mem_check(struct file *file, __u64 bytes)
  * holds a file holding the pool is a reference cycle nothing frees; io_uring
  * is told by its anon inode's name, as io_is_uring_fops() is not exported),
  * sockets (a unix socket may carry in-flight files, the pool's among them),
+ * pipes (whose release waits for a lock a client can hold forever, copying
+ * from a page of a file its FUSE server never reads in),
  * directories, and regular files that are not memfds (host memory takes
  * the host rules).  A memfd (the test stand-in's handles) takes the host
  * rules: sealed against shrinking, as long as the pool.
@@ -226,7 +228,7 @@ static int kvs_device_mem_check(struct file *file, __u64 bytes)
 {
 	umode_t mode = file_inode(file)->i_mode;
 
-	if (file->f_op == &kvs_fops || S_ISSOCK(mode) || S_ISDIR(mode))
+	if (file->f_op == &kvs_fops || S_ISSOCK(mode) || S_ISDIR(mode) || S_ISFIFO(mode))
 		return -EINVAL;
 	if (!strcmp(file->f_path.dentry->d_name.name, "[io_uring]"))
 		return -EINVAL;

@@ -547,6 +547,12 @@ TEST_F(gpu, arbiter_takes_device_handles_by_exclusion)
 	EXPECT_EQ(-EINVAL, create_dev(a, "sock", sv[0], KVS_POOL_DEVICE_MEM));
 	close(sv[0]);
 	close(sv[1]);
+	/* A pipe: its release waits for a lock a client can hold forever. */
+	ASSERT_EQ(0, pipe2(sv, O_CLOEXEC));
+	EXPECT_EQ(-EINVAL, create_dev(a, "pipe", sv[0], KVS_POOL_DEVICE_MEM));
+	EXPECT_EQ(-EINVAL, create_dev(a, "pipe", sv[1], KVS_POOL_DEVICE_MEM));
+	close(sv[0]);
+	close(sv[1]);
 	fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	EXPECT_EQ(-EINVAL, create_dev(a, "dir", fd, KVS_POOL_DEVICE_MEM));
 	close(fd);
