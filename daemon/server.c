@@ -1213,15 +1213,17 @@ void kvsd_server_tick(void)
 /*
  * recvmsg() installs what a client sends only while the descriptor table
  * has room, and the kernel releases the rest on this thread.  Each
- * connection holds up to six (socket, wait pipe, ring and doorbells,
- * POOL_CREATE's), the close queues KVSD_CLOSE_QUEUE_MAX and three reads'
- * more (conn_closers_behind()), pools and the rest fewer than 1024: say
- * so if the limit is lower.
+ * connection holds up to seven (socket, wait bell, the ring's two
+ * doorbells, and the three descriptors RING_SETUP's reply carries until
+ * it is sent), the close
+ * queues KVSD_CLOSE_QUEUE_MAX and three reads' more
+ * (conn_closers_behind()), each pool one, and the rest fewer than 64:
+ * say so if the limit is lower.
  */
 static void nofile_check(const struct kvsd_config *cfg)
 {
-	uint64_t need = (uint64_t)cfg->max_connections * 6 +
-			KVSD_CLOSE_QUEUE_MAX + 3 * KVSD_RECV_FDS + 1024;
+	uint64_t need = (uint64_t)cfg->max_connections * 7 +
+			KVSD_CLOSE_QUEUE_MAX + 3 * KVSD_RECV_FDS + cfg->max_pools + 64;
 	struct rlimit rl;
 
 	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < need)
