@@ -8,8 +8,8 @@
  * A closer thread serves one queue until it is empty, then takes another
  * that has work and fewer than KVSD_CLOSE_PER_UID closers, and ends when
  * there is none.  The standing closer, started first, waits for work
- * instead of ending: descriptors pushed when no thread could be created
- * still get closed.
+ * instead of ending, and takes only queues no closer serves: descriptors
+ * pushed when no thread could be created still get closed.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -57,13 +57,17 @@ static void closeq_maybe_free(struct kvsd_closeq *q)
 	free(q);
 }
 
-/* Under cl.lock: a queue with work and room for one more closer. */
-static struct kvsd_closeq *closeq_adopt(void)
+/*
+ * Under cl.lock: a queue with work and room for one more closer.  The
+ * standing closer takes only a queue no closer serves: it is the fallback
+ * for those, and must not become one uid's ninth.
+ */
+static struct kvsd_closeq *closeq_adopt(bool standing)
 {
 	struct kvsd_closeq *q;
 
 	for (q = cl.queues; q; q = q->next) {
-		if (q->n && q->threads < KVSD_CLOSE_PER_UID) {
+		if (q->n && q->threads < (standing ? 1 : KVSD_CLOSE_PER_UID)) {
 			q->threads++;
 			return q;
 		}
@@ -81,7 +85,7 @@ static void *closer_main(void *arg)
 	pthread_mutex_lock(&cl.lock);
 	for (;;) {
 		if (!q)
-			q = closeq_adopt();
+			q = closeq_adopt(standing);
 		if (!q) {
 			if (!standing)
 				break;
@@ -202,11 +206,16 @@ void kvsd_closeq_unreserve(struct kvsd_closeq *q, unsigned int n)
 	pthread_mutex_unlock(&cl.lock);
 }
 
-/* Under cl.lock: whether @q could use another closer thread. */
+/*
+ * Under cl.lock: whether @q could use another closer thread.  A queue no
+ * closer serves gets one even past KVSD_CLOSE_THREADS, so uids whose
+ * closers are all stuck (eight uids could hold all of them) cannot stop
+ * another uid's closes: at most one thread a uid beyond the cap.
+ */
 static bool closeq_wants_thread(const struct kvsd_closeq *q)
 {
 	return q->threads < q->n && q->threads < KVSD_CLOSE_PER_UID &&
-	       cl.threads < KVSD_CLOSE_THREADS;
+	       (cl.threads < KVSD_CLOSE_THREADS || !q->threads);
 }
 
 void kvsd_closeq_close(struct kvsd_closeq *q, int fd)

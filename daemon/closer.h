@@ -11,8 +11,8 @@
  * So every descriptor a client sent, and every client socket that may
  * still hold some, goes to its uid's close queue, served by at most
  * KVSD_CLOSE_PER_UID closer threads of that uid (KVSD_CLOSE_THREADS in
- * all): a closer stuck on one user's file holds back only that user's
- * queue.  Room in a queue is reserved before the descriptors exist
+ * all, past which a queue no closer serves still gets one): a closer
+ * stuck on one user's file holds back only that user's queue.  Room in a queue is reserved before the descriptors exist
  * (kvsd_closeq_reserve()), so handing one over never fails; the server
  * stops reading the connections of a uid whose queue is long
  * (kvsd_closeq_len()) until the closers catch up.
