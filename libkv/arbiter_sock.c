@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
-#include <signal.h>
 #include <time.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -486,7 +485,10 @@ static bool kv_ring_cmd(unsigned int cmd)
 	       cmd == KVS_IOC_LOOKUP || cmd == KVS_IOC_PUT;
 }
 
-/* A pipe's read end, emptied: its bytes only ever said "look again". */
+/*
+ * The cq or wait bell (a unix socket the daemon writes), emptied: its
+ * bytes only ever said "look again".
+ */
 static void kv_bell_drain(int fd)
 {
 	char buf[64];
@@ -610,30 +612,19 @@ static int kv_ring_wait(struct kv_arbiter *arb, uint32_t sq, uint64_t start,
 }
 
 /*
- * Wake a daemon that sleeps: a full pipe has woken it already.  A pipe
- * whose reader is gone (the daemon died) raises SIGPIPE, which must not
- * kill the caller: it is blocked in this thread around the write, and one
- * the write raised is taken back (unless one was pending already).  The
- * caller then finds the socket closed.
+ * Wake a daemon that sleeps: add 1 to the sq bell's eventfd count (8
+ * bytes; anything shorter is EINVAL).  A count at its limit (EAGAIN) has
+ * woken it already.  An eventfd never says EPIPE, so no SIGPIPE: a dead
+ * daemon is found by the wait, on the socket.
  */
 static void kv_ring_doorbell(struct kv_arbiter *arb)
 {
-	static const struct timespec now;
-	static const char one;
-	sigset_t pipe_set, old, pending;
-	bool was_pending;
+	static const uint64_t one = 1;
 	ssize_t n;
 
-	sigemptyset(&pipe_set);
-	sigaddset(&pipe_set, SIGPIPE);
-	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-	was_pending = !sigpending(&pending) && sigismember(&pending, SIGPIPE);
 	do {
-		n = write(arb->sq_bell, &one, 1);
+		n = write(arb->sq_bell, &one, sizeof(one));
 	} while (n < 0 && errno == EINTR);
-	if (n < 0 && errno == EPIPE && !was_pending)
-		sigtimedwait(&pipe_set, NULL, &now);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 /*
