@@ -497,6 +497,19 @@ static void kv_bell_drain(int fd)
 		;
 }
 
+/*
+ * The doorbells are an eventfd (sq) and a socket (cq).  An older daemon
+ * sent pipes, whose sq end raises SIGPIPE once the daemon is gone: its
+ * ring is left unused, and the socket serves.
+ */
+static bool kv_bells_ok(int sq, int cq)
+{
+	struct stat st;
+
+	return !fstat(sq, &st) && !S_ISFIFO(st.st_mode) &&
+	       !fstat(cq, &st) && S_ISSOCK(st.st_mode);
+}
+
 /* RING_SETUP's reply: the ring's memfd, then its two doorbells. */
 static int kv_ring_map(struct kv_arbiter *arb, const struct kvs_ring_setup *rs,
 		       struct kv_fds *fds)
@@ -505,6 +518,7 @@ static int kv_ring_map(struct kv_arbiter *arb, const struct kvs_ring_setup *rs,
 	void *p;
 
 	if (fds->n != 3 || rs->ring_fd != 0 || rs->sq_bell != 1 || rs->cq_bell != 2 ||
+	    !kv_bells_ok(fds->fd[1], fds->fd[2]) ||
 	    fstat(fds->fd[0], &st) || rs->size < KVS_RING_MIN ||
 	    rs->area_off < sizeof(struct kvs_ring_ctl) || rs->area_off % 64 ||
 	    (uint64_t)st.st_size < (uint64_t)rs->area_off + rs->size)
