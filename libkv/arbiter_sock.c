@@ -687,11 +687,11 @@ static int kv_ring_call(struct kv_arbiter *arb, unsigned int cmd, void *arg)
 /* ---- waiting for a claim --------------------------------------------------- */
 
 /*
- * The connection's KVS_SOCK_WAIT_FD pipe, asked for the first time a
+ * The connection's KVS_SOCK_WAIT_FD bell (a socket), asked for the first time a
  * LOOKUP has to wait: KV_WAIT_FD_NONE from a daemon that has none, -errno
  * when the call failed (the handle is broken if that was a timeout).  The
  * daemon makes it readable at once when no wait is pending, so a claim
- * that ended before the pipe existed is not missed.
+ * that ended before the bell existed is not missed.
  */
 static int kv_sock_wait_fd(struct kv_arbiter *arb)
 {

@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * In-flight dedupe through kvshared (issue 14, part 1): the connection's
- * wait pipe (KVS_SOCK_WAIT_FD), each test on a daemon of its own
+ * wait bell (KVS_SOCK_WAIT_FD), each test on a daemon of its own
  * (tests/daemon/kvd_test.h, the ASan/UBSan build), stopped with SIGTERM
  * at the end (exit 0, socket removed, clean logs):
  *
- *  - a raw waiter's pipe is readable when made with no wait pending, not
+ *  - a raw waiter's bell is readable when made with no wait pending, not
  *    readable while its LOOKUP waits on a claim, and turns readable when
  *    the claim ends: published (the next LOOKUP hits), put by its owner
  *    or its owner killed with -9 (the next LOOKUP misses, nothing in
  *    flight);
- *  - libkv's kv_lookup_wait() sleeps on that pipe: woken by the publish,
+ *  - libkv's kv_lookup_wait() sleeps on that bell: woken by the publish,
  *    it armed exactly one wait (the pool's inflight_waits counter), where
  *    re-polling would have armed one per look;
  *  - with the daemon stopped (SIGSTOP) while a waiter sleeps,
@@ -349,7 +349,7 @@ static void __attribute__((noreturn)) owner(const char *sock, __u32 chain,
 }
 
 /*
- * The raw waiter's side of one claim that ends as @how says: the pipe is
+ * The raw waiter's side of one claim that ends as @how says: the bell is
  * quiet while it waits, and readable once the claim has ended.
  */
 static void waiter_sees(struct __test_metadata *_metadata, FIXTURE_DATA(wait) *self,
@@ -425,7 +425,7 @@ TEST_F(wait, waiter_woken_when_the_owner_dies)
 }
 
 /* ------------------------------------------------------------------ */
-/* libkv's kv_lookup_wait() on the pipe                               */
+/* libkv's kv_lookup_wait() on the bell                               */
 /* ------------------------------------------------------------------ */
 
 struct later {
@@ -587,7 +587,7 @@ TEST_F(wait, bad_wait_fd_requests_and_closed_ends_harm_nobody)
 	rs = (struct kvs_ring_setup) { .size = 4096, .reserved = 1 };
 	ASSERT_EQ(-EINVAL, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), NULL, 0, -1, NULL));
 
-	/* Its pipe's read end closed, a wait that ends rings nobody: EPIPE, no signal. */
+	/* Its wait bell closed, a wait that ends rings nobody: EPIPE, no signal. */
 	close(wfd);
 	chain_keys(keys, 4);
 	ASSERT_EQ(0, kvd_open_attached(self->d.sock, POOL, 0, &a));
