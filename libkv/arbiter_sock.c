@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
-#include <signal.h>
 #include <time.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -486,13 +485,29 @@ static bool kv_ring_cmd(unsigned int cmd)
 	       cmd == KVS_IOC_LOOKUP || cmd == KVS_IOC_PUT;
 }
 
-/* A pipe's read end, emptied: its bytes only ever said "look again". */
+/*
+ * The cq or wait bell (a unix socket the daemon writes), emptied: its
+ * bytes only ever said "look again".
+ */
 static void kv_bell_drain(int fd)
 {
 	char buf[64];
 
 	while (read(fd, buf, sizeof(buf)) == (ssize_t)sizeof(buf))
 		;
+}
+
+/*
+ * The doorbells are an eventfd (sq) and a socket (cq).  An older daemon
+ * sent pipes, whose sq end raises SIGPIPE once the daemon is gone: its
+ * ring is left unused, and the socket serves.
+ */
+static bool kv_bells_ok(int sq, int cq)
+{
+	struct stat st;
+
+	return !fstat(sq, &st) && !S_ISFIFO(st.st_mode) &&
+	       !fstat(cq, &st) && S_ISSOCK(st.st_mode);
 }
 
 /* RING_SETUP's reply: the ring's memfd, then its two doorbells. */
@@ -503,6 +518,7 @@ static int kv_ring_map(struct kv_arbiter *arb, const struct kvs_ring_setup *rs,
 	void *p;
 
 	if (fds->n != 3 || rs->ring_fd != 0 || rs->sq_bell != 1 || rs->cq_bell != 2 ||
+	    !kv_bells_ok(fds->fd[1], fds->fd[2]) ||
 	    fstat(fds->fd[0], &st) || rs->size < KVS_RING_MIN ||
 	    rs->area_off < sizeof(struct kvs_ring_ctl) || rs->area_off % 64 ||
 	    (uint64_t)st.st_size < (uint64_t)rs->area_off + rs->size)
@@ -610,30 +626,19 @@ static int kv_ring_wait(struct kv_arbiter *arb, uint32_t sq, uint64_t start,
 }
 
 /*
- * Wake a daemon that sleeps: a full pipe has woken it already.  A pipe
- * whose reader is gone (the daemon died) raises SIGPIPE, which must not
- * kill the caller: it is blocked in this thread around the write, and one
- * the write raised is taken back (unless one was pending already).  The
- * caller then finds the socket closed.
+ * Wake a daemon that sleeps: add 1 to the sq bell's eventfd count (8
+ * bytes; anything shorter is EINVAL).  A count at its limit (EAGAIN) has
+ * woken it already.  An eventfd never says EPIPE, so no SIGPIPE: a dead
+ * daemon is found by the wait, on the socket.
  */
 static void kv_ring_doorbell(struct kv_arbiter *arb)
 {
-	static const struct timespec now;
-	static const char one;
-	sigset_t pipe_set, old, pending;
-	bool was_pending;
+	static const uint64_t one = 1;
 	ssize_t n;
 
-	sigemptyset(&pipe_set);
-	sigaddset(&pipe_set, SIGPIPE);
-	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-	was_pending = !sigpending(&pending) && sigismember(&pending, SIGPIPE);
 	do {
-		n = write(arb->sq_bell, &one, 1);
+		n = write(arb->sq_bell, &one, sizeof(one));
 	} while (n < 0 && errno == EINTR);
-	if (n < 0 && errno == EPIPE && !was_pending)
-		sigtimedwait(&pipe_set, NULL, &now);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 /*
@@ -682,11 +687,11 @@ static int kv_ring_call(struct kv_arbiter *arb, unsigned int cmd, void *arg)
 /* ---- waiting for a claim --------------------------------------------------- */
 
 /*
- * The connection's KVS_SOCK_WAIT_FD pipe, asked for the first time a
+ * The connection's KVS_SOCK_WAIT_FD bell (a socket), asked for the first time a
  * LOOKUP has to wait: KV_WAIT_FD_NONE from a daemon that has none, -errno
  * when the call failed (the handle is broken if that was a timeout).  The
  * daemon makes it readable at once when no wait is pending, so a claim
- * that ended before the pipe existed is not missed.
+ * that ended before the bell existed is not missed.
  */
 static int kv_sock_wait_fd(struct kv_arbiter *arb)
 {

@@ -9,11 +9,22 @@
  *   kvd_stop_ctl(&d, kid, ctl, why, len)
  *                         the other way round, judged as kvd_stop() does
  *   kvd_pool_id(), kvd_open_attached(), kvd_raw_send()
+ *   kvd_wait_readable()   poll() for POLLIN, bounded
+ *   kvd_fd_kind()         what a doorbell is: "eventfd", "socket", "pipe"
+ *   kvd_stuck_page(), kvd_wait_fault()
+ *                         a page whose first touch never completes, as on
+ *                         a FUSE mount that does not answer, and the
+ *                         proof that someone is stuck on it
  *
  * Nothing here asserts, as in kvd_test.h.
  */
 #ifndef KVD_CLIENT_H
 #define KVD_CLIENT_H
+
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 
 #include <kvshare/arbiter.h>
 
@@ -75,7 +86,78 @@ static inline int kvd_raw_send(int fd, const void *buf, size_t len, int pass_fd)
 		c->cmsg_len = CMSG_LEN(sizeof(int));
 		memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
 	}
-	return sendmsg(fd, &mh, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -EIO;
+	ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+
+	if (n == (ssize_t)len)
+		return 0;
+	return n < 0 ? -errno : -EIO;
+}
+
+/* 1 if @fd is readable within @ms, else 0. */
+static inline int kvd_wait_readable(int fd, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	return poll(&p, 1, ms) == 1 && (p.revents & POLLIN);
+}
+
+/* What @fd is, by its /proc/self/fd link: "eventfd", "socket", "pipe" or "other". */
+static inline const char *kvd_fd_kind(int fd)
+{
+	char path[64], link[64];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n < 0)
+		return "none";
+	link[n] = '\0';
+	if (!strcmp(link, "anon_inode:[eventfd]"))
+		return "eventfd";
+	if (!strncmp(link, "socket:[", 8))
+		return "socket";
+	if (!strncmp(link, "pipe:[", 6))
+		return "pipe";
+	return "other";
+}
+
+/*
+ * A page whose first touch never completes: anonymous memory registered
+ * with a userfaultfd (in *@uffd) that nobody resolves, the stand-in for
+ * a page of a file on a FUSE mount that never answers.  Made as root:
+ * faults taken inside the kernel (copy_to_user) need CAP_SYS_PTRACE
+ * unless vm.unprivileged_userfaultfd is set; the page stays stuck after
+ * a setuid().  The page, or NULL.
+ */
+static inline void *kvd_stuck_page(int *uffd)
+{
+	struct uffdio_api api = { .api = UFFD_API };
+	struct uffdio_register reg = { .mode = UFFDIO_REGISTER_MODE_MISSING };
+	void *p;
+
+	*uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+	if (*uffd < 0)
+		return NULL;
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	reg.range.start = (uintptr_t)p;
+	reg.range.len = 4096;
+	if (ioctl(*uffd, UFFDIO_API, &api) || ioctl(*uffd, UFFDIO_REGISTER, &reg))
+		return NULL;
+	return p;
+}
+
+/* Wait (at most @ms) until a thread faults on @uffd's page: 0, else -ETIMEDOUT. */
+static inline int kvd_wait_fault(int uffd, int ms)
+{
+	struct pollfd p = { .fd = uffd, .events = POLLIN };
+	struct uffd_msg m;
+
+	if (poll(&p, 1, ms) != 1 || read(uffd, &m, sizeof(m)) != sizeof(m) ||
+	    m.event != UFFD_EVENT_PAGEFAULT)
+		return -ETIMEDOUT;
+	return 0;
 }
 
 /*

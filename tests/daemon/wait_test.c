@@ -1,29 +1,38 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * In-flight dedupe through kvshared (issue 14, part 1): the connection's
- * wait pipe (KVS_SOCK_WAIT_FD), each test on a daemon of its own
+ * wait bell (KVS_SOCK_WAIT_FD), each test on a daemon of its own
  * (tests/daemon/kvd_test.h, the ASan/UBSan build), stopped with SIGTERM
  * at the end (exit 0, socket removed, clean logs):
  *
- *  - a raw waiter's pipe is readable when made with no wait pending, not
+ *  - a raw waiter's bell is readable when made with no wait pending, not
  *    readable while its LOOKUP waits on a claim, and turns readable when
  *    the claim ends: published (the next LOOKUP hits), put by its owner
  *    or its owner killed with -9 (the next LOOKUP misses, nothing in
  *    flight);
- *  - libkv's kv_lookup_wait() sleeps on that pipe: woken by the publish,
+ *  - libkv's kv_lookup_wait() sleeps on that bell: woken by the publish,
  *    it armed exactly one wait (the pool's inflight_waits counter), where
  *    re-polling would have armed one per look;
  *  - with the daemon stopped (SIGSTOP) while a waiter sleeps,
  *    kv_lookup_wait() fails with ETIMEDOUT within two call deadlines,
  *    far below its own wait timeout, and holds nothing;
  *  - bad KVS_SOCK_WAIT_FD requests get their errnos (flags, reserved,
- *    out field, a descriptor sent along, a second pipe), the pipe ends a
- *    client gets (wait pipe, doorbells) are non-blocking, and a client
- *    that closes its end of the pipe, or of its ring's sq doorbell,
- *    harms nobody: the daemon keeps serving, a victim keeps working, and
- *    the doorbell at EOF does not keep the daemon busy.
+ *    out field, a descriptor sent along, a second bell), the bells a
+ *    client gets are non-blocking and of their kinds (the wait bell and
+ *    the cq bell sockets that take nothing back, EPIPE with or without a
+ *    descriptor; the sq bell an eventfd), and a client that closes its
+ *    wait bell, or its ring's sq doorbell, harms nobody: the daemon
+ *    keeps serving, a victim keeps working, and the closed doorbell does
+ *    not keep the daemon busy;
+ *  - a client, as a second uid, stuck reading its wait bell into a page
+ *    that never arrives (a userfaultfd nobody serves, as a FUSE mount
+ *    that does not answer) and then closing its connection, which closes
+ *    the daemon's end, leaves another user's calls served (within 5 s:
+ *    never reached unless the daemon's loop is stuck, as it would be on
+ *    a pipe, whose close waits for the reader's copy).
  */
 #include <errno.h>
+#include <grp.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/mman.h>
@@ -303,7 +312,7 @@ static int publish_chain(struct kv_arbiter *a, const __u32 *pages, __u32 chain)
 }
 
 /* ------------------------------------------------------------------ */
-/* the wait pipe                                                      */
+/* the wait bell                                                      */
 /* ------------------------------------------------------------------ */
 
 enum claim_end { END_PUBLISH, END_PUT, END_DEATH };
@@ -340,7 +349,7 @@ static void __attribute__((noreturn)) owner(const char *sock, __u32 chain,
 }
 
 /*
- * The raw waiter's side of one claim that ends as @how says: the pipe is
+ * The raw waiter's side of one claim that ends as @how says: the bell is
  * quiet while it waits, and readable once the claim has ended.
  */
 static void waiter_sees(struct __test_metadata *_metadata, FIXTURE_DATA(wait) *self,
@@ -416,7 +425,7 @@ TEST_F(wait, waiter_woken_when_the_owner_dies)
 }
 
 /* ------------------------------------------------------------------ */
-/* libkv's kv_lookup_wait() on the pipe                               */
+/* libkv's kv_lookup_wait() on the bell                               */
 /* ------------------------------------------------------------------ */
 
 struct later {
@@ -545,8 +554,8 @@ TEST_F(wait, bad_wait_fd_requests_and_closed_ends_harm_nobody)
 	struct kv_arbiter *v, *a;
 	__u32 hit, inflight, pages[CHAIN];
 	struct kvs_key keys[CHAIN];
+	static const __u64 one = 1;
 	int fd, wfd, wfd2, rfd;
-	char c = 1;
 
 	ASSERT_EQ(0, kvd_open_attached(self->d.sock, POOL, 0, &v));
 	ASSERT_TRUE(kv_arbiter_uses_ring(v));
@@ -563,6 +572,10 @@ TEST_F(wait, bad_wait_fd_requests_and_closed_ends_harm_nobody)
 	ASSERT_EQ(0, raw_wait_fd(fd, &wfd));
 	ASSERT_LE(0, wfd);
 	ASSERT_EQ(O_NONBLOCK, fcntl(wfd, F_GETFL) & O_NONBLOCK);
+	/* A socket that takes nothing back: no bytes, no descriptors (EPIPE). */
+	ASSERT_STREQ("socket", kvd_fd_kind(wfd));
+	ASSERT_EQ(-EPIPE, kvd_raw_send(wfd, "x", 1, -1));
+	ASSERT_EQ(-EPIPE, kvd_raw_send(wfd, "x", 1, fd));
 	wf = (struct kvs_wait_fd) { 0 };
 	ASSERT_EQ(-EBUSY, raw_call(fd, KVS_SOCK_WAIT_FD, &wf, sizeof(wf), NULL, 0, -1, &wfd2));
 	ASSERT_EQ(-1, wfd2);
@@ -574,7 +587,7 @@ TEST_F(wait, bad_wait_fd_requests_and_closed_ends_harm_nobody)
 	rs = (struct kvs_ring_setup) { .size = 4096, .reserved = 1 };
 	ASSERT_EQ(-EINVAL, raw_call(fd, KVS_SOCK_RING_SETUP, &rs, sizeof(rs), NULL, 0, -1, NULL));
 
-	/* Its pipe's read end closed, a wait that ends rings nobody: EPIPE, no signal. */
+	/* Its wait bell closed, a wait that ends rings nobody: EPIPE, no signal. */
 	close(wfd);
 	chain_keys(keys, 4);
 	ASSERT_EQ(0, kvd_open_attached(self->d.sock, POOL, 0, &a));
@@ -621,17 +634,16 @@ TEST_F(wait, bad_wait_fd_requests_and_closed_ends_harm_nobody)
 		ASSERT_EQ(1, rs.sq_bell);
 		ASSERT_EQ(2, rs.cq_bell);
 		rfd = fds[0];
-		/* The sq doorbell is a write end, the cq doorbell a read end. */
-		ASSERT_EQ(O_WRONLY, fcntl(fds[1], F_GETFL) & O_ACCMODE);
-		ASSERT_EQ(O_RDONLY, fcntl(fds[2], F_GETFL) & O_ACCMODE);
+		/* The sq doorbell is an eventfd, the cq doorbell a socket. */
+		ASSERT_STREQ("eventfd", kvd_fd_kind(fds[1]));
+		ASSERT_STREQ("socket", kvd_fd_kind(fds[2]));
 		/*
-		 * Non-blocking, and files a stopped daemon cannot change:
-		 * libkv's doorbell write to a full pipe and its drains never
-		 * wait past a call's deadline.
+		 * Non-blocking: libkv's doorbell write to a full count and
+		 * its drains never wait past a call's deadline.
 		 */
 		ASSERT_EQ(O_NONBLOCK, fcntl(fds[1], F_GETFL) & O_NONBLOCK);
 		ASSERT_EQ(O_NONBLOCK, fcntl(fds[2], F_GETFL) & O_NONBLOCK);
-		ASSERT_EQ(1, write(fds[1], &c, 1));
+		ASSERT_EQ(8, write(fds[1], &one, sizeof(one)));
 		close(fds[1]);
 		close(fds[2]);
 	}
@@ -642,9 +654,9 @@ TEST_F(wait, bad_wait_fd_requests_and_closed_ends_harm_nobody)
 		victim_round(_metadata, v, 6);
 		ASSERT_EQ(0, raw_call(fd, KVS_SOCK_RING_ENTER, &re, sizeof(re), NULL, 0, -1, NULL));
 		/*
-		 * The doorbell at EOF is dropped, not reported forever by a
-		 * level-triggered epoll: the idle daemon uses next to no CPU
-		 * (a spinning one would use all of the time waited).
+		 * The doorbell its client closed is not reported forever by
+		 * a level-triggered epoll: the idle daemon uses next to no
+		 * CPU (a spinning one would use all of the time waited).
 		 */
 		cpu0 = cpu_seconds(self->d.pid);
 		t0 = kvd_now();
@@ -655,6 +667,74 @@ TEST_F(wait, bad_wait_fd_requests_and_closed_ends_harm_nobody)
 	close(rfd);
 	close(fd);
 	victim_round(_metadata, v, 7);
+	kv_arbiter_close(v);
+}
+
+/* A read of one byte from @fd into @page, in a thread of its own. */
+struct stuck_read {
+	int fd;
+	void *page;
+};
+
+static void *read_into(void *arg)
+{
+	struct stuck_read *r = arg;
+
+	if (read(r->fd, r->page, 1) < 0)
+		return NULL;
+	return r;
+}
+
+/*
+ * The attacker: its wait bell is readable at once (no wait pending); a
+ * thread reads that byte into a page that never arrives and stays inside
+ * the read (the fault is seen); then the connection is closed, and the
+ * daemon closes its end.  Ready says so, then it waits to be killed.
+ */
+static void __attribute__((noreturn)) wait_reader_stuck(const char *sock, int ready)
+{
+	gid_t none[1] = { 65534 };
+	struct stuck_read r;
+	pthread_t t;
+	int fd, uffd;
+
+	r.page = kvd_stuck_page(&uffd);
+	KVD_CHILD_TRUE(r.page != NULL);
+	KVD_CHILD_EQ(0, setgroups(1, none));
+	KVD_CHILD_EQ(0, setgid(65534));
+	KVD_CHILD_EQ(0, setuid(65534));
+	fd = kvd_connect(sock);
+	KVD_CHILD_TRUE(fd >= 0);
+	KVD_CHILD_EQ(0, raw_wait_fd(fd, &r.fd));
+	KVD_CHILD_EQ(1, kvd_wait_readable(r.fd, EVENT_MS));
+	KVD_CHILD_EQ(0, pthread_create(&t, NULL, read_into, &r));
+	KVD_CHILD_EQ(0, kvd_wait_fault(uffd, EVENT_MS));
+	close(fd);
+	KVD_CHILD_EQ(1, write(ready, "r", 1));
+	for (;;)
+		pause();
+}
+
+TEST_F(wait, a_client_stuck_reading_its_wait_bell_stalls_nobody)
+{
+	struct kv_arbiter *v;
+	int ready[2];
+	char c;
+
+	ASSERT_EQ(0, pipe(ready));
+	self->kid = fork();
+	ASSERT_LE(0, self->kid);
+	if (!self->kid) {
+		close(ready[0]);
+		wait_reader_stuck(self->d.sock, ready[1]);
+	}
+	close(ready[1]);
+	ASSERT_EQ(1, kvd_wait_readable(ready[0], 2 * EVENT_MS));
+	ASSERT_EQ(1, read(ready[0], &c, 1));
+	close(ready[0]);
+	ASSERT_EQ(0, kvd_open_attached(self->d.sock, POOL, 0, &v));
+	ASSERT_EQ(0, kv_arbiter_set_timeout(v, 5000));
+	victim_round(_metadata, v, 8);
 	kv_arbiter_close(v);
 }
 

@@ -359,7 +359,7 @@ struct kvs_publish {
  * owner, or the key by anyone), put, claimed under another key, or its
  * file closed however its process ended.  Every LOOKUP disarms the
  * previous wait; threads that share a file share its one wait.
- * On kvshared the connection's KVS_SOCK_WAIT_FD pipe is that readiness
+ * On kvshared the connection's KVS_SOCK_WAIT_FD bell is that readiness
  * (the socket itself carries only replies).  A claim is reported in
  * flight only for the arbiter's claim timeout (module parameter
  * claim_timeout_ms, default 10 s; 0 turns the reporting off) after its
@@ -648,8 +648,10 @@ struct kvs_msg {
  *             (a multiple of 4096); out: the same.
  *   area_off: out (0 in): where the message area starts, after the
  *             control block (struct kvs_ring_ctl at offset 0).
- *   sq_bell:  out (0 in): 1, the write end of a pipe the daemon watches.
- *   cq_bell:  out (0 in): 2, the read end of a pipe the daemon writes.
+ *   sq_bell:  out (0 in): 1, an eventfd the daemon watches (one file,
+ *             shared with the daemon).
+ *   cq_bell:  out (0 in): 2, one end of a unix stream socket pair the
+ *             daemon writes; sending on it fails (EPIPE).
  * Errors: EINVAL flags, pad, reserved or out fields set, or size not a
  *         multiple of 4096; ERANGE size out of bounds; EBUSY the connection
  *         has a ring already; ENOBUFS the buffer budget is exhausted
@@ -683,23 +685,33 @@ struct kvs_msg {
  * before it sleeps it sets KVS_RING_NEED_WAKEUP in flags, then looks at
  * sq once more (a full barrier between).  A client that finds the flag
  * set after posting (a full barrier between) rings the sq doorbell: it
- * writes a byte to sq_bell (non-blocking: a full pipe has woken the
- * daemon already).  A client that would rather sleep than spin stores sq
- * in enter, then (a full barrier between) looks at cq, and if its reply
- * is not there sleeps in poll() on cq_bell: after storing cq the daemon
- * (a full barrier between) writes a byte to cq_bell when enter equals it.
- * Bytes carry nothing: either side drains its end when woken, and a
- * spurious wake only costs a look at the ring.  The doorbells are pipes,
- * not eventfds, so that the two sides share no file status flags (a
- * client cannot make the daemon's end blocking); each holds one page.
+ * writes a __u64 1 (8 bytes, as to any eventfd; fewer are EINVAL) to
+ * sq_bell (non-blocking: a full count has woken the daemon already).  A
+ * client that would rather sleep than spin stores sq in enter, then (a
+ * full barrier between) looks at cq, and if its reply is not there
+ * sleeps in poll() on cq_bell: after storing cq the daemon (a full
+ * barrier between) sends a byte on cq_bell when enter equals it.  Counts
+ * and bytes carry nothing: either side drains its bell when woken, and a
+ * spurious wake only costs a look at the ring.  The doorbells are not
+ * pipes: both ends of a pipe share a lock that a reader holds while it
+ * copies into its buffer, so a client reading into memory that faults
+ * without end (a file on its own FUSE mount) would stop the daemon's
+ * next ring or close.  An eventfd and a unix socket copy outside the
+ * locks the other side takes.  The daemon reads the sq eventfd with
+ * RWF_NOWAIT, so the client, which shares its file status flags, cannot
+ * make it block; the daemon's end of cq_bell is shut for reading, so the
+ * client cannot send it bytes or descriptors.  (Until this change
+ * sq_bell was a pipe taking bytes: a client that wrote single bytes must
+ * now write 8.)
  * The doorbells replace the older KVS_SOCK_RING_ENTER, still served:
  * its reply comes once every request posted before it has been served.
  *   KVS_SOCK_RING_ENTER: flags, pad, reserved 0; cq out (0 in): the
  *   ring's cq when it replies.  Errors: ENXIO the connection has no ring.
  *
  * KVS_SOCK_WAIT_FD: the readiness of KVS_LOOKUP_WAIT on the socket (see
- * "In-flight dedupe"): the read end of a pipe, sent with the reply
- * (wait_fd 0 says so).  It turns readable when the claim this connection's
+ * "In-flight dedupe"): a bell like cq_bell (one end of a unix stream
+ * socket pair; the daemon sends a byte, sending on it fails with EPIPE),
+ * sent with the reply (wait_fd 0 says so).  It turns readable when the claim this connection's
  * latest LOOKUP waits on ends (published, put, its owner gone), and at
  * once if no wait is pending when it is made; the client drains it
  * before it sleeps again.  One per connection.
@@ -729,8 +741,8 @@ struct kvs_ring_setup {
 	__u32 flags;			/* must be 0 */
 	__s32 ring_fd;			/* out: 0, the descriptor sent with the reply */
 	__u32 area_off;			/* out: the message area's offset */
-	__s32 sq_bell;			/* out: 1, the sq doorbell (write end) */
-	__s32 cq_bell;			/* out: 2, the cq doorbell (read end) */
+	__s32 sq_bell;			/* out: 1, the sq doorbell (an eventfd) */
+	__s32 cq_bell;			/* out: 2, the cq doorbell (a unix socket) */
 	__u64 reserved;
 };
 
