@@ -11,11 +11,11 @@
  * rings for a window of at most ring_poll_us that adapts to the gaps
  * between requests (window_request()), looking at epoll every
  * RING_SLICE_NS, then sets NEED_WAKEUP and looks once more before epoll
- * sleeps.  Doorbells (bell.h): a sleeping daemon is woken by a byte on
- * the ring's sq pipe, which epoll watches, and wakes a client that sleeps
- * for its reply (enter == sq) with a byte on the cq pipe.  A doorbell costs a pipe
- * write and a wakeup, half a socket round trip's skb work, which is what
- * the ring pays per call whenever the two share a CPU.
+ * sleeps.  Doorbells (bell.h): a sleeping daemon is woken by a count on
+ * the ring's sq eventfd, which epoll watches, and wakes a client that
+ * sleeps for its reply (enter == sq) with a byte on the cq socket.  A
+ * doorbell costs a write and a wakeup, which is what the ring pays per
+ * call whenever the two share a CPU.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -395,21 +395,15 @@ static unsigned int rings_serve_all(void)
 }
 
 /*
- * The sq doorbell rang.  A client that closed every write end leaves the
- * read end at EOF, which a level-triggered epoll would report forever:
- * the bell goes, and the ring is served by polling and RING_ENTER alone.
+ * The sq doorbell rang.  It is an eventfd the daemon holds a copy of, so
+ * it never hangs up, whatever the client closes.
  */
 static void ring_bell(struct kvsd_watch *w, uint32_t events)
 {
 	struct kvsd_ring *r = (struct kvsd_ring *)((char *)w - offsetof(struct kvsd_ring, sq_bell));
-	char b;
 
+	(void)events;
 	kvsd_bell_drain(w->fd);
-	if ((events & (EPOLLHUP | EPOLLERR)) && read(w->fd, &b, 1) == 0) {
-		kvsd_watch_del(w);
-		close(w->fd);
-		w->fd = -1;
-	}
 	__atomic_store_n(&r->ctl->daemon_cpu, (uint32_t)sched_getcpu() + 1, __ATOMIC_RELAXED);
 	ring_poke(r);
 }

@@ -44,7 +44,7 @@
  *   socket request is; only the page commands (EOPNOTSUPP else);
  *   unframeable closes the connection (c->doom on RING_ENTER, so that
  *   nothing is freed under the caller).  Polling and doorbells: ring.c.
- * - WAIT_FD: a pipe per connection, rung by the core's waker when the
+ * - WAIT_FD: a bell (a socket pair, bell.h) per connection, rung by the core's waker when the
  *   claim the connection's latest LOOKUP waits on ends (kvs_client_set_
  *   waker(), set at accept), and at once if no wait is pending when it is
  *   made; the client polls it instead of repeating the LOOKUP.

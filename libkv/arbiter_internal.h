@@ -32,8 +32,8 @@ struct kv_arbiter {
 	uint8_t *sring_area;
 	uint32_t sring_size;
 	size_t sring_map_len;
-	int sq_bell, cq_bell;		/* its doorbells (write end, read end) */
-	/* KVS_SOCK_WAIT_FD's pipe: KV_WAIT_FD_UNSET until first needed. */
+	int sq_bell, cq_bell;		/* its doorbells (eventfd, socket) */
+	/* KVS_SOCK_WAIT_FD's bell: KV_WAIT_FD_UNSET until first needed. */
 	pthread_mutex_t wait_lock;
 	int wait_fd;
 };
