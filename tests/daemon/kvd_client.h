@@ -15,6 +15,7 @@
  *                         a page whose first touch never completes, as on
  *                         a FUSE mount that does not answer, and the
  *                         proof that someone is stuck on it
+ *   kvd_read_into()       a thread's one-byte read into such a page
  *
  * Nothing here asserts, as in kvd_test.h.
  */
@@ -212,6 +213,25 @@ static inline int kvd_stop_ctl(struct kvd *d, pid_t kid, struct kv_arbiter *ctl,
 		kv_arbiter_close(ctl);
 	why[0] = '\0';
 	return kvd_stop(d, why, len);
+}
+
+/*
+ * A read of one byte from @fd into @page, in a thread of its own
+ * (pthread_create(..., kvd_read_into, &r)): with kvd_stuck_page(), a
+ * reader that stays inside the read.
+ */
+struct kvd_stuck_read {
+	int fd;
+	void *page;
+};
+
+static inline void *kvd_read_into(void *arg)
+{
+	struct kvd_stuck_read *r = arg;
+
+	if (read(r->fd, r->page, 1) < 0)
+		return NULL;
+	return r;
 }
 
 #endif

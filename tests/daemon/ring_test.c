@@ -1142,21 +1142,6 @@ TEST_F(ring, doorbells_are_an_eventfd_and_a_socket_that_takes_nothing)
 	ASSERT_EQ(0, WEXITSTATUS(st));
 }
 
-/* A read of one byte from @fd into @page, in a thread of its own. */
-struct stuck_read {
-	int fd;
-	void *page;
-};
-
-static void *read_into(void *arg)
-{
-	struct stuck_read *r = arg;
-
-	if (read(r->fd, r->page, 1) < 0)
-		return NULL;
-	return r;
-}
-
 /*
  * The attacker: a reply it sleeps for rings its cq bell; a thread reads
  * that byte into a page that never arrives, and stays inside the read
@@ -1165,7 +1150,7 @@ static void *read_into(void *arg)
  */
 static void __attribute__((noreturn)) cq_reader_stuck(const char *sock, int ready)
 {
-	struct stuck_read r;
+	struct kvd_stuck_read r;
 	struct kvs_ring_ctl *ctl;
 	pthread_t t;
 	double took;
@@ -1180,7 +1165,7 @@ static void __attribute__((noreturn)) cq_reader_stuck(const char *sock, int read
 	__atomic_store_n(&ctl->enter, 1, __ATOMIC_SEQ_CST);
 	KVD_CHILD_EQ(0, ring_call_bell(ctl, area, fds[1], &took));
 	KVD_CHILD_EQ(1, kvd_wait_readable(fds[2], 5000));
-	KVD_CHILD_EQ(0, pthread_create(&t, NULL, read_into, &r));
+	KVD_CHILD_EQ(0, pthread_create(&t, NULL, kvd_read_into, &r));
 	KVD_CHILD_EQ(0, kvd_wait_fault(uffd, 5000));
 	__atomic_store_n(&ctl->enter, 2, __ATOMIC_SEQ_CST);
 	KVD_CHILD_EQ(0, ring_call_bell(ctl, area, fds[1], &took));

@@ -670,21 +670,6 @@ TEST_F(wait, bad_wait_fd_requests_and_closed_ends_harm_nobody)
 	kv_arbiter_close(v);
 }
 
-/* A read of one byte from @fd into @page, in a thread of its own. */
-struct stuck_read {
-	int fd;
-	void *page;
-};
-
-static void *read_into(void *arg)
-{
-	struct stuck_read *r = arg;
-
-	if (read(r->fd, r->page, 1) < 0)
-		return NULL;
-	return r;
-}
-
 /*
  * The attacker: its wait bell is readable at once (no wait pending); a
  * thread reads that byte into a page that never arrives and stays inside
@@ -694,7 +679,7 @@ static void *read_into(void *arg)
 static void __attribute__((noreturn)) wait_reader_stuck(const char *sock, int ready)
 {
 	gid_t none[1] = { 65534 };
-	struct stuck_read r;
+	struct kvd_stuck_read r;
 	pthread_t t;
 	int fd, uffd;
 
@@ -707,7 +692,7 @@ static void __attribute__((noreturn)) wait_reader_stuck(const char *sock, int re
 	KVD_CHILD_TRUE(fd >= 0);
 	KVD_CHILD_EQ(0, raw_wait_fd(fd, &r.fd));
 	KVD_CHILD_EQ(1, kvd_wait_readable(r.fd, EVENT_MS));
-	KVD_CHILD_EQ(0, pthread_create(&t, NULL, read_into, &r));
+	KVD_CHILD_EQ(0, pthread_create(&t, NULL, kvd_read_into, &r));
 	KVD_CHILD_EQ(0, kvd_wait_fault(uffd, EVENT_MS));
 	close(fd);
 	KVD_CHILD_EQ(1, write(ready, "r", 1));
