@@ -23,6 +23,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
+#include "closer.h"
 #include "kvshared.h"
 #include "listen.h"
 #include "server.h"
@@ -281,6 +282,13 @@ static void render(struct sbuf *sb)
 	if (socket_mode) {
 		family(sb, "kvshare_connections", "gauge", "Clients connected to the socket.");
 		sb_printf(sb, "kvshare_connections %u\n", kvsd_server_n_conns());
+		/* One stuck in close() for long: a file system that does not answer. */
+		family(sb, "kvshare_close_busy", "gauge",
+		       "Client descriptors a closer thread is closing now.");
+		sb_printf(sb, "kvshare_close_busy %u\n", kvsd_closer_busy());
+		family(sb, "kvshare_close_queued", "gauge",
+		       "Client descriptors waiting in the close queues.");
+		sb_printf(sb, "kvshare_close_queued %u\n", kvsd_closer_queued());
 	}
 	pool_families(sb, ps, n);
 	if (socket_mode) {

@@ -42,6 +42,7 @@
 #include <errno.h>
 #include <grp.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -1941,6 +1942,92 @@ TEST_F(kvd, metrics_match_stats)
 #define G_GROUP		4243
 
 /* In a child: become @uid (gid @uid) with @n supplementary @groups. */
+
+/* kvshare_close_@what from the metrics, waited for (at most 5 s) to be @want. */
+static long long close_gauge(const struct kvd *d, const char *what, long long want)
+{
+	char name[64];
+	long long v = -1;
+	int i;
+
+	snprintf(name, sizeof(name), "kvshare_close_%s", what);
+	for (i = 0; i < 500; i++) {
+		char *text = scrape(d, "GET", "/metrics");
+
+		v = text ? sample(text, name) : -1;
+		free(text);
+		if (v == want)
+			break;
+		kvd_sleep_ms(10);
+	}
+	return v;
+}
+
+/*
+ * A closer stuck in close() shows in the metrics, and the gauge comes back
+ * when it is freed.  A pipe's close waits for the pipe's lock, which a
+ * reader holds while it copies into a page that never arrives (a
+ * userfaultfd page here, a FUSE file's page for an attacker); kvshared is
+ * sent the pipe's write end, refuses it and leaves it to a closer.
+ */
+TEST_F_TIMEOUT(kvd, metrics_count_a_closer_stuck_in_close, 60)
+{
+	static unsigned char buf[512];
+	struct uffdio_zeropage zp = { .range.len = 4096 };
+	struct kvd_stuck_read w;
+	struct raw_reply *r;
+	struct kvs_info info;
+	pthread_t t;
+	int fd, uffd, pfd[2];
+	size_t len;
+	void *page;
+
+	ASSERT_EQ(0, close_gauge(&self->d, "busy", 0));
+	ASSERT_EQ(0, close_gauge(&self->d, "queued", 0));
+	page = kvd_stuck_page(&uffd);
+	if (!page)
+		SKIP(return, "no userfaultfd: %s", strerror(errno));
+	r = calloc(1, sizeof(*r));
+	ASSERT_NE(NULL, r);
+	ASSERT_EQ(0, pipe(pfd));
+	ASSERT_EQ(1, write(pfd[1], "x", 1));
+	w.fd = pfd[0];
+	w.page = page;
+	ASSERT_EQ(0, pthread_create(&t, NULL, kvd_read_into, &w));
+	ASSERT_EQ(0, kvd_wait_fault(uffd, 5000));
+
+	fd = kvd_connect(self->d.sock);
+	ASSERT_LE(0, fd);
+	memset(&info, 0, sizeof(info));
+	len = raw_build(buf, KVS_IOC_INFO, &info, sizeof(info), NULL, 0, 5);
+	/*
+	 * The write end rides on the first byte, and ours is closed before
+	 * the rest is sent: kvshared's copy is then the last, whose close
+	 * releases the pipe (and takes its lock).
+	 */
+	ASSERT_EQ(0, raw_send(fd, buf, 1, &pfd[1], 1));
+	close(pfd[1]);
+	ASSERT_EQ(0, raw_send(fd, buf + 1, len - 1, NULL, 0));
+	ASSERT_EQ(0, raw_recv(fd, r, 5000));
+	ASSERT_EQ(-EINVAL, r->h.result);
+	EXPECT_EQ(1, close_gauge(&self->d, "busy", 1));
+	EXPECT_EQ(0, close_gauge(&self->d, "queued", 0));
+	/* Still served meanwhile. */
+	ASSERT_EQ(0, raw_call(fd, KVS_IOC_INFO, &info, sizeof(info), NULL, 0, r));
+	ASSERT_EQ(0, r->h.result);
+
+	/* The page arrives: the reader finishes, then the closer. */
+	zp.range.start = (uintptr_t)page;
+	ASSERT_EQ(0, ioctl(uffd, UFFDIO_ZEROPAGE, &zp));
+	ASSERT_EQ(0, pthread_join(t, NULL));
+	EXPECT_EQ(0, close_gauge(&self->d, "busy", 0));
+	close(fd);
+	close(pfd[0]);
+	close(uffd);
+	munmap(page, 4096);
+	free(r);
+}
+
 static void become(uid_t uid, const gid_t *groups, int n)
 {
 	KVD_CHILD_EQ(0, setgroups(n, groups));
