@@ -38,7 +38,6 @@
  * Children report through their exit status (KVD_CHILD_*), never the
  * harness asserts.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <grp.h>
 #include <limits.h>
@@ -50,6 +49,7 @@
 #include <kvshare/arbiter.h>
 
 #include "kvd_client.h"
+#include "../open_fds.h"
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter"
@@ -64,7 +64,7 @@
 			"tokens_per_page=16,dtype=f16,mode=0666"
 #define MAX_KIDS	16
 #define HDR		sizeof(struct kvs_msg)
-#define BULK_FDS	253	/* SCM_MAX_FD: the most one message carries */
+#define BULK_FDS	TEST_SEND_FDS_MAX	/* the most one message carries */
 #define BULK_MSGS	40
 
 /* ------------------------------------------------------------------ */
@@ -781,36 +781,18 @@ static size_t raw_build(void *buf, __u32 cmd, const void *st, size_t usize,
 /* Send @len bytes, @nfds descriptors riding on the first.  0 or -errno. */
 static int raw_send(int fd, const void *buf, size_t len, const int *fds, int nfds)
 {
-	union {
-		char b[CMSG_SPACE(16 * sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov = { (void *)buf, len };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	const char *p = buf;
 	ssize_t n;
 
-	if (nfds) {
-		struct cmsghdr *c;
-
-		memset(&ctl, 0, sizeof(ctl));
-		mh.msg_control = ctl.b;
-		mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
-		c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
-		memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
-	}
-	while (iov.iov_len) {
-		n = sendmsg(fd, &mh, MSG_NOSIGNAL);
-		if (n < 0 && errno == EINTR)
+	while (len) {
+		n = test_send_fds(fd, p, len, fds, nfds, 0);
+		if (n == -EINTR)
 			continue;
 		if (n < 0)
-			return -errno;
-		iov.iov_base = (char *)iov.iov_base + n;
-		iov.iov_len -= n;
-		mh.msg_control = NULL;
-		mh.msg_controllen = 0;
+			return (int)n;
+		p += n;
+		len -= n;
+		nfds = 0;
 	}
 	return 0;
 }
@@ -1273,47 +1255,13 @@ TEST_F_TIMEOUT(kvd, garbage_clients_cannot_disturb_others, 60)
  * while the others still allocate until the pool, not the quota, is the
  * limit; once it dies, its pages come back.
  */
-/* The descriptors kvshared holds now (/proc/<pid>/fd), or -errno. */
+/* The descriptors kvshared holds now (/proc/<pid>/fd), or -1. */
 static int daemon_fds(pid_t pid)
 {
 	char path[64];
-	struct dirent *e;
-	DIR *dir;
-	int n = 0;
 
 	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	dir = opendir(path);
-	if (!dir)
-		return -errno;
-	while ((e = readdir(dir)))
-		n += e->d_name[0] != '.';
-	closedir(dir);
-	return n;
-}
-
-/* Send @len bytes of @buf in one sendmsg() with @nfds copies of @fd. */
-static int send_copies(int sock, const void *buf, size_t len, int fd, int nfds)
-{
-	union {
-		char b[CMSG_SPACE(BULK_FDS * sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov = { (void *)buf, len };
-	struct msghdr mh = {
-		.msg_iov = &iov, .msg_iovlen = 1,
-		.msg_control = ctl.b, .msg_controllen = CMSG_SPACE(nfds * sizeof(int)),
-	};
-	struct cmsghdr *c;
-	int i;
-
-	memset(&ctl, 0, sizeof(ctl));
-	c = CMSG_FIRSTHDR(&mh);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
-	for (i = 0; i < nfds; i++)
-		memcpy(CMSG_DATA(c) + i * sizeof(int), &fd, sizeof(int));
-	return sendmsg(sock, &mh, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -errno;
+	return test_fds_in(path);
 }
 
 /*
@@ -1328,15 +1276,17 @@ TEST_F_TIMEOUT(kvd, descriptors_in_bulk_are_all_closed, 60)
 	static unsigned char buf[4096];
 	struct raw_reply *r;
 	struct kvs_info info;
-	int fd, pfd[2], before, after = -1, i;
+	int fd, pfd[2], before, after = -1, i, copies[BULK_FDS];
 	size_t len;
 
 	r = calloc(1, sizeof(*r));
 	ASSERT_NE(NULL, r);
 	ASSERT_EQ(0, kvd_settle(&self->d));
 	before = daemon_fds(self->d.pid);
-	ASSERT_LT(0, before) TH_LOG("/proc/%d/fd: %s", self->d.pid, strerror(-before));
+	ASSERT_LT(0, before) TH_LOG("/proc/%d/fd: %s", self->d.pid, strerror(errno));
 	ASSERT_EQ(0, pipe(pfd));
+	for (i = 0; i < BULK_FDS; i++)
+		copies[i] = pfd[1];
 
 	/* 40 requests with 253 descriptors each: EINVAL, none kept. */
 	fd = kvd_connect(self->d.sock);
@@ -1344,7 +1294,7 @@ TEST_F_TIMEOUT(kvd, descriptors_in_bulk_are_all_closed, 60)
 	memset(&info, 0, sizeof(info));
 	for (i = 0; i < BULK_MSGS; i++) {
 		len = raw_build(buf, KVS_IOC_INFO, &info, sizeof(info), NULL, 0, 1000 + i);
-		ASSERT_EQ(0, send_copies(fd, buf, len, pfd[1], BULK_FDS));
+		ASSERT_EQ(0, raw_send(fd, buf, len, copies, BULK_FDS));
 		ASSERT_EQ(0, raw_recv(fd, r, 5000));
 		ASSERT_EQ(1000 + i, r->h.seq);
 		ASSERT_EQ(-EINVAL, r->h.result);
@@ -1361,7 +1311,7 @@ TEST_F_TIMEOUT(kvd, descriptors_in_bulk_are_all_closed, 60)
 	memset(buf, 0xa5, HDR);
 	ASSERT_EQ(0, raw_send(fd, buf, HDR, NULL, 0));
 	len = raw_build(buf, KVS_IOC_INFO, &info, sizeof(info), NULL, 0, 2);
-	ASSERT_EQ(0, send_copies(fd, buf, len, pfd[1], BULK_FDS));
+	ASSERT_EQ(0, raw_send(fd, buf, len, copies, BULK_FDS));
 	ASSERT_EQ(0, raw_expect_closed(fd, 5000));
 	close(fd);
 
@@ -1393,14 +1343,8 @@ TEST_F(kvd, out_of_band_descriptors_arrive_inline)
 	static unsigned char buf[512];
 	struct raw_reply *r;
 	struct kvs_info info;
-	union {
-		char b[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov;
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-	struct cmsghdr *c;
 	int fd, pfd[2];
+	ssize_t n;
 	size_t len;
 
 	r = calloc(1, sizeof(*r));
@@ -1412,26 +1356,15 @@ TEST_F(kvd, out_of_band_descriptors_arrive_inline)
 	len = raw_build(buf, KVS_IOC_INFO, &info, sizeof(info), NULL, 0, 77);
 	ASSERT_EQ(0, raw_send(fd, buf, len - 1, NULL, 0));
 
-	memset(&ctl, 0, sizeof(ctl));
-	iov.iov_base = buf + len - 1;
-	iov.iov_len = 1;
-	mh.msg_control = ctl.b;
-	mh.msg_controllen = sizeof(ctl.b);
-	c = CMSG_FIRSTHDR(&mh);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &pfd[1], sizeof(int));
-	if (sendmsg(fd, &mh, MSG_OOB | MSG_NOSIGNAL) != 1) {
-		int err = errno;
-
+	n = test_send_fds(fd, buf + len - 1, 1, &pfd[1], 1, MSG_OOB);
+	if (n != 1) {
 		close(fd);
 		close(pfd[0]);
 		close(pfd[1]);
 		free(r);
-		if (err == EOPNOTSUPP)
+		if (n == -EOPNOTSUPP)
 			SKIP(return, "this kernel has no out-of-band data on unix sockets");
-		ASSERT_EQ(0, err) TH_LOG("sendmsg(MSG_OOB): %s", strerror(err));
+		ASSERT_EQ(1, n) TH_LOG("sendmsg(MSG_OOB): %s", strerror((int)-n));
 	}
 	ASSERT_EQ(0, raw_recv(fd, r, 5000)) TH_LOG("the out-of-band byte never reached kvshared");
 	ASSERT_EQ(77, r->h.seq);

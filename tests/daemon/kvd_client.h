@@ -30,6 +30,7 @@
 #include <kvshare/arbiter.h>
 
 #include "kvd_test.h"
+#include "../send_fds.h"
 
 /* The id of pool @name on @a, or 0. */
 static inline __u32 kvd_pool_id(struct kv_arbiter *a, const char *name)
@@ -68,30 +69,11 @@ static inline int kvd_open_attached(const char *sock, const char *name, unsigned
 /* @len bytes of @buf on @fd in one sendmsg(), with descriptor @pass_fd unless -1. */
 static inline int kvd_raw_send(int fd, const void *buf, size_t len, int pass_fd)
 {
-	union {
-		char b[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov = { (void *)buf, len };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-
-	if (pass_fd >= 0) {
-		struct cmsghdr *c;
-
-		memset(&ctl, 0, sizeof(ctl));
-		mh.msg_control = ctl.b;
-		mh.msg_controllen = sizeof(ctl.b);
-		c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
-	}
-	ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+	ssize_t n = test_send_fds(fd, buf, len, &pass_fd, pass_fd >= 0, 0);
 
 	if (n == (ssize_t)len)
 		return 0;
-	return n < 0 ? -errno : -EIO;
+	return n < 0 ? (int)n : -EIO;
 }
 
 /* 1 if @fd is readable within @ms, else 0. */

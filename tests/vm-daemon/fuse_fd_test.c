@@ -54,6 +54,7 @@
 #include <sys/wait.h>
 
 #include "hostile_fuse.h"
+#include "../send_fds.h"
 
 #define NOBODY		65534		/* the attacker */
 #define VICTIM		65533
@@ -61,7 +62,7 @@
 #define PER_UID		8		/* KVSD_CLOSE_PER_UID (daemon/closer.h) */
 #define MORE		(PER_UID - 3 + 1)	/* fills the closers, and one past */
 #define MANY		8		/* descriptors in one message */
-#define FULL_FDS	253		/* SCM_MAX_FD: the most in one message */
+#define FULL_FDS	TEST_SEND_FDS_MAX	/* the most in one message */
 #define QUEUE_UID	1024		/* KVSD_CLOSE_QUEUE_UID: no more reading */
 #define FILLS		5		/* FULL_FDS messages filling it, with the rest */
 #define UNREAD		3		/* then sent, never read */
@@ -231,27 +232,7 @@ static size_t msg_fill(struct msg *m, unsigned int cmd, const void *arg, size_t 
 /* @len bytes of @buf in one sendmsg(), with the @n_fds descriptors @fds. */
 static int send_fds(int s, const void *buf, size_t len, const int *fds, int n_fds)
 {
-	union {
-		char b[CMSG_SPACE(FULL_FDS * sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov = { (void *)buf, len };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-	struct cmsghdr *c;
-	int i;
-
-	if (n_fds) {
-		memset(&ctl, 0, sizeof(ctl));
-		mh.msg_control = ctl.b;
-		mh.msg_controllen = CMSG_SPACE(n_fds * sizeof(int));
-		c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(n_fds * sizeof(int));
-		for (i = 0; i < n_fds; i++)
-			memcpy(CMSG_DATA(c) + i * sizeof(int), &fds[i], sizeof(int));
-	}
-	return sendmsg(s, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)len ? 0 : -EIO;
+	return test_send_fds(s, buf, len, fds, n_fds, MSG_DONTWAIT) == (ssize_t)len ? 0 : -EIO;
 }
 
 /*

@@ -15,7 +15,7 @@ $(BUILD)/guest/kvsd_as: tests/vm-daemon/kvsd_as.c
 # guest.  The guest kernel's fuse.ko goes along as /bin/fuse.ko (the test
 # loads it), where this host has it.
 FUSE_FD_TEST_SRCS := tests/vm-daemon/fuse_fd_test.c tests/vm-daemon/hostile_fuse.c
-$(BUILD)/guest/fuse_fd_test: $(FUSE_FD_TEST_SRCS) tests/vm-daemon/hostile_fuse.h
+$(BUILD)/guest/fuse_fd_test: $(FUSE_FD_TEST_SRCS) tests/vm-daemon/hostile_fuse.h tests/send_fds.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -static -pthread -o $@ $(FUSE_FD_TEST_SRCS)
 
