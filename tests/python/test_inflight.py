@@ -148,6 +148,16 @@ def wait_armed(arbiter, name, n=1):
     pytest.fail("no LOOKUP armed a wait on pool %s" % name)
 
 
+def start_waiting_lookup(p, arbiter, name, n=1):
+    """A Waiter for p.lookup() of the test's keys, waiting up to BOUND_MS,
+    started and seen waiting (the n-th armed wait on the pool)."""
+    w = Waiter(lambda: p.lookup(keys_of(), wait_ms=BOUND_MS, inflight=True))
+    w.start()
+    wait_armed(arbiter, name, n)
+    assert w.is_alive()                     # waiting, not returned
+    return w
+
+
 def test_waiter_gets_the_pages_the_owner_publishes(mkpool, arbiter, owner):
     name = mkpool(pages=32)
     o = owner(name)
@@ -158,10 +168,7 @@ def test_waiter_gets_the_pages_the_owner_publishes(mkpool, arbiter, owner):
         # Without a wait the claim is reported, not waited for.
         pages, n_inflight = p.lookup(keys_of(), inflight=True)
         assert len(pages) == 0 and 1 <= n_inflight <= 4
-        w = Waiter(lambda: p.lookup(keys_of(), wait_ms=BOUND_MS, inflight=True))
-        w.start()
-        wait_armed(arbiter, name, 2)
-        assert w.is_alive()                     # waiting, not returned
+        w = start_waiting_lookup(p, arbiter, name, 2)
         o.tell("publish")
         what, res = o.answer()
         assert what == "published" and res[0] == 0 and res[1:] == claimed
@@ -182,10 +189,7 @@ def test_owner_killed_while_waited_on_wakes_the_waiter(mkpool, arbiter, owner):
     o = owner(name)
     assert o.answer()[0] == "claimed"
     with kvshare.Pool(name) as p:
-        w = Waiter(lambda: p.lookup(keys_of(), wait_ms=BOUND_MS, inflight=True))
-        w.start()
-        wait_armed(arbiter, name)
-        assert w.is_alive()                     # waiting, not returned
+        w = start_waiting_lookup(p, arbiter, name)
         o.kill()
         pages, n_inflight = w.get()
         assert len(pages) == 0 and n_inflight == 0      # a miss: compute it
@@ -203,10 +207,7 @@ def test_owner_put_ends_the_wait_in_a_miss(mkpool, arbiter, owner):
     o = owner(name)
     assert o.answer()[0] == "claimed"
     with kvshare.Pool(name) as p:
-        w = Waiter(lambda: p.lookup(keys_of(), wait_ms=BOUND_MS, inflight=True))
-        w.start()
-        wait_armed(arbiter, name)
-        assert w.is_alive()                     # waiting, not returned
+        w = start_waiting_lookup(p, arbiter, name)
         o.tell("put")
         assert o.answer()[0] == "put"
         pages, n_inflight = w.get()
