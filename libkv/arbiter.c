@@ -273,7 +273,7 @@ static int64_t kv_now_ms(void)
 /*
  * Wait up to @ms for the claim the handle's latest LOOKUP armed: on the
  * module the device file turns readable when it ends, on kvshared the
- * connection's wait pipe (kv_sock_wait_ready()).  0, or -errno when the
+ * connection's wait bell (kv_sock_wait_ready()).  0, or -errno when the
  * handle broke (a stopped daemon: ETIMEDOUT).
  */
 static int kv_wait_ready(struct kv_arbiter *arb, int ms)
@@ -302,7 +302,7 @@ int kv_lookup_wait(struct kv_arbiter *arb, const struct kvs_key *keys,
 		ret = 0;
 	}
 	for (;;) {
-		/* By ioctl or socket: the poll() (or wait pipe) way. */
+		/* By ioctl or socket: the poll() (or wait bell) way. */
 		struct kvs_lookup req = {
 			.count = count - done,
 			.flags = KVS_LOOKUP_WAIT,

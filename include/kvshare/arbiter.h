@@ -152,7 +152,7 @@ int kv_put(struct kv_arbiter *arb, const uint32_t *pages, uint32_t count);
  * claimed) by the caller.  If @n_inflight is not NULL it receives the
  * keys still in flight when the wait gave up (0 when it did not).  On an
  * error nothing is held.  On the module the wait is poll() on the device
- * file; on kvshared it is poll() on the connection's wait pipe
+ * file; on kvshared it is poll() on the connection's wait bell
  * (KVS_SOCK_WAIT_FD), each sleep no longer than the handle's call timeout,
  * so that a stopped daemon fails the wait with ETIMEDOUT.  Threads
  * sharing a handle share its one wait: they may wake each other early;
