@@ -2,7 +2,8 @@
 /*
  * kvctl: command-line view of /dev/kvshare.  Shared declarations of the
  * dispatcher (kvctl.c), argument helpers (kvctl_args.c), pool commands
- * (kvctl_pool.c), page and stats commands (kvctl_pages.c).
+ * (kvctl_pool.c), page and stats commands (kvctl_pages.c), and the counters
+ * both read (kvctl_stats.c).  Calls flow one way: pages -> pool -> stats.
  *
  * Exit status: 0 success, 1 a call or check failed, 2 bad usage.
  */
@@ -80,14 +81,20 @@ int kvctl_uid_arg(const char *cmd, const char *what, const char *s,
 		  uint32_t *uid);
 int kvctl_quota_err(struct kvctl *k, const char *cmd, uint64_t more_pages);
 
-/* kvctl_pages.c */
-int kvctl_pages_main(struct kvctl *k, int argc, char **argv);
-int kvctl_stats_main(struct kvctl *k, int argc, char **argv);
+/* kvctl_stats.c: a pool's counters and the read-only views' errors */
+struct kvctl_json;
+/* Returns the ioctl's errno (0 on success), for callers that word it. */
+int kvctl_stats_ioctl(struct kvctl *k, uint32_t pool_id, uint32_t flags,
+		      struct kvs_pool_stats *st);
+int kvctl_view_err(const char *cmd, const struct kvs_pool_desc *d, int err);
 int kvctl_stats_get(struct kvctl *k, const char *cmd,
 		    const struct kvs_pool_desc *d, uint32_t flags,
 		    struct kvs_pool_stats *st);
-struct kvctl_json;
 void kvctl_stats_text(const struct kvs_pool_stats *st);
 void kvctl_stats_json(struct kvctl_json *j, const struct kvs_pool_stats *st);
+
+/* kvctl_pages.c: the `stats` and `pages` commands */
+int kvctl_pages_main(struct kvctl *k, int argc, char **argv);
+int kvctl_stats_main(struct kvctl *k, int argc, char **argv);
 
 #endif /* _KVCTL_H */

@@ -5,6 +5,7 @@
 
 KVCTL_SRCS := tools/kvctl/kvctl.c tools/kvctl/kvctl_args.c \
               tools/kvctl/kvctl_pool.c tools/kvctl/kvctl_pages.c \
+              tools/kvctl/kvctl_stats.c \
               tools/kvctl/kvctl_json.c tools/kvctl/kvctl_user.c
 # Objects under build/tools/: build/kvctl is the binary's own path.
 KVCTL_OBJS := $(KVCTL_SRCS:%.c=$(BUILD)/%.o)

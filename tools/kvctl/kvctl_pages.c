@@ -16,80 +16,6 @@
 
 /* Descriptors fetched per KVS_IOC_PAGES call: 64 KiB of buffer. */
 #define PAGES_BATCH	1024
-
-/* Every counter of struct kvs_pool_stats, in ABI order. */
-#define STAT(f)	{ #f, offsetof(struct kvs_pool_stats, f) }
-static const struct {
-	const char *name;
-	size_t off;
-} stat_fields[] = {
-	STAT(n_pages), STAT(n_free), STAT(n_owned), STAT(n_shared),
-	STAT(n_cached), STAT(n_evictable), STAT(n_refs), STAT(n_held),
-	STAT(n_files), STAT(allocs), STAT(alloc_fails), STAT(publishes),
-	STAT(dup_publishes), STAT(lookups), STAT(hits), STAT(evictions),
-};
-#define N_STATS	(sizeof(stat_fields) / sizeof(stat_fields[0]))
-
-static uint64_t stat_val(const struct kvs_pool_stats *st, size_t i)
-{
-	return *(const __u64 *)((const char *)st + stat_fields[i].off);
-}
-
-void kvctl_stats_text(const struct kvs_pool_stats *st)
-{
-	size_t i;
-
-	for (i = 0; i < N_STATS; i++)
-		printf("%-19s %" PRIu64 "\n", stat_fields[i].name, stat_val(st, i));
-}
-
-void kvctl_stats_json(struct kvctl_json *j, const struct kvs_pool_stats *st)
-{
-	size_t i;
-
-	kvctl_json_obj(j, "stats");
-	for (i = 0; i < N_STATS; i++)
-		kvctl_json_u64(j, stat_fields[i].name, stat_val(st, i));
-	kvctl_json_end_obj(j);
-}
-
-static int stats_ioctl(struct kvctl *k, uint32_t pool_id, uint32_t flags,
-		       struct kvs_pool_stats *st)
-{
-	memset(st, 0, sizeof(*st));
-	st->pool_id = pool_id;
-	st->flags = flags;
-	return kvctl_ioctl(k, KVS_IOC_POOL_STATS, st);
-}
-
-/* Errors of the read-only views, worded for the pool at hand. */
-static int view_err(const char *cmd, const struct kvs_pool_desc *d, int err)
-{
-	char msg[160];
-
-	if (err == ENOENT)
-		snprintf(msg, sizeof(msg), "no pool named '%s'", d->name);
-	else if (err == EACCES)
-		snprintf(msg, sizeof(msg), "no read permission on pool '%s' "
-			 "(mode %04o, owner %u:%u)", d->name, d->mode & 07777,
-			 d->uid, d->gid);
-	else if (err == EUCLEAN)
-		snprintf(msg, sizeof(msg), "pool '%s' invariants are broken",
-			 d->name);
-	else
-		return kvctl_ioc_err(cmd, err, NULL);
-	return kvctl_ioc_err(cmd, err, msg);
-}
-
-int kvctl_stats_get(struct kvctl *k, const char *cmd,
-		    const struct kvs_pool_desc *d, uint32_t flags,
-		    struct kvs_pool_stats *st)
-{
-	int err = stats_ioctl(k, d->pool_id, flags, st);
-
-	return err ? view_err(cmd, d, err) : KVCTL_OK;
-}
-
 static void stats_usage(void)
 {
 	fputs("usage: kvctl stats NAME [--owner UID|USER] [--json] [--check]\n\n"
@@ -151,7 +77,7 @@ int kvctl_stats_main(struct kvctl *k, int argc, char **argv)
 			stats_out(&d, &st, o[0].set, NULL);
 		return ret;
 	}
-	err = stats_ioctl(k, d.pool_id, KVS_STATS_CHECK, &st);
+	err = kvctl_stats_ioctl(k, d.pool_id, KVS_STATS_CHECK, &st);
 	if (!err) {
 		stats_out(&d, &st, o[0].set, "ok");
 		return KVCTL_OK;
@@ -160,11 +86,11 @@ int kvctl_stats_main(struct kvctl *k, int argc, char **argv)
 		return kvctl_ioc_err("stats", err, "--check: the invariant check "
 				     "walks every page under the pool lock: admin only");
 	if (err != EUCLEAN)
-		return view_err("stats", &d, err);
+		return kvctl_view_err("stats", &d, err);
 	/* A failed call copies nothing back: read the counters plainly. */
-	if (!stats_ioctl(k, d.pool_id, 0, &st))
+	if (!kvctl_stats_ioctl(k, d.pool_id, 0, &st))
 		stats_out(&d, &st, o[0].set, "broken");
-	return view_err("stats", &d, err);
+	return kvctl_view_err("stats", &d, err);
 }
 
 static void pages_usage(void)
@@ -293,7 +219,7 @@ static int pages_walk(struct kvctl *k, const struct kvs_pool_desc *d,
 		at += req.count;
 	}
 	free(buf);
-	return err ? view_err("pages", d, err) : KVCTL_OK;
+	return err ? kvctl_view_err("pages", d, err) : KVCTL_OK;
 }
 
 int kvctl_pages_main(struct kvctl *k, int argc, char **argv)
