@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* What the module's ioctl (main.c) and io_uring (uring.c) paths share. */
+/*
+ * What the module's ioctl (main.c) and io_uring (uring.c) paths share.
+ * Calls flow one way: main.c -> uring.c -> call.c.
+ */
 #ifndef _KVSHARE_KERNEL_H
 #define _KVSHARE_KERNEL_H
 
@@ -40,9 +43,11 @@ struct kvs_file_ctx {
 	struct kvs_uwait uwait;
 };
 
+/* call.c */
 int kvs_copy_in(struct kvs_call *call, void *dst, __u64 src, __u64 len);
 int kvs_copy_out(struct kvs_call *call, __u64 dst, const void *src, __u64 len);
 void kvs_file_cred(const struct file *file, struct kvs_cred *cred);
+/* uring.c */
 int kvs_uring_cmd(struct io_uring_cmd *ioucmd, unsigned int issue_flags);
 void kvs_uwait_init(struct kvs_uwait *uw, struct kvs_client *cl);
 void kvs_uwait_wake(struct kvs_uwait *uw);

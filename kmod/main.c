@@ -135,7 +135,7 @@ static bool kvs_groups_search(const struct group_info *gi, kgid_t gid)
 
 /*
  * in_group_p() for the opener's credentials rather than current's (see
- * kvs_file_cred()): its fsgid, then its supplementary groups.
+ * kvs_file_cred() in call.c): its fsgid, then its supplementary groups.
  */
 int kvs_host_in_group(const struct kvs_cred *cred, __u32 gid)
 {
@@ -269,36 +269,6 @@ void kvs_host_mem_put(void *mem)
 __u64 kvs_host_random(void)
 {
 	return get_random_u64();
-}
-
-int kvs_copy_in(struct kvs_call *call, void *dst, __u64 src, __u64 len)
-{
-	return copy_from_user(dst, u64_to_user_ptr(src), len) ? -EFAULT : 0;
-}
-
-int kvs_copy_out(struct kvs_call *call, __u64 dst, const void *src, __u64 len)
-{
-	return copy_to_user(u64_to_user_ptr(dst), src, len) ? -EFAULT : 0;
-}
-
-/*
- * Every command, ioctl or uring_cmd, is judged by the credentials of the
- * file's opener (file->f_cred), never by those of the calling thread: an
- * open /dev/kvshare is a capability, and passing it on (fork, SCM_RIGHTS,
- * an io_uring worker) delegates exactly its opener's rights.  So a setuid
- * program fed such an fd cannot be used as a confused deputy, acting on
- * pools with its own rights on behalf of whoever opened the file.
- */
-void kvs_file_cred(const struct file *file, struct kvs_cred *cred)
-{
-	const struct cred *fc = file->f_cred;
-
-	cred->uid = from_kuid_munged(&init_user_ns, fc->fsuid);
-	cred->gid = from_kgid_munged(&init_user_ns, fc->fsgid);
-	cred->admin = file_ns_capable(file, &init_user_ns, CAP_SYS_ADMIN);
-	cred->groups = NULL;
-	cred->n_groups = 0;
-	cred->host_cred = fc;
 }
 
 /*
