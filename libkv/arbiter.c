@@ -296,7 +296,11 @@ int kv_lookup_wait(struct kv_arbiter *arb, const struct kvs_key *keys,
 
 	/* On the module's io_uring the LOOKUP parks until the claim ends. */
 	if (!arb->daemon) {
-		ret = kv_dev_lookup_wait(arb, keys, count, pages, timeout_ms, n_inflight);
+		ret = kv_dev_lookup_wait(arb, keys, count, pages, timeout_ms,
+					 n_inflight, &done);
+		if (ret < 0 && done)
+			kv_put(arb, pages, done);
+		done = 0;
 		if (ret != -EOPNOTSUPP)
 			return ret;
 		ret = 0;

@@ -195,20 +195,23 @@ static int64_t kv_dev_now_ms(void)
  * claim's end itself, and the lookup again done there, so one system call
  * per claim waited on instead of a LOOKUP, a poll() and a LOOKUP.  Waits
  * longer than the kernel allows at once are several parks.  Returns the
- * hits (*@n_inflight: keys still in flight after them), -errno with
- * nothing held, or -EOPNOTSUPP where it cannot park (not the module's
- * io_uring, @timeout_ms < 1, another thread of the handle parked already,
- * an older module): the caller then waits by poll().
+ * hits (*@n_inflight: keys still in flight after them), or -errno with
+ * *@n_held hits still held in @pages, which the caller puts (this file
+ * only moves commands: the page calls are arbiter.c's).  -EOPNOTSUPP where
+ * it cannot park (not the module's io_uring, @timeout_ms < 1, another
+ * thread of the handle parked already, an older module): the caller then
+ * waits by poll().
  */
 int kv_dev_lookup_wait(struct kv_arbiter *arb, const struct kvs_key *keys,
 		       uint32_t count, uint32_t *pages, int timeout_ms,
-		       uint32_t *n_inflight)
+		       uint32_t *n_inflight, uint32_t *n_held)
 {
 	int64_t deadline = kv_dev_now_ms() + timeout_ms;
 	struct io_uring *ring;
 	uint32_t done = 0, inflight = 0;
 	int ret;
 
+	*n_held = 0;
 	if (!arb->uring || timeout_ms < 1)
 		return -EOPNOTSUPP;
 	ring = kv_wait_ring();
@@ -230,8 +233,7 @@ int kv_dev_lookup_wait(struct kv_arbiter *arb, const struct kvs_key *keys,
 			return (int)done;
 		}
 	}
-	if (done)
-		kv_put(arb, pages, done);
+	*n_held = done;
 	/* Another thread of the handle has the one parked LOOKUP. */
 	return ret == -EBUSY ? -EOPNOTSUPP : ret;
 }

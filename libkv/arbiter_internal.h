@@ -4,6 +4,8 @@
  * transport (arbiter_dev.c) speaks ioctl and io_uring to /dev/kvshare;
  * the socket transport (arbiter_sock.c) speaks the kvshared protocol.
  * Both take the command structs of <linux/kvshare.h> as they are.
+ * Calls flow one way: arbiter.c (the API) calls the transports, never
+ * the reverse.
  */
 #ifndef KV_ARBITER_INTERNAL_H
 #define KV_ARBITER_INTERNAL_H
@@ -48,10 +50,13 @@ int kv_dev_call(struct kv_arbiter *arb, unsigned long cmd, void *arg);
 /* A page command: the CQE result when io_uring carries it, else 0/-errno. */
 int kv_dev_page_cmd(struct kv_arbiter *arb, unsigned int cmd, void *arg,
 		    size_t size);
-/* kv_lookup_wait() parked in the kernel; -EOPNOTSUPP: wait by poll(). */
+/*
+ * kv_lookup_wait() parked in the kernel; -EOPNOTSUPP: wait by poll().  On
+ * any error the first *@n_held of @pages are hits the caller must put.
+ */
 int kv_dev_lookup_wait(struct kv_arbiter *arb, const struct kvs_key *keys,
 		       uint32_t count, uint32_t *pages, int timeout_ms,
-		       uint32_t *n_inflight);
+		       uint32_t *n_inflight, uint32_t *n_held);
 
 /* arbiter_sock.c */
 /* $KVSHARE_CALL_TIMEOUT_MS, else KV_DEFAULT_TIMEOUT_MS: 0 or -EINVAL. */
