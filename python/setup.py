@@ -108,7 +108,9 @@ def ext_sources():
 
 
 def ext_depends():
-    own = glob.glob(os.path.join(HERE, "kvshare", "*.h"))
+    """What a kept build is rebuilt after: the headers, libkv, dist/VERSION
+    and this file (the flags)."""
+    own = glob.glob(os.path.join(HERE, "kvshare", "*.h")) + [__file__]
     lib = [g for p in ROOT_FILES for g in glob.glob(os.path.join(ROOT, p))]
     return sorted(os.path.relpath(s, HERE) for s in own) + sorted(lib)
 
@@ -126,8 +128,9 @@ kvshare_ext = Extension(
         "-fvisibility=hidden", "-Wall", "-Wextra",
         "-Werror=implicit-function-declaration",
         "-Wno-unused-parameter", "-Wno-missing-field-initializers",
-        # No debug information (Python's CFLAGS ask for it) and no build
-        # directory in what is left: the wheel holds no absolute path.
+        # No debug information, which Python's CFLAGS ask for: a wheel a
+        # third the size.  No build directory in __FILE__ or any debug
+        # information left: the wheel holds no absolute build path.
         "-g0", "-ffile-prefix-map=%s=kvshare" % ROOT],
     libraries=[w[2:] for w in LDLIBS if w.startswith("-l")],
     extra_link_args=[w for w in LDLIBS if not w.startswith("-l")],
