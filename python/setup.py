@@ -40,7 +40,8 @@ def find_root():
                for f in ("dist/VERSION", "libkv/libkv.mk")):
             return root
     die("libkv's sources are not in %s/.. (a kvshare checkout) nor in %s/%s "
-        "(an sdist): build from a checkout (pip install <checkout>/python) "
+        "(an sdist): build from a checkout (pip install <checkout>/python; "
+        "pip older than 21.3 copies python/ away from it: upgrade pip) "
         "or from an sdist made by 'python3 setup.py sdist' there"
         % (HERE, HERE, VENDORED))
 
