@@ -43,7 +43,8 @@ def layout(tmp_path, monkeypatch, daemon):
         return str(p)
 
     monkeypatch.setattr(session, "INSTALL_PREFIXES", (str(tmp_path / "usr"),))
-    monkeypatch.setattr(session, "PACKAGE_DIR", str(tmp_path / "venv/lib/python3/site-packages/kvshare"))
+    monkeypatch.setattr(session, "PACKAGE_DIR",
+                        str(tmp_path / "venv/lib/python3/site-packages/kvshare"))
     monkeypatch.delenv("KVSHARED", raising=False)
     monkeypatch.setenv("PATH", "")
     place.root = tmp_path
