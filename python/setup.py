@@ -19,6 +19,7 @@ import re
 import sys
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 from setuptools.command.sdist import sdist
 
@@ -121,11 +122,10 @@ kvshare_ext = Extension(
     sources=ext_sources(),
     depends=ext_depends(),
     include_dirs=[os.path.join(ROOT, "include"),
-                  os.path.join(ROOT, "include", "uapi"), numpy_include()],
+                  os.path.join(ROOT, "include", "uapi")],
     define_macros=[("_GNU_SOURCE", None),
                    ("KVSHARE_VERSION", '"%s"' % VERSION)],
     extra_compile_args=[
-        "-isystem", cuda_include(LIBKV.get("LIBKV_CUDA_INC", [])),
         "-fvisibility=hidden", "-Wall", "-Wextra",
         "-Werror=implicit-function-declaration",
         "-Wno-unused-parameter", "-Wno-missing-field-initializers",
@@ -136,6 +136,18 @@ kvshare_ext = Extension(
     libraries=[w[2:] for w in LDLIBS if w.startswith("-l")],
     extra_link_args=[w for w in LDLIBS if not w.startswith("-l")],
 )
+
+
+class BuildExt(build_ext):
+    """numpy's headers and cuda.h are looked for only when compiling, so
+    that metadata and an sdist need neither."""
+
+    def build_extensions(self):
+        for ext in self.extensions:
+            ext.include_dirs.append(numpy_include())
+            ext.extra_compile_args[:0] = [
+                "-isystem", cuda_include(LIBKV.get("LIBKV_CUDA_INC", []))]
+        super().build_extensions()
 
 
 class BuildPy(build_py):
@@ -181,6 +193,6 @@ setup(
     include_package_data=False,
     zip_safe=False,
     ext_modules=[kvshare_ext],
-    cmdclass={"build_py": BuildPy, "sdist": Sdist},
+    cmdclass={"build_ext": BuildExt, "build_py": BuildPy, "sdist": Sdist},
     options=OPTIONS,
 )
