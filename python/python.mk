@@ -39,6 +39,11 @@ $(PY_C_OBJS): $(PY_BUILD)/%.o: python/kvshare/%.c
 	$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -Wno-unused-parameter -Wno-missing-field-initializers \
 		$(LIBKV_CFLAGS) $(PY_INCLUDES) $(DEPFLAGS) -c -o $@ $<
 
+# kvshare.__version__ is dist/VERSION, as for kvshare.pc, the DKMS tree and
+# python/setup.py (pip).
+$(PY_BUILD)/module.o: dist/VERSION
+$(PY_BUILD)/module.o: CFLAGS += -DKVSHARE_VERSION='"$(strip $(file <dist/VERSION))"'
+
 # The symbol the interpreter looks up is the only one exported.
 $(PY_EXT): $(PY_C_OBJS) $(LIBKV_PIC)
 	@mkdir -p $(@D)

@@ -30,6 +30,8 @@ set -euo pipefail
 #   systemd udev                        tests/install: systemd-analyze verify, systemd-sysusers, udevadm test
 #   python3-dev python3-numpy           the Python binding (python/): headers, numpy arrays
 #   python3-torch python3-pytest        its demo (kvshare.demo) and its test suite (tests/python)
+#   python3-venv python3-pip            tests/pip: kvshare pip-installed into a venv, offline
+#   python3-setuptools python3-wheel    its build backend (python/pyproject.toml, --no-build-isolation)
 #   gnuplot-nox                         tools/kvserve/scale.sh: the throughput and memory plot (make bench)
 PACKAGES=(
 	build-essential gcc make libc6-dev pkg-config
@@ -39,6 +41,7 @@ PACKAGES=(
 	linux-source-6.1 xz-utils perl coreutils
 	systemd udev
 	python3-dev python3-numpy python3-torch python3-pytest
+	python3-venv python3-pip python3-setuptools python3-wheel
 	gnuplot-nox
 )
 

@@ -21,7 +21,7 @@ both an :class:`Error` and a ``TimeoutError`` (errno ``ETIMEDOUT``).
 """
 from ._kvshare import (ABI_VERSION, MAX_BATCH, NO_PAGE, Arbiter, BlockHasher,
                        CallTimeout, Error, LookupResult, MatchResult, Node,
-                       PoolView, PrefixCache, RadixCache, Request)
+                       PoolView, PrefixCache, RadixCache, Request, __version__)
 from ._kvshare import Pool as _Pool
 
 __all__ = ["ABI_VERSION", "MAX_BATCH", "NO_PAGE", "Arbiter", "BlockHasher",

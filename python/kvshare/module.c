@@ -27,6 +27,11 @@
 #define KVPY_IMPORT_ARRAY	/* import_array() fills numpy's table here */
 #include "kvshare.h"
 
+/* kvshare.__version__: dist/VERSION, which both builds pass (python.mk, setup.py). */
+#ifndef KVSHARE_VERSION
+#error "KVSHARE_VERSION is not defined: build with make or pip, which pass dist/VERSION"
+#endif
+
 static PyMethodDef module_methods[] = {
 	{ "_bench_match_prefix", bench_match_prefix, METH_VARARGS, bench_match_prefix__doc__ },
 	{ "_bench_lookup_put", bench_lookup_put, METH_VARARGS, bench_lookup_put__doc__ },
@@ -93,7 +98,8 @@ PyMODINIT_FUNC PyInit__kvshare(void)
 		goto fail;
 	if (PyModule_AddIntConstant(m, "NO_PAGE", KVS_NO_PAGE) ||
 	    PyModule_AddIntConstant(m, "MAX_BATCH", KVS_MAX_BATCH) ||
-	    PyModule_AddIntConstant(m, "ABI_VERSION", KVS_ABI_VERSION))
+	    PyModule_AddIntConstant(m, "ABI_VERSION", KVS_ABI_VERSION) ||
+	    PyModule_AddStringConstant(m, "__version__", KVSHARE_VERSION))
 		goto fail;
 	return m;
 fail:
