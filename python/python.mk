@@ -39,6 +39,9 @@ $(PY_C_OBJS): $(PY_BUILD)/%.o: python/kvshare/%.c
 	$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -Wno-unused-parameter -Wno-missing-field-initializers \
 		$(LIBKV_CFLAGS) $(PY_INCLUDES) $(DEPFLAGS) -c -o $@ $<
 
+# Device-to-device copies (devcopy.c) call the dlopen'ed driver: cuda.h.
+$(PY_BUILD)/devcopy.o: LIBKV_CFLAGS += -isystem $(LIBKV_CUDA_INC)
+
 # The symbol the interpreter looks up is the only one exported.
 $(PY_EXT): $(PY_C_OBJS) $(LIBKV_PIC)
 	@mkdir -p $(@D)
