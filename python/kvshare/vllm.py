@@ -191,7 +191,7 @@ class KVShareConnector(KVConnectorBase_V1):
             if e.errno != errno.ENOENT or not (create and o["create_pages"]):
                 raise kvshare.Error(e.errno, "kvshare: cannot attach pool %r of uid %s "
                                     "(%s)%s" % (self._pool_name, o["owner"], e,
-                                                "" if create else
+                                                "" if e.errno != errno.ENOENT else
                                                 ": create it, or set create_pages"))
             with kvshare.Arbiter(o["socket"], timeout_ms=o["timeout_ms"]) as arb:
                 try:
