@@ -3,25 +3,30 @@
 
 One pool page holds one engine block across all layers: page p, layer l
 is the pool's ``(2, tokens_per_page, kv_heads, head_dim)`` slab at
-``p * page_bytes + l * layer_bytes``.  The engine's cache is one tensor
-per layer, in vLLM's layouts (research/engine-adapters.md):
+``p * page_bytes + l * layer_bytes``, which has exactly the bytes of one
+engine block of one layer.  The engine's cache is one tensor per layer, in
+vLLM's layouts (research/engine-adapters.md):
 
 * MHA: logical ``(num_blocks, H, block_size, 2*D)``, K in ``[..., :D]``
   and V in ``[..., D:]``; physically NHD ``(num_blocks, block_size, H,
-  2*D)`` or HND ``(num_blocks, H, block_size, 2*D)``.  A block is ``rows
-  = block_size * H`` rows of ``2*D``; the page keeps the K halves of the
-  rows, then the V halves, in the engine's row order (so NHD pages are
-  the pool's own ``(T, H, D)`` order, HND pages are ``(H, T, D)``: the
-  caller salts its keys with the layout, so the two never meet).
+  2*D)`` or HND ``(num_blocks, H, block_size, 2*D)``;
 * MLA: ``(num_blocks, block_size, head_size)``, one latent per token, no
-  K/V split: the block's bytes fill the layer slab of a pool with
-  ``kv_heads=1, head_dim=head_size/2`` exactly, nothing wasted.
+  K/V split: a pool of ``kv_heads=1, head_dim=head_size/2`` has exactly
+  its bytes, nothing wasted.
+
+A block of one layer is contiguous in every layout, so the slab keeps it
+verbatim, in the engine's own order (K and V halves interleaved per row,
+rows token-major for NHD, head-major for HND), not the pool's nominal
+``(2, T, H, D)``: one contiguous copy per block and layer, no
+de-interleaving.  Pages of different layouts therefore differ, and the
+caller salts its keys with the layout so that they never meet.
 
 Host pools are copied by the CPU through torch views of the pool memory
 (``pool.tensor()``, no copy on the pool side; a CUDA engine cache makes
 torch move the bytes between host and device).  GPU pools
 (``pool.is_device``) are copied device to device with ``cuMemcpy2DAsync``
-on a stream (``kvshare._kvshare.cuda_copy2d``), one copy per block half.
+on a stream (``kvshare._kvshare.cuda_copy2d``), one copy per block and
+layer.
 """
 import torch
 
@@ -94,8 +99,7 @@ class EngineLayout:
         # with one head the two are the same bytes.
         layout = "HND" if heads > 1 and t.stride(1) > t.stride(2) else "NHD"
         # (num_blocks, rows, 2, D) -> (num_blocks, 2, rows, D): K rows, V rows.
-        self.blocks.append(phys.reshape(t.shape[0], heads * block_size, 2, dim)
-                           .transpose(1, 2))
+        self.blocks.append(phys.reshape(t.shape[0], -1))
         return (layout, t.shape[0], heads, dim, dtype, t.element_size())
 
     def describe(self):
@@ -146,59 +150,48 @@ class BlockCopier:
             shape = (pool.n_pages, eng.layers, -1)
             self.pages = pool.tensor().view(shape[0], shape[1], -1)
 
-    def _page_view(self, page, layer):
-        v = self.pages[page, layer]
-        return v if self.eng.layout == "MLA" else v.view(
-            2, self.eng.block_size * self.eng.kv_heads, self.eng.head_dim)
-
     def load(self, layer, pairs):
         """Pool pages -> engine blocks."""
         if self.device:
             return self._dev(layer, pairs, to_engine=True)
-        blocks = self.eng.blocks[layer]
+        blocks, pages = self.eng.blocks[layer], self.pages[:, layer]
+        first = pairs[0][0] if pairs else 0
+        if [b for b, _ in pairs] == list(range(first, first + len(pairs))):
+            # Consecutive blocks (the usual case): one gather, measured as
+            # fast as a memcpy of the same bytes.
+            idx = torch.tensor([p for _, p in pairs], dtype=torch.int64)
+            torch.index_select(pages, 0, idx, out=blocks[first:first + len(pairs)])
+            return
         for block, page in pairs:
-            blocks[block].copy_(self._page_view(page, layer))
+            blocks[block].copy_(pages[page])
 
     def save(self, layer, pairs):
-        """Engine blocks -> pool pages."""
+        """Engine blocks -> pool pages (a loop: index_copy_ into the
+        strided page view measured 2-3x slower)."""
         if self.device:
             return self._dev(layer, pairs, to_engine=False)
-        blocks = self.eng.blocks[layer]
+        blocks, pages = self.eng.blocks[layer], self.pages[:, layer]
         for block, page in pairs:
-            self._page_view(page, layer).copy_(blocks[block])
+            pages[page].copy_(blocks[block])
 
     def _dev(self, layer, pairs, to_engine):
         eng = self.eng
         t = eng.blocks[layer]
-        isz = eng.itemsize
-        block_bytes = t.stride(0) * isz
+        block_bytes = t.stride(0) * eng.itemsize
         slab0 = self._base + layer * self._layer_bytes
-        if eng.layout == "MLA":
-            width = block_bytes
-            epitch = ppitch = width
-            height = 1
-            halves = ((0, 0),)
-        else:
-            rows = eng.block_size * eng.kv_heads
-            width = eng.head_dim * isz
-            epitch, ppitch, height = 2 * width, width, rows
-            halves = ((0, 0), (width, rows * width))     # (engine, page) offsets
         eng_addrs, page_addrs = [], []
         base = t.data_ptr()
         for block, page in pairs:
-            e = base + block * block_bytes
-            p = slab0 + page * self._page_bytes
-            for eo, po in halves:
-                eng_addrs.append(e + eo)
-                page_addrs.append(p + po)
+            eng_addrs.append(base + block * block_bytes)
+            page_addrs.append(slab0 + page * self._page_bytes)
         if not eng_addrs:
             return
         if to_engine:
-            _kvshare.cuda_copy2d(eng_addrs, page_addrs, epitch, ppitch, width, height,
-                                 self._stream, self._ordinal)
+            _kvshare.cuda_copy2d(eng_addrs, page_addrs, block_bytes, block_bytes,
+                                 block_bytes, 1, self._stream, self._ordinal)
         else:
-            _kvshare.cuda_copy2d(page_addrs, eng_addrs, ppitch, epitch, width, height,
-                                 self._stream, self._ordinal)
+            _kvshare.cuda_copy2d(page_addrs, eng_addrs, block_bytes, block_bytes,
+                                 block_bytes, 1, self._stream, self._ordinal)
 
     def sync(self):
         """Wait for the enqueued device copies (no-op for host pools)."""
