@@ -212,6 +212,22 @@ def test_chunked_prefill_and_preemption(daemon, mkpool, arbiter):
     assert arbiter.stats(name)["n_held"] == 0
 
 
+def test_page_missing_a_layer_is_never_published(daemon, mkpool, arbiter):
+    """A step whose save_kv_layer did not come for every layer publishes
+    nothing and gives its pages back: only complete pages become visible."""
+    name = mkpool(**geometry("NHD"))
+    eng = Engine(daemon.socket, name, "NHD")
+    real = eng.worker.save_kv_layer
+    eng.worker.save_kv_layer = lambda n, *a, **k: None if n == eng.names[1] else real(
+        n, *a, **k)
+    serve(eng, prompts(60, n=1))
+    st = arbiter.stats(name)
+    assert eng.worker.stats["saved_blocks"] == 0
+    assert st["publishes"] == 0 and st["n_cached"] == 0 and st["n_owned"] == 0, st
+    assert st["allocs"] > 0, "no save was even attempted"
+    eng.close()
+
+
 def evict_all(socket, name):
     """Another handle ALLOCs the whole pool, which evicts every cached page,
     then gives the pages back FREE."""
