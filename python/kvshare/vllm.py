@@ -290,8 +290,6 @@ class KVShareConnector(KVConnectorBase_V1):
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         st = self._reqs.get(request.request_id)
         if st is None:
-            if self._pool is None and not num_external_tokens:
-                return
             keys = self._request_keys(request)
             if keys is None:
                 return
@@ -430,6 +428,8 @@ class KVShareConnector(KVConnectorBase_V1):
         if step["saves"] is None:
             step["saves"] = self._prepare_saves()
         layer = self._layers.get(layer_name)
+        if self._pool is None:          # failed this step: the arbiter took them back
+            step["saves"] = []
         if layer is None or not step["saves"]:
             return
         try:
