@@ -28,7 +28,7 @@ GEO = "layers=3,kv_heads=2,head_dim=8,tokens_per_page=4,dtype=bf16,mode=0600,mem
 POOLS = ["vgpu:pages=128," + GEO, "veng:pages=512," + GEO]
 
 CHILD = textwrap.dedent(r'''
-    import ctypes, errno, sys
+    import ctypes, errno, json, sys
     import torch
     import kvshare
     from kvshare import _kvshare
@@ -127,10 +127,50 @@ CHILD = textwrap.dedent(r'''
                                y.outputs[len(y.prompt_token_ids) - 1]), layout
         for eng, _ in runs:
             eng.close()
+        if layout == "NHD":
+            with open(sys.argv[2], "w") as f:
+                json.dump([x.outputs[len(x.prompt_token_ids) - 1].tolist() for x in ra], f)
     st = kvshare.Arbiter(sock).stats("vgpu", check=True)
     assert st["n_held"] == 0, st
     del raw
     print("ok: device copies and GPU-pool sharing checked")
+''')
+
+
+# A third engine process whose first device copy fails (the stand-in's
+# KVS_CUDASTUB_FAIL): the blocks of that step are reported, recomputed, and
+# the outputs are still those of the first run; nothing reaches the engine.
+FAIL_CHILD = textwrap.dedent(r'''
+    import ctypes, json, sys
+    import torch
+    import kvshare
+    from vllm_engine import Engine, Request
+
+    sock, ref = sys.argv[1], json.load(open(sys.argv[2]))
+    engmem = kvshare.Pool("veng", sock)
+    raw = torch.frombuffer((ctypes.c_char * (engmem.n_pages * engmem.page_bytes))
+                           .from_address(engmem.address), dtype=torch.uint8)
+    nb, per = 48, 48 * 4 * 2 * 16 * 2
+    kv = []
+    for l in range(3):
+        t = raw[65536 + l * per:65536 + (l + 1) * per].view(torch.bfloat16)
+        t.fill_(float("nan"))
+        kv.append(t.view(nb, 4, 2, 16).permute(0, 2, 1, 3))
+    g = torch.Generator().manual_seed(3)
+    sys_p = torch.randint(0, 97, (18,), generator=g).tolist()
+    ps = [sys_p + torch.randint(0, 97, (k,), generator=g).tolist() for k in (13, 31)]
+    eng = Engine(sock, "vgpu", "NHD", kv_caches=kv)
+    reqs = [Request("f%d" % j, p) for j, p in enumerate(ps)]
+    for r in reqs:
+        eng.add(r)
+    eng.run(24)
+    st = eng.worker.stats
+    assert st["load_errors"] > 0 and st["failures"] >= 1, st
+    for r, out in zip(reqs, ref):
+        assert torch.equal(r.outputs[len(r.prompt_token_ids) - 1], torch.tensor(out))
+    eng.close()
+    del raw, kv
+    print("ok: a failed device copy was recomputed")
 ''')
 
 
@@ -150,12 +190,21 @@ def cuda_daemon(monkeypatch):
     assert st == 0, "kvshared exited with status %s" % st
 
 
-def test_vllm_connector_on_gpu_pools(cuda_daemon):
-    env = os.environ.copy()
-    env["PYTHONPATH"] = HERE + os.pathsep + env.get("PYTHONPATH", "")
-    r = subprocess.run([sys.executable, "-c", CHILD, cuda_daemon.socket],
+def run_child(script, env, *args):
+    r = subprocess.run([sys.executable, "-c", script] + list(args),
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                        timeout=120, cwd=HERE)
     out = r.stdout.decode(errors="replace")
     assert r.returncode == 0, out[-4000:]
+    return out
+
+
+def test_vllm_connector_on_gpu_pools(cuda_daemon, tmp_path):
+    env = os.environ.copy()
+    env["PYTHONPATH"] = HERE + os.pathsep + env.get("PYTHONPATH", "")
+    ref = str(tmp_path / "outputs.json")
+    out = run_child(CHILD, env, cuda_daemon.socket, ref)
     assert "ok: device copies and GPU-pool sharing checked" in out, out[-4000:]
+    env["KVS_CUDASTUB_FAIL"] = "cuMemcpy2DAsync:1"
+    out = run_child(FAIL_CHILD, env, cuda_daemon.socket, ref)
+    assert "ok: a failed device copy was recomputed" in out, out[-4000:]
