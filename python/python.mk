@@ -44,6 +44,9 @@ $(PY_C_OBJS): $(PY_BUILD)/%.o: python/kvshare/%.c
 $(PY_BUILD)/module.o: dist/VERSION
 $(PY_BUILD)/module.o: CFLAGS += -DKVSHARE_VERSION='"$(strip $(file <dist/VERSION))"'
 
+# Device-to-device copies (devcopy.c) call the dlopen'ed driver: cuda.h.
+$(PY_BUILD)/devcopy.o: LIBKV_CFLAGS += -isystem $(LIBKV_CUDA_INC)
+
 # The symbol the interpreter looks up is the only one exported.
 $(PY_EXT): $(PY_C_OBJS) $(LIBKV_PIC)
 	@mkdir -p $(@D)

@@ -118,4 +118,10 @@ PyObject *bench_lookup_put(PyObject *mod, PyObject *args);
 extern const char bench_match_prefix__doc__[];
 extern const char bench_lookup_put__doc__[];
 
+/* devcopy.c: device-to-device copies on a stream (engine glue) */
+PyObject *cuda_copy2d(PyObject *mod, PyObject *args, PyObject *kw);
+PyObject *cuda_synchronize(PyObject *mod, PyObject *args, PyObject *kw);
+extern const char cuda_copy2d__doc__[];
+extern const char cuda_synchronize__doc__[];
+
 #endif /* KVPY_KVSHARE_H */

@@ -35,6 +35,10 @@
 static PyMethodDef module_methods[] = {
 	{ "_bench_match_prefix", bench_match_prefix, METH_VARARGS, bench_match_prefix__doc__ },
 	{ "_bench_lookup_put", bench_lookup_put, METH_VARARGS, bench_lookup_put__doc__ },
+	{ "cuda_copy2d", (PyCFunction)(void (*)(void))cuda_copy2d,
+	  METH_VARARGS | METH_KEYWORDS, cuda_copy2d__doc__ },
+	{ "cuda_synchronize", (PyCFunction)(void (*)(void))cuda_synchronize,
+	  METH_VARARGS | METH_KEYWORDS, cuda_synchronize__doc__ },
 	{ NULL }
 };
 

@@ -13,7 +13,9 @@
  * primary contexts, the virtual memory management group (cuMemCreate,
  * export and import of POSIX-fd handles, address reservation, map, access,
  * unmap, release) and the synchronous copies the tests check contents with
- * (cuMemcpyHtoD, cuMemcpyDtoH), over memfd and mmap:
+ * (cuMemcpyHtoD, cuMemcpyDtoH), streams (cuStreamCreate, cuStreamDestroy,
+ * cuStreamSynchronize) and the device-to-device cuMemcpy2DAsync that
+ * python/kvshare/devcopy.c issues, over memfd and mmap:
  *
  *   - an allocation is a memfd named "kvshare-cudastub:<device>", sealed
  *     against resizing (a device allocation never changes size; the
@@ -25,6 +27,8 @@
  *     memfd there (MAP_SHARED | MAP_FIXED) still PROT_NONE, and
  *     cuMemSetAccess gives it PROT_READ or PROT_READ|PROT_WRITE, so that a
  *     caller that forgets to set access faults as it would on the device;
+ *   - a stream is a token; work "enqueued" on it is done at once, so
+ *     cuStreamSynchronize only checks the stream is known;
  *   - "device" pointers are host addresses: host code can read them, which
  *     the real driver never allows (the tests use this to check contents).
  *
@@ -146,6 +150,7 @@ enum {
 	S_INIT, S_DEVCOUNT, S_DEVGET, S_ATTR, S_CTXRETAIN, S_CTXRELEASE, S_CTXSET,
 	S_CTXGET, S_GRAN, S_CREATE, S_EXPORT, S_IMPORT, S_PROPS, S_RESERVE,
 	S_FREE, S_MAP, S_UNMAP, S_ACCESS, S_RELEASE, S_HTOD, S_DTOH,
+	S_STREAMCREATE, S_STREAMDESTROY, S_STREAMSYNC, S_COPY2D,
 };
 
 /* Every entry point: lock, injected failure, initialised. */
@@ -793,6 +798,119 @@ STUB_EXPORT CUresult CUDAAPI cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
 	if (!dst || !accessible(src, n, PROT_READ))
 		LEAVE(CUDA_ERROR_INVALID_VALUE);
 	memcpy(dst, (const void *)src, n);
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+/* ---- streams and asynchronous copies ---- */
+
+static CUstream *streams;		/* live streams of cuStreamCreate */
+static size_t n_streams, cap_streams;
+
+/* Whether @s names a stream: the legacy or per-thread default, or a live one. */
+static int stream_ok(CUstream s)
+{
+	size_t i;
+
+	if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
+		return 1;
+	for (i = 0; i < n_streams; i++)
+		if (streams[i] == s)
+			return 1;
+	return 0;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuStreamCreate(CUstream *ph, unsigned int flags)
+{
+	CUstream s;
+
+	ENTER(cuStreamCreate, S_STREAMCREATE);
+	if (!cur_ctx)
+		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+	if (!ph || (flags & ~CU_STREAM_NON_BLOCKING))
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	if (grow((void **)&streams, &cap_streams, n_streams + 1, sizeof(*streams)))
+		LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+	s = malloc(1);			/* a unique address, never dereferenced */
+	if (!s)
+		LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+	streams[n_streams++] = s;
+	*ph = s;
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuStreamDestroy(CUstream s)
+{
+	size_t i;
+
+	ENTER(cuStreamDestroy, S_STREAMDESTROY);
+	for (i = 0; i < n_streams; i++)
+		if (streams[i] == s) {
+			free(s);
+			streams[i] = streams[--n_streams];
+			LEAVE(CUDA_SUCCESS);
+		}
+	LEAVE(CUDA_ERROR_INVALID_HANDLE);
+	EXIT;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream s)
+{
+	ENTER(cuStreamSynchronize, S_STREAMSYNC);
+	if (!cur_ctx)
+		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+	if (!stream_ok(s))
+		LEAVE(CUDA_ERROR_INVALID_HANDLE);
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+/* Whether each of @height rows of @width bytes, @pitch apart from @p, is mapped. */
+static int rows_ok(uintptr_t p, size_t pitch, size_t width, size_t height, int prot)
+{
+	size_t i;
+
+	for (i = 0; i < height; i++) {
+		if (i && __builtin_add_overflow(p, pitch, &p))
+			return 0;
+		if (!accessible(p, width, prot))
+			return 0;
+	}
+	return 1;
+}
+
+/*
+ * Device to device only (what kvshare issues): host or array operands are
+ * refused with CUDA_ERROR_INVALID_VALUE, which the real driver would
+ * accept; it checks the pitches against the width, as the driver does, and
+ * every row of both boxes against the mappings and their access.
+ */
+STUB_EXPORT CUresult CUDAAPI cuMemcpy2DAsync(const CUDA_MEMCPY2D *c, CUstream s)
+{
+	uintptr_t src, dst;
+	size_t i;
+
+	ENTER(cuMemcpy2DAsync, S_COPY2D);
+	if (!cur_ctx)
+		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+	if (!stream_ok(s))
+		LEAVE(CUDA_ERROR_INVALID_HANDLE);
+	if (!c || c->srcMemoryType != CU_MEMORYTYPE_DEVICE ||
+	    c->dstMemoryType != CU_MEMORYTYPE_DEVICE || !c->WidthInBytes || !c->Height ||
+	    c->srcPitch < c->WidthInBytes + c->srcXInBytes ||
+	    c->dstPitch < c->WidthInBytes + c->dstXInBytes)
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	if (c->srcY || c->dstY)		/* kvshare never offsets by rows */
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	src = c->srcDevice + c->srcXInBytes;
+	dst = c->dstDevice + c->dstXInBytes;
+	if (!rows_ok(src, c->srcPitch, c->WidthInBytes, c->Height, PROT_READ) ||
+	    !rows_ok(dst, c->dstPitch, c->WidthInBytes, c->Height, PROT_WRITE))
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	for (i = 0; i < c->Height; i++)
+		memmove((void *)(dst + i * c->dstPitch), (const void *)(src + i * c->srcPitch),
+			c->WidthInBytes);
 	LEAVE(CUDA_SUCCESS);
 	EXIT;
 }

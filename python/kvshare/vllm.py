@@ -1,0 +1,544 @@
+# SPDX-License-Identifier: MIT
+"""kvshare as a vLLM v1 KV connector: the prompt prefixes one vLLM process
+computed are loaded, not recomputed, by every other vLLM process of the
+same model on the host.
+
+    vllm serve MODEL --kv-transfer-config '{"kv_connector": "KVShareConnector",
+        "kv_role": "kv_both", "kv_connector_module_path": "kvshare.vllm",
+        "kv_load_failure_policy": "recompute",
+        "kv_connector_extra_config": {"pool": "llama8b", "create_pages": 4096}}'
+
+One kvshare pool page is one vLLM block across all layers (the pool's
+geometry must be the engine's; see docs/engines.md).  Scheduler side
+(EngineCore): page keys are chained SHA-256 of the prompt's full blocks,
+salted with the model, the layout, the dtype and the block geometry (vLLM's
+own block hashes differ between processes), plus a request's LoRA and
+cache_salt; a LOOKUP counts the blocks present beyond vLLM's local hit and
+gives its references back at once.  Worker side: the loads planned by the
+scheduler are looked up again (a page may have gone since), copied in layer
+by layer, and every block the worker could not load is reported through
+get_block_ids_with_load_errors(), so vLLM recomputes it.  Prompt blocks the
+step completed are copied into freshly allocated pages layer by layer and
+PUBLISHed in wait_for_save(), once every layer's bytes are in.  A kvshared
+that stops answering (call deadline) or a pool error never reaches the
+engine: the connector serves without sharing, recomputing, and reopens the
+pool after retry_s.
+"""
+import errno
+import logging
+import os
+import time
+
+import numpy
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole)
+
+import kvshare
+from kvshare.blockcopy import BlockCopier, EngineLayout, check_fits
+
+__all__ = ["KVShareConnector", "KVShareConnectorMetadata"]
+
+logger = logging.getLogger("vllm.kvshare")
+
+KEY_BYTES = 32
+OPTIONS = {
+    # key: (default, type check, meaning)
+    "pool": ("vllm-kv", str, "pool name (.tpR/.ppR appended with TP/PP > 1)"),
+    "socket": (None, str, "kvshared socket (default: libkv's choice)"),
+    "owner": (None, (int, str), "the pool owner's uid or name (default: ours)"),
+    "create_pages": (0, int, "create the pool with this many pages, if missing"),
+    "create_mode": (0o600, int, "the created pool's mode"),
+    "timeout_ms": (1000, int, "deadline of every call to kvshared"),
+    "retry_s": (5.0, (int, float), "wait before reopening after a failure"),
+    "kv_layout": (None, str, "NHD or HND: required of vLLM, salted into keys"),
+    "namespace": ("", str, "extra salt: keeps tenants of one model apart"),
+}
+
+
+def _options(kv_transfer_config):
+    extra = dict(kv_transfer_config.kv_connector_extra_config or {})
+    unknown = sorted(set(extra) - set(OPTIONS))
+    if unknown:
+        raise ValueError("kvshare: unknown kv_connector_extra_config keys %s (known: "
+                         "%s)" % (unknown, ", ".join(sorted(OPTIONS))))
+    opts = {}
+    for k, (default, types, _) in OPTIONS.items():
+        v = extra.get(k, default)
+        if v is not None and (not isinstance(v, types) or isinstance(v, bool)):
+            raise ValueError("kvshare: kv_connector_extra_config %r is %r, not %s"
+                             % (k, v, types))
+        opts[k] = v
+    if opts["kv_layout"] not in (None, "NHD", "HND"):
+        raise ValueError("kvshare: kv_layout is %r, not NHD or HND" % opts["kv_layout"])
+    if opts["create_pages"] < 0 or not 0 <= opts["timeout_ms"] <= 86400000 \
+            or opts["retry_s"] < 0:
+        raise ValueError("kvshare: create_pages, timeout_ms and retry_s must be >= 0 "
+                         "(timeout_ms at most 86400000)")
+    if opts["owner"] is None:
+        opts["owner"] = os.getuid()       # never attach to someone else's pool
+    return opts
+
+
+def _layout(vllm_config, opts):
+    """The KV layout the workers use: MLA, the one configured, or vLLM's."""
+    model = getattr(vllm_config, "model_config", None)
+    if getattr(model, "use_mla", False):
+        return "MLA"
+    if opts["kv_layout"]:
+        return opts["kv_layout"]
+    try:
+        from vllm.v1.attention.backends.utils import get_kv_cache_layout
+        return get_kv_cache_layout()
+    except Exception:       # noqa: BLE001 -- any failure: the default, which
+        return "NHD"        # register_kv_caches checks against the caches
+
+
+def _ranks(vllm_config, role):
+    """(tp_rank, tp_size, pp_rank, pp_size) of this process (the scheduler
+    speaks for rank 0)."""
+    par = getattr(vllm_config, "parallel_config", None)
+    tp = getattr(par, "tensor_parallel_size", 1) or 1
+    pp = getattr(par, "pipeline_parallel_size", 1) or 1
+    if role != KVConnectorRole.WORKER or (tp == 1 and pp == 1):
+        return 0, tp, 0, pp
+    from vllm.distributed.parallel_state import (get_pp_group,
+                                                 get_tensor_model_parallel_rank)
+    return get_tensor_model_parallel_rank(), tp, get_pp_group().rank_in_group, pp
+
+
+class KVShareConnectorMetadata(KVConnectorMetadata):
+    """What the scheduler tells the workers for one step: plain data (it is
+    pickled to them).  reqs: one dict per request with a transfer,
+    ``req_id``, ``block_ids`` (blocks 0..n-1 of the request), ``keys``
+    (their 32-byte keys, concatenated), ``load`` and ``save``: [start, end)
+    block ranges."""
+
+    def __init__(self, reqs=None):
+        self.reqs = reqs or []
+
+
+class _ReqState:
+    __slots__ = ("keys", "n_blocks", "block_ids", "load_tokens")
+
+    def __init__(self, keys):
+        self.keys = keys
+        self.n_blocks = len(keys) // KEY_BYTES
+        self.block_ids = []
+        self.load_tokens = 0
+
+
+class KVShareConnector(KVConnectorBase_V1):
+    """vLLM v1 KV connector over a kvshare pool; both roles (see module doc)."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config=vllm_config, role=role,
+                         kv_cache_config=kv_cache_config)
+        self._opts = _options(self._kv_transfer_config)
+        self._block_size = vllm_config.cache_config.block_size
+        self._layout = _layout(vllm_config, self._opts)
+        tp_rank, tp, pp_rank, pp = _ranks(vllm_config, role)
+        name = self._opts["pool"]
+        name += ".tp%d" % tp_rank if tp > 1 else ""
+        name += ".pp%d" % pp_rank if pp > 1 else ""
+        self._pool_name = name
+        model = getattr(vllm_config, "model_config", None)
+        self._model = str(getattr(model, "model", "") or "")
+        self._pool = None
+        self._retry_at = 0.0
+        self._copier = None
+        self._layers = {}
+        self.stats = dict(lookups=0, hit_tokens=0, loaded_blocks=0, load_errors=0,
+                          saved_blocks=0, dup_blocks=0, failures=0)
+        policy = getattr(self._kv_transfer_config, "kv_load_failure_policy", "recompute")
+        if policy != "recompute":
+            logger.warning("kvshare: kv_load_failure_policy is %r: a page evicted "
+                           "between lookup and load fails its request; set "
+                           "\"recompute\" to recompute it instead", policy)
+        # Workers open the pool (and create it) at register_kv_caches, when
+        # the engine's geometry is known; the scheduler now.
+        self._reqs = {}
+        self._step = None
+        self._errors = set()
+        if role == KVConnectorRole.SCHEDULER:
+            self._pool = self._open(create=False)
+            if self._pool.tokens_per_page != self._block_size:
+                raise ValueError(
+                    "kvshare pool %r has %d tokens a page, but vLLM's block_size is %d"
+                    % (name, self._pool.tokens_per_page, self._block_size))
+            self._hasher = kvshare.BlockHasher(self._block_size, self._salt())
+
+    @classmethod
+    def get_required_kvcache_layout(cls, vllm_config):
+        kvt = vllm_config.kv_transfer_config
+        return (kvt.kv_connector_extra_config or {}).get("kv_layout")
+
+    # ---- the pool ----
+
+    def _salt(self):
+        p = self._pool
+        return ("kvshare.vllm/1|model=%s|namespace=%s|layout=%s|layers=%d|kv_heads=%d|"
+                "head_dim=%d|block=%d|dtype=%s" % (
+                    self._model, self._opts["namespace"], self._layout, p.n_layers,
+                    p.n_kv_heads, p.head_dim, p.tokens_per_page, p.dtype))
+
+    def _open(self, create, eng=None):
+        o = self._opts
+        try:
+            pool = kvshare.Pool(self._pool_name, o["socket"], owner=o["owner"],
+                                timeout_ms=o["timeout_ms"])
+        except kvshare.Error as e:
+            if e.errno != errno.ENOENT or not (create and o["create_pages"]):
+                raise kvshare.Error(e.errno, "kvshare: cannot attach pool %r of uid %s "
+                                    "(%s)%s" % (self._pool_name, o["owner"], e,
+                                                "" if e.errno != errno.ENOENT else
+                                                ": create it, or set create_pages"))
+            with kvshare.Arbiter(o["socket"], timeout_ms=o["timeout_ms"]) as arb:
+                try:
+                    arb.create_pool(self._pool_name, pages=o["create_pages"],
+                                    layers=eng.layers, kv_heads=eng.kv_heads,
+                                    head_dim=eng.head_dim,
+                                    tokens_per_page=eng.block_size, dtype=eng.dtype,
+                                    mode=o["create_mode"])
+                except kvshare.Error as ce:
+                    if ce.errno != errno.EEXIST:    # another worker won the race
+                        raise
+            pool = kvshare.Pool(self._pool_name, o["socket"], owner=o["owner"],
+                                timeout_ms=o["timeout_ms"])
+        if isinstance(o["owner"], int) and pool.owner != o["owner"]:
+            pool.close()
+            raise kvshare.Error(errno.EACCES, "kvshare: pool %r is owned by uid %d, not "
+                                "%s" % (self._pool_name, pool.owner, o["owner"]))
+        return pool
+
+    def _get(self):
+        """The pool, reopened after a failure once retry_s passed; or None."""
+        if self._pool is None and time.monotonic() >= self._retry_at:
+            try:
+                self._pool = self._open(create=False)
+                if self._copier is not None:
+                    check_fits(self._pool, self._copier.eng, self._pool_name)
+                    self._copier = BlockCopier(self._pool, self._copier.eng)
+                logger.info("kvshare: pool %r is back", self._pool_name)
+            except (kvshare.Error, ValueError) as e:
+                self._failed(e)
+        return self._pool
+
+    def _failed(self, e):
+        """Serve without sharing for retry_s: close the handle (the arbiter
+        then drops everything it held), recompute meanwhile."""
+        self.stats["failures"] += 1
+        logger.warning("kvshare: pool %r failed (%s); recomputing without it for "
+                       "%.1f s", self._pool_name, e, self._opts["retry_s"])
+        self._retry_at = time.monotonic() + self._opts["retry_s"]
+        if self._copier is not None:
+            self._copier.release()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                pool.close()
+            except (BufferError, kvshare.Error):
+                pass                  # the handle is broken: dropping it is enough
+
+    # ---- scheduler side ----
+
+    def _request_keys(self, request):
+        """The request's prompt block keys as bytes, or None when it must
+        not be shared (multimodal inputs or prompt embeddings: their KV
+        depends on more than the token ids)."""
+        prompt = request.prompt_token_ids
+        if (prompt is None or getattr(request, "mm_features", None)
+                or getattr(request, "prompt_embeds", None) is not None):
+            return None
+        extra = []
+        lora = getattr(request, "lora_request", None)
+        if lora is not None:
+            extra.append("lora=%s" % getattr(lora, "lora_name", lora))
+        if getattr(request, "cache_salt", None):
+            extra.append("cache_salt=%s" % request.cache_salt)
+        n = min(len(prompt) // self._block_size, kvshare.MAX_BATCH)
+        if not n:
+            return b""
+        keys = self._hasher.hash(prompt[:n * self._block_size], extra=tuple(extra))
+        return keys.tobytes()
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        """Tokens loadable beyond the local hit (always leaving the last
+        prompt token to compute); no state changes: the LOOKUP's references
+        are given back at once."""
+        pool = self._get()
+        keys = self._request_keys(request) if pool is not None else None
+        if not keys:
+            return 0, False
+        n = min((len(request.prompt_token_ids) - 1) // self._block_size,
+                len(keys) // KEY_BYTES)
+        if n * self._block_size <= num_computed_tokens:
+            return 0, False
+        try:
+            hits = pool.lookup(numpy.frombuffer(keys[:n * KEY_BYTES], numpy.uint64)
+                               .reshape(n, 4))
+            if len(hits):
+                pool.put(hits)
+        except kvshare.Error as e:
+            self._failed(e)
+            return 0, False
+        self.stats["lookups"] += 1
+        ext = max(0, len(hits) * self._block_size - num_computed_tokens)
+        self.stats["hit_tokens"] += ext
+        return ext, False
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens):
+        st = self._reqs.get(request.request_id)
+        if st is None:
+            keys = self._request_keys(request)
+            if keys is None:
+                return
+            st = self._reqs[request.request_id] = _ReqState(keys)
+        st.load_tokens = num_external_tokens
+
+    def build_connector_meta(self, scheduler_output):
+        reqs = []
+        sched = scheduler_output.num_scheduled_tokens
+        for nr in scheduler_output.scheduled_new_reqs:
+            st = self._reqs.get(nr.req_id)
+            if st is not None:
+                st.block_ids = list(nr.block_ids[0]) if nr.block_ids else []
+                self._plan(reqs, nr.req_id, st, nr.num_computed_tokens,
+                           sched.get(nr.req_id, 0))
+        cached = scheduler_output.scheduled_cached_reqs
+        for i, req_id in enumerate(cached.req_ids):
+            st = self._reqs.get(req_id)
+            if st is None:
+                continue
+            new = cached.new_block_ids[i]
+            if req_id in cached.resumed_req_ids:
+                st.block_ids = list(new[0]) if new else []
+            elif new:
+                st.block_ids.extend(new[0])
+            self._plan(reqs, req_id, st, cached.num_computed_tokens[i],
+                       sched.get(req_id, 0))
+        return KVShareConnectorMetadata(reqs)
+
+    def _plan(self, reqs, req_id, st, computed, scheduled):
+        bs = self._block_size
+        load = [0, 0]
+        if st.load_tokens:
+            load = [(computed - st.load_tokens) // bs, computed // bs]
+            st.load_tokens = 0
+        # The prompt blocks this step completes.
+        save = [computed // bs, min(st.n_blocks, (computed + scheduled) // bs)]
+        end = min(max(load[1], save[1]), len(st.block_ids))
+        load[1] = min(load[1], end)
+        save[1] = min(save[1], end)
+        if load[0] < load[1] or save[0] < save[1]:
+            reqs.append(dict(req_id=req_id, block_ids=st.block_ids[:end],
+                             keys=st.keys[:end * KEY_BYTES], load=load, save=save))
+
+    def update_connector_output(self, connector_output):
+        bad = getattr(connector_output, "invalid_block_ids", None)
+        if bad:
+            self.stats["load_errors"] += len(bad)
+
+    def request_finished(self, request, block_ids):
+        # Saves are done by the end of each step: vLLM may free the blocks.
+        self._reqs.pop(request.request_id, None)
+        return False, None
+
+    # ---- worker side ----
+
+    def register_kv_caches(self, kv_caches):
+        names = list(kv_caches)
+        eng = EngineLayout([(n, kv_caches[n]) for n in names], self._block_size,
+                           self._layout == "MLA")
+        if eng.layout != self._layout:
+            raise ValueError(
+                "kvshare: vLLM's KV caches are %s but the connector keys pages as %s "
+                "(set kv_connector_extra_config kv_layout to %s)"
+                % (eng.layout, self._layout, eng.layout))
+        pool = self._open(create=True, eng=eng)
+        try:
+            check_fits(pool, eng, self._pool_name)
+        except ValueError:
+            pool.close()
+            raise
+        self._pool = pool
+        self._layers = {n: i for i, n in enumerate(names)}
+        self._copier = BlockCopier(pool, eng)
+
+    def _keys(self, r, start, end):
+        return numpy.frombuffer(r["keys"], numpy.uint64).reshape(-1, 4)[start:end]
+
+    def start_load_kv(self, forward_context, **kwargs):
+        meta = self._get_connector_metadata()
+        step = self._step = dict(loads=[], refs=[], left=set(), saves=None,
+                                 saved=set(), failed=set())
+        pool = self._get() if self._copier is not None else None
+        for r in meta.reqs:
+            s, e = r["load"]
+            if s >= e:
+                continue
+            blocks = r["block_ids"][s:e]
+            hits = ()
+            if pool is not None:
+                try:
+                    hits = pool.lookup(self._keys(r, s, e))
+                except kvshare.Error as exc:
+                    self._fail_loads(exc)
+                    pool = None
+            if len(hits):
+                step["refs"].append(hits)
+                step["loads"].append(list(zip(blocks, hits.tolist())))
+            if len(hits) < len(blocks):
+                self._errors.update(blocks[len(hits):])
+                step["failed"].add(r["req_id"])
+        if step["loads"]:
+            step["left"] = set(range(len(self._layers)))
+
+    def _fail_loads(self, exc):
+        """Every load of the step failed: report its blocks, drop its pages."""
+        step = self._step
+        for pairs in step["loads"]:
+            self._errors.update(b for b, _ in pairs)
+        for r in self._get_connector_metadata().reqs:
+            s, e = r["load"]
+            if s < e:
+                self._errors.update(r["block_ids"][s:e])
+                step["failed"].add(r["req_id"])
+        step["loads"], step["refs"], step["left"] = [], [], set()
+        self._failed(exc)
+
+    def _load_layer(self, layer):
+        self._step["left"].discard(layer)
+        try:
+            for pairs in self._step["loads"]:
+                self._copier.load(layer, pairs)
+        except (kvshare.Error, OSError, RuntimeError) as exc:
+            self._fail_loads(exc)
+
+    def wait_for_layer_load(self, layer_name):
+        step = self._step
+        layer = self._layers.get(layer_name)
+        if step is not None and layer in step["left"]:
+            self._load_layer(layer)
+
+    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
+        step = self._step
+        if step is None or not self.has_connector_metadata():
+            return
+        if step["saves"] is None:
+            step["saves"] = self._prepare_saves()
+        layer = self._layers.get(layer_name)
+        if self._pool is None:          # failed this step: the arbiter took them back
+            step["saves"] = []
+        if layer is None or not step["saves"]:
+            return
+        try:
+            for op in step["saves"]:
+                self._copier.save(layer, op["pairs"])
+            step["saved"].add(layer)
+        except (kvshare.Error, OSError, RuntimeError) as exc:
+            logger.warning("kvshare: saving layer %s failed (%s): this step's "
+                           "blocks are not shared", layer_name, exc)
+            self._drop_saves()
+
+    def _prepare_saves(self):
+        """For each request whose prompt blocks this step completes: the
+        blocks missing from the pool (from the first missing one: earlier
+        blocks the pool lost are saved again), fresh pages for them, and
+        the reference to the last present block, their parent."""
+        pool = self._get() if self._copier is not None else None
+        ops = []
+        for r in self._get_connector_metadata().reqs:
+            s, e = r["save"]
+            if pool is None or s >= e or r["req_id"] in self._step["failed"]:
+                continue
+            keys = self._keys(r, 0, e)
+            try:
+                hits = pool.lookup(keys)
+                if len(hits) >= e:
+                    pool.put(hits)
+                    continue
+                lo = len(hits)
+                try:
+                    pages = pool.alloc(e - lo)
+                except kvshare.Error as exc:
+                    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                        raise
+                    if len(hits):
+                        pool.put(hits)
+                    continue          # full: this prefix is not shared
+            except kvshare.Error as exc:
+                self._failed(exc)
+                return []
+            ops.append(dict(pairs=list(zip(r["block_ids"][lo:e], pages.tolist())),
+                            pages=pages, keys=keys[lo:], hits=hits))
+        return ops
+
+    def _drop_saves(self):
+        """Give back the pages of this step's saves (nothing is published)."""
+        ops, self._step["saves"] = self._step["saves"] or [], []
+        try:
+            for op in ops if self._pool is not None else ():
+                self._pool.put(op["pages"])
+                if len(op["hits"]):
+                    self._pool.put(op["hits"])
+        except kvshare.Error as exc:
+            self._failed(exc)
+
+    def wait_for_save(self):
+        step = self._step
+        if step is None:
+            return
+        for layer in sorted(step["left"]):
+            self._load_layer(layer)
+        pool = self._pool
+        try:
+            if self._copier is not None and pool is not None:
+                self._copier.sync()
+        except (kvshare.Error, OSError, RuntimeError) as exc:
+            self._fail_loads(exc)
+            pool = None
+        self.stats["loaded_blocks"] += sum(len(p) for p in step["loads"])
+        if pool is None:                # closed: the arbiter dropped it all
+            self._step = None
+            return
+        if len(step["saved"]) != len(self._layers):
+            self._drop_saves()          # never publish a page missing layers
+        try:
+            for refs in step["refs"]:
+                pool.put(refs)
+            for op in step["saves"] or ():
+                parent = int(op["hits"][-1]) if len(op["hits"]) else kvshare.NO_PAGE
+                results, n_dup = pool.publish(op["pages"], op["keys"], parent=parent)
+                pool.put(results)
+                if len(op["hits"]):
+                    pool.put(op["hits"])
+                self.stats["saved_blocks"] += len(results) - n_dup
+                self.stats["dup_blocks"] += n_dup
+        except kvshare.Error as exc:
+            self._failed(exc)
+        self._step = None
+
+    def get_finished(self, finished_req_ids):
+        return None, None
+
+    def get_block_ids_with_load_errors(self):
+        errors, self._errors = self._errors, set()
+        self.stats["load_errors"] += len(errors)
+        return errors
+
+    def clear_connector_metadata(self):
+        if self._step is not None:      # no wait_for_save: give back what we hold
+            self._step["saved"] = set()
+            self.wait_for_save()
+        super().clear_connector_metadata()
+
+    def shutdown(self):
+        if self._copier is not None:
+            self._copier.release()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                pool.close()
+            except (BufferError, kvshare.Error):
+                pass
