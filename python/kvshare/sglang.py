@@ -300,7 +300,7 @@ class _Stats:
 
     FIELDS = ("exists_calls", "exists_hits", "get_calls", "get_pages", "get_misses",
               "set_calls", "set_pages", "set_skipped", "set_dups", "set_failed",
-              "errors", "reopens")
+              "errors", "handles", "broken")
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -353,6 +353,8 @@ class KVShareStorage(HiCacheStorage):
         self._handles = []
         self._handles_lock = threading.Lock()
         self._closed = False
+        self._retry_at = 0.0                 # no thread attaches before this
+        self._opening = threading.Lock()
         self._stats = _Stats()
         self._last_log = {}
 
@@ -423,24 +425,32 @@ class KVShareStorage(HiCacheStorage):
             if broken is None:
                 return h
             self._drop(h, "broken (%s)" % errno.errorcode.get(broken, broken))
-        if self._closed or self.page is None:
+        if self._closed or self.page is None or time.monotonic() < self._retry_at:
             return None
-        if time.monotonic() < getattr(self._local, "retry_at", 0.0):
-            return None
-        try:
-            pool = self._open()
-            check_pool_fits(pool, self.page)
-        except Exception as e:
-            self._local.retry_at = time.monotonic() + self.options.retry_s
-            self._log("open", "kvshare.sglang: cannot attach pool %r: %s; serving "
-                      "without it for %gs" % (self.options.pool, e, self.options.retry_s))
-            return None
-        self._stats.add(reopens=1)
+        # One thread at a time attaches: while kvshared is stopped, an open
+        # waits out $KVSHARE_CALL_TIMEOUT_MS (libkv's deadline for opening);
+        # the threads behind it then see its failure and do not wait again.
+        with self._opening:
+            if self._closed or time.monotonic() < self._retry_at:
+                return None
+            try:
+                pool = self._open()
+                check_pool_fits(pool, self.page)
+            except Exception as e:
+                self._retry_at = time.monotonic() + self.options.retry_s
+                self._log("open", "kvshare.sglang: cannot attach pool %r: %s; serving "
+                          "without it for %gs" % (self.options.pool, e,
+                                                  self.options.retry_s))
+                return None
+        self._stats.add(handles=1)
         return self._adopt(pool)
 
     def _drop(self, h, why):
+        """Close a broken handle.  Every thread then waits retry_s before
+        attaching again: the daemon is likely down for all of them."""
         self._local.handle = None
-        self._local.retry_at = time.monotonic() + self.options.retry_s
+        self._retry_at = time.monotonic() + self.options.retry_s
+        self._stats.add(broken=1)
         with self._handles_lock:
             if h in self._handles:
                 self._handles.remove(h)
