@@ -481,7 +481,7 @@ def test_stopped_kvshared_makes_calls_fail_within_the_deadline(own_daemon):
     n, dst = H.prefetch(SG, b, host, keys)
     assert n == 5 and same_pages(host, slots, host, dst, 5)
     st = b.stats()
-    assert st["broken"] >= 1 and st["errors"] >= 1 and st["handles"] >= 4
+    assert st["broken"] >= 1 and st["errors"] >= 1 and st["handles"] >= 1
     b.close()
 
 
