@@ -169,8 +169,8 @@ def test_bad_extra_config_is_refused_at_construction(key, value, what):
 @pytest.mark.parametrize("layout,mla", ALL)
 @pytest.mark.parametrize("write_v1,read_v1", [(True, True), (False, False), (True, False),
                                               (False, True)])
-def test_backup_then_prefetch_gives_the_same_bytes(daemon, pools, layout, mla, write_v1,
-                                                   read_v1):
+def test_backup_then_prefetch_gives_the_same_bytes(daemon, pools, arbiter, layout, mla,
+                                                   write_v1, read_v1):
     """A second engine prefetches what the first backed up, byte for byte,
     whichever of the zero-copy and generic paths each one takes."""
     name = pools()
@@ -180,6 +180,7 @@ def test_backup_then_prefetch_gives_the_same_bytes(daemon, pools, layout, mla, w
     slots = stored(hw, keys)
     assert H.backup(SG, w, hw, keys, slots, v1=write_v1) == 150
     assert H.query(SG, r, keys + chain(3, seed=9)) == 150
+    assert arbiter.stats(name)["n_held"] == 0           # batch_exists pins nothing
     n, rslots = H.prefetch(SG, r, hr, keys, v1=read_v1)
     assert n == 150 and same_pages(hw, slots, hr, rslots, n)
     st = w.stats()
