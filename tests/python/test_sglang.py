@@ -368,6 +368,52 @@ def test_three_controller_threads_at_once(daemon, pools, arbiter):
     assert arbiter.stats(name, check=True)["n_held"] == 0
 
 
+def test_racing_backup_eviction_and_prefetch_never_show_wrong_bytes(daemon, pools,
+                                                                    arbiter):
+    """A writer backs up chain after chain into a pool too small for them
+    (ALLOC evicts), while a reader prefetches them all the time: a page it
+    gets is always the right bytes (published only once copied; pinned
+    while copied out), and a page evicted is a miss."""
+    name = pools()
+    hw = host_pool("page_first", tokens=40 * PS, heads=8, dim=64)   # 128 KiB pages
+    hr = host_pool("page_first", tokens=40 * PS, heads=8, dim=64)
+    w = backend(daemon, name, hw, pages=48)
+    r = backend(daemon, name, hr)
+    chains = [chain(32, seed=s) for s in range(6)]
+    stop, bad, loaded = threading.Event(), [], [0]
+
+    def writer():
+        try:
+            for c in chains * 8:
+                slots = stored(hw, c)
+                H.backup(SG, w, hw, c, slots)
+                hw.free(slots)
+        finally:
+            stop.set()
+
+    def reader():
+        nbytes = H.page_bytes(hr, 0).numel()
+        while not stop.is_set():
+            for c in chains:
+                slots = hr.alloc(32 * PS)
+                for i, ok in enumerate(r.batch_get_v1(c, slots)):
+                    if ok:
+                        loaded[0] += 1
+                        if not torch.equal(H.page_bytes(hr, slots[i * PS]),
+                                           H.page_content(c[i], nbytes)):
+                            bad.append(c[i])
+                hr.free(slots)
+    threads = [threading.Thread(target=writer), threading.Thread(target=reader)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not bad and loaded[0] > 0
+    assert arbiter.stats(name)["evictions"] > 0
+    w.close()
+    r.close()
+
+
 def test_two_engine_processes_every_layout_tp_and_mla(daemon):
     """One process backs up (TP ranks 0 and 1 of 2; with MLA rank 0 only),
     three threads at once; another prefetches, three threads at once, and
