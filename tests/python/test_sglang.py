@@ -131,6 +131,25 @@ def test_missing_pool_is_refused_without_create(daemon, pools):
     assert ei.value.errno == errno.ENOENT and "no such pool" in str(ei.value)
 
 
+def test_a_pool_with_a_namespace_per_uid_works_too(daemon, pools, arbiter):
+    """Tenants sharing a pool but not their caches: the arbiter puts each uid
+    in its own namespace, and the backend (which attaches with ns 0, as such
+    a pool requires) stores and loads as usual."""
+    name = pools()
+    arbiter.create_pool(name, pages=16, layers=LAYERS, kv_heads=HEADS, head_dim=DIM,
+                        tokens_per_page=PS, dtype="bf16", ns_per_uid=True)
+    hw, hr = host_pool(), host_pool()
+    w = H.attach(SG, H.storage_config(SG, H.kvshare_extra(name, arbiter=daemon.socket)), hw)
+    r = H.attach(SG, H.storage_config(SG, H.kvshare_extra(name, arbiter=daemon.socket)), hr)
+    keys = chain(3)
+    slots = stored(hw, keys)
+    assert all(w.batch_set_v1(keys, slots))
+    n, got = H.prefetch(SG, r, hr, keys)
+    assert n == 3 and same_pages(hw, slots, hr, got, 3)
+    w.close()
+    r.close()
+
+
 @pytest.mark.parametrize("mla", [False, True])
 def test_pool_of_another_geometry_is_refused_naming_both(daemon, pools, arbiter, mla):
     name = pools()

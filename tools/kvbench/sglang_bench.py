@@ -34,7 +34,6 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "python"))
 
 import torch  # noqa: E402
 
-import kvshare  # noqa: E402
 from kvshare.session import Daemon  # noqa: E402
 import sglang_harness as H  # noqa: E402
 
