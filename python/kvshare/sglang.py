@@ -369,16 +369,7 @@ class KVShareStorage(HiCacheStorage):
         geometry = pool_geometry(page)
         self.page = page
         self._ns = namespace_digest(self.config, page, self.options.namespace)
-        pool = self._attach(geometry, mem_pool_host)
-        try:
-            check_pool_fits(pool, page)
-            if pool.is_device:
-                raise ValueError("kvshare.sglang: pool %r is GPU memory; SGLang's host "
-                                 "pool is copied with the CPU, so the pool must be host "
-                                 "memory" % pool.name)
-        except Exception:
-            pool.close()
-            raise
+        pool = self._checked(self._attach(geometry, mem_pool_host))
         self._adopt(pool)
         logger.info("kvshare.sglang: pool %r (owner %d, %d pages) for %s",
                     pool.name, pool.owner, pool.n_pages, page.describe())
@@ -387,6 +378,20 @@ class KVShareStorage(HiCacheStorage):
         o = self.options
         return kvshare.Pool(o.pool, arbiter=o.arbiter, owner=o.owner,
                             timeout_ms=o.timeout_ms)
+
+    def _checked(self, pool):
+        """@pool if its pages are the engine's and in host memory (the
+        copies are memmoves by the CPU); else closed, and ValueError."""
+        try:
+            check_pool_fits(pool, self.page)
+            if pool.is_device:
+                raise ValueError("kvshare.sglang: pool %r is GPU memory; SGLang's host "
+                                 "pool is copied with the CPU, so the pool must be host "
+                                 "memory" % pool.name)
+        except Exception:
+            pool.close()
+            raise
+        return pool
 
     def _attach(self, geometry, host):
         o = self.options
@@ -434,8 +439,7 @@ class KVShareStorage(HiCacheStorage):
             if self._closed or time.monotonic() < self._retry_at:
                 return None
             try:
-                pool = self._open()
-                check_pool_fits(pool, self.page)
+                pool = self._checked(self._open())
             except Exception as e:
                 self._retry_at = time.monotonic() + self.options.retry_s
                 self._log("open", "kvshare.sglang: cannot attach pool %r: %s; serving "

@@ -150,6 +150,44 @@ def test_a_pool_with_a_namespace_per_uid_works_too(daemon, pools, arbiter):
     r.close()
 
 
+DEVICE_CHILD = r"""
+import sys
+sys.path.insert(0, sys.argv[2])
+import sglang_harness as H
+sg = H.import_sglang()
+host = H.HostPool("page_first", 4, 16, 256, heads=2, head_dim=8)
+cfg = H.storage_config(sg, H.kvshare_extra("gsg", arbiter=sys.argv[1]))
+try:
+    H.attach(sg, cfg, host)
+except ValueError as e:
+    print("refused:", e)
+except Exception as e:
+    print("cannot open the device pool: %r" % e)
+    sys.exit(77)
+"""
+
+
+def test_a_gpu_pool_is_refused(monkeypatch):
+    """The backend copies with the CPU: a memory=cuda pool (on the CUDA
+    driver stand-in) is refused at start, never memmoved."""
+    from conftest import BUILD, _kvshared
+    from kvshare.session import Daemon
+    stub = os.path.abspath(os.path.join(BUILD, "tests", "gpu"))
+    if not os.path.exists(os.path.join(stub, "libcuda.so.1")):
+        pytest.skip("the CUDA driver stand-in is not built")
+    old = os.environ.get("LD_LIBRARY_PATH")
+    monkeypatch.setenv("LD_LIBRARY_PATH", stub + (":" + old if old else ""))
+    spec = ("gsg:pages=8,layers=%d,kv_heads=%d,head_dim=%d,tokens_per_page=%d,dtype=bf16,"
+            "mode=0600,memory=cuda" % (LAYERS, HEADS, DIM, PS))
+    with Daemon(pools=[spec], kvshared=_kvshared()) as d:
+        r = subprocess.run([sys.executable, "-c", DEVICE_CHILD, d.socket, HERE],
+                           capture_output=True, text=True, timeout=60)
+    if r.returncode == 77:
+        pytest.skip(r.stdout.strip())
+    assert r.returncode == 0 and "refused:" in r.stdout, r.stdout + r.stderr
+    assert "GPU memory" in r.stdout and "must be host memory" in r.stdout
+
+
 @pytest.mark.parametrize("mla", [False, True])
 def test_pool_of_another_geometry_is_refused_naming_both(daemon, pools, arbiter, mla):
     name = pools()
