@@ -208,15 +208,17 @@ def kvshare_keys(ns: bytes, keys: List[str]) -> numpy.ndarray:
     A 64-hex-digit key (SGLang's SHA-256 chain) is XORed with the namespace:
     one vectorised step, distinct for distinct keys within a namespace, and
     across namespaces as hard to collide as SHA-256 itself.  Any other key
-    (e.g. "<key>.draft") is hashed with the namespace."""
+    (e.g. "<key>.draft", or hex in capitals) is hashed with the namespace."""
     n = len(keys)
     words = numpy.frombuffer(ns, dtype=numpy.uint64)
     if n and all(len(k) == 64 for k in keys):
+        joined = "".join(keys)
         try:
-            raw = bytes.fromhex("".join(keys))
+            raw = bytes.fromhex(joined)
         except ValueError:
             raw = b""
-        if len(raw) == 32 * n:
+        # Lowercase hex only (what SGLang makes): one string, one key.
+        if len(raw) == 32 * n and raw.hex() == joined:
             return numpy.frombuffer(raw, dtype=numpy.uint64).reshape(n, 4) ^ words
     out = numpy.empty((n, 4), dtype=numpy.uint64)
     for i, k in enumerate(keys):
@@ -226,7 +228,7 @@ def kvshare_keys(ns: bytes, keys: List[str]) -> numpy.ndarray:
                 raw = bytes.fromhex(k)
             except ValueError:
                 pass
-        if raw is not None and len(raw) == 32:
+        if raw is not None and raw.hex() == k:
             out[i] = numpy.frombuffer(raw, dtype=numpy.uint64) ^ words
         else:
             digest = hashlib.sha256(ns + b"\0key:" + k.encode("utf-8", "surrogatepass"))
@@ -508,7 +510,7 @@ class KVShareStorage(HiCacheStorage):
                       % (n, n * ps, getattr(idx, "shape", type(idx).__name__)))
             return None
         idx = idx.to("cpu", torch.int64)
-        rows = idx.view(n, ps)
+        rows = idx.reshape(n, ps)
         first = rows[:, 0]
         if (bool((first % ps != 0).any()) or int(first.min()) < 0
                 or int(rows[:, -1].max()) >= self.mem_pool_host.size

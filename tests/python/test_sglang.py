@@ -329,8 +329,9 @@ def test_kvshare_keys_are_one_mapping_per_namespace():
     assert all((ks.kvshare_keys(ns1, [k]) == k1[i]).all() for i, k in enumerate(keys))
     assert (ks.kvshare_keys(ns1, keys + ["x"])[:5] == k1).all()
     assert not (ks.kvshare_keys(ns2, keys) == k1).all(axis=1).any()
-    odd = ks.kvshare_keys(ns1, ["x", "y", keys[0] + ".draft", "g" * 64])
-    assert len({bytes(r) for r in odd} | {bytes(r) for r in k1}) == 9
+    odd = ks.kvshare_keys(ns1, ["x", "y", keys[0] + ".draft", "g" * 64, keys[1].upper()])
+    assert len({bytes(r) for r in odd} | {bytes(r) for r in k1}) == 10
+    assert (ks.kvshare_keys(ns1, [k.upper() for k in keys]) != k1).any(axis=1).all()
 
 
 def test_namespace_names_everything_a_page_depends_on():
