@@ -42,12 +42,15 @@ so that they cannot be evicted and reused while it copies, then PUTs them.
 A key evicted before the LOOKUP is a miss (False), never stale bytes.
 ``batch_exists`` LOOKUPs and PUTs at once: it pins nothing.
 
-Failures never reach SGLang's threads: every call returns False, None or 0
-when the arbiter fails, and the engine recomputes.  A call kvshared does
-not answer within ``timeout_ms`` breaks the calling thread's handle; it is
-closed and opened again after ``retry_s``.  Each thread (SGLang's
-prefetch, prefetch-IO and backup threads, and the scheduler's clear) gets
-its own handle, so no thread waits behind another's call.
+Misconfiguration (no such pool, a pool of other pages, bad extra config)
+raises at start, so SGLang refuses the backend.  After that failures never
+reach SGLang's threads: every call returns False, None or 0 when the
+arbiter fails, and the engine recomputes.  A call kvshared does not answer
+within ``timeout_ms`` breaks the calling thread's handle; it is closed, and
+no thread attaches again for ``retry_s`` (attaching is bounded by libkv's
+$KVSHARE_CALL_TIMEOUT_MS, and one thread attaches at a time).  Each thread
+(SGLang's prefetch, prefetch-IO and backup threads, and the scheduler's
+clear) gets its own handle, so no thread waits behind another's call.
 
 Extra-config keys (all optional): ``pool`` (name, default "sglang"),
 ``arbiter`` (socket or device path; default libkv's), ``owner`` (uid or
