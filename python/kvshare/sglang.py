@@ -214,7 +214,7 @@ def kvshare_keys(ns: bytes, keys: List[str]) -> numpy.ndarray:
     (e.g. "<key>.draft", or hex in capitals) is hashed with the namespace."""
     n = len(keys)
     words = numpy.frombuffer(ns, dtype=numpy.uint64)
-    if n and all(len(k) == 64 for k in keys):
+    if n and set(map(len, keys)) == {64}:
         joined = "".join(keys)
         try:
             raw = bytes.fromhex(joined)
