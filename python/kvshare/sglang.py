@@ -376,6 +376,11 @@ class KVShareStorage(HiCacheStorage):
         self._ns = namespace_digest(self.config, page, self.options.namespace)
         pool = self._checked(self._attach(geometry, mem_pool_host))
         self._adopt(pool)
+        if pool.max_pages_per_file < 2 * 128:
+            # A backup holds a batch's stored pages and its new ones at once.
+            logger.warning("kvshare.sglang: pool %r lets a handle hold %d pages; SGLang's "
+                           "128-page batches need 256, so larger ones will fail",
+                           pool.name, pool.max_pages_per_file)
         logger.info("kvshare.sglang: pool %r (owner %d, %d pages) for %s",
                     pool.name, pool.owner, pool.n_pages, page.describe())
 
