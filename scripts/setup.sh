@@ -31,6 +31,7 @@ set -euo pipefail
 #   python3-dev python3-numpy           the Python binding (python/): headers, numpy arrays
 #   python3-torch python3-pytest        its demo (kvshare.demo) and its test suite (tests/python)
 #   gnuplot-nox                         tools/kvserve/scale.sh: the throughput and memory plot (make bench)
+#   patchelf                            make gpu-bundle: RPATH $ORIGIN/../lib on the bundle's binaries
 PACKAGES=(
 	build-essential gcc make libc6-dev pkg-config
 	liburing-dev libxxhash-dev libssl-dev
@@ -39,7 +40,7 @@ PACKAGES=(
 	linux-source-6.1 xz-utils perl coreutils
 	systemd udev
 	python3-dev python3-numpy python3-torch python3-pytest
-	gnuplot-nox
+	gnuplot-nox patchelf
 )
 
 die() {
