@@ -29,9 +29,15 @@ launches recorded, nothing run):
                 CTAs / (ceil(CTAs / slots) x slots) >= 0.85, slots = resident
                 blocks per SM (occupancy above) x 132
 
+Kernel roles come from the names: "decode" (not "combine") gets every gate,
+"extend" or "prefill" the spills, fits, int_div and page_load gates, any
+other kernel spills and fits.  The counts are PTX, not SASS: this toolkit
+has no cuobjdump/nvdisasm (ptxas's own figures are SASS-level).
+
 The main loop.  A kernel marks its main loop's body with
     asm volatile("// kvshare:main-loop");
-(nothing in the SASS: ptxas drops comments).  The main loop is then the
+(nothing in the SASS: ptxas drops comments; under the CPU stand-in,
+-DKV_SIMT, the macro that writes it must expand to nothing).  The main loop is then the
 innermost PTX loop (a label and the last branch back to it) around that
 marker.  Without a marker, the loop holding the most K/V loads (16-byte
 global loads and cp.async; of equals the outermost) is taken, and the
