@@ -45,22 +45,35 @@
 # attn_cuda_test runs with KV_SANITIZER=1: the test's switch to shapes that
 # fit the harness's per-test limit (tests/gpu/kv_sanitizer.h).
 #
-# Usage: tools/gpu/gpu-checks.sh [--budget SECONDS] [--no-build]
+# Usage: tools/gpu/gpu-checks.sh [--budget SECONDS] [--steps LIST] [--no-build]
 #   --budget   seconds for the whole run (default 540: the device tool stops a
 #              command at 600); a step that no longer fits is skipped
+#   --steps    which of suites,figures,kvserve,sanitizer to run, in that order
+#              (default all): the figures come early so that the table
+#              exists even when the sanitizers use up the budget; a second
+#              run with --steps sanitizer finishes them
 # Environment: OUT, BUILD, CUDA_HOME, PYTHON (a python3 with torch).
 # Exit status: 0 all passed; 1 a step failed (any mismatch); 77 no GPU.
 set -uo pipefail
 
-budget=540 do_build=1
+budget=540 do_build=1 steps=suites,figures,kvserve,sanitizer
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--budget) budget=${2:?--budget needs seconds}; shift 2 ;;
+	--steps) steps=${2:?--steps needs a list}; shift 2 ;;
 	--no-build) do_build=0; shift ;;
 	-h | --help) sed -n '3,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) echo "gpu-checks.sh: unknown argument '$1'" >&2; exit 2 ;;
 	esac
 done
+
+for st in ${steps//,/ }; do
+	case "$st" in
+	suites | figures | kvserve | sanitizer) ;;
+	*) echo "gpu-checks.sh: --steps: unknown step '$st'" >&2; exit 2 ;;
+	esac
+done
+want() { case ",$steps," in *,"$1",*) return 0 ;; esac; return 1; }
 
 cd "$(dirname "$0")/../.." || exit 1
 if [ -f MANIFEST ] && [ -d bin ]; then
@@ -126,6 +139,7 @@ if [ $do_build = 1 ]; then
 	record build $state "make -k (see build.log; a suite not built fails below)"
 fi
 
+if want suites; then
 # ---- the suites, on the real driver (no stand-in in LD_LIBRARY_PATH) ----
 # The driver maps memory where ASan keeps its shadow gap; LeakSanitizer
 # would report the driver's own allocations (the suites are ASan builds).
@@ -148,7 +162,46 @@ for s in "${SUITES[@]}"; do
 		record "$name" FAIL "skipped on a machine with a GPU: $t"
 	else record "$name" ok "$t"; fi
 done
+fi
 
+if want figures; then
+# ---- figures: kernel bandwidth vs a device copy, and torch SDPA ----
+lim=$(left 120)
+if [ $have_gpu = 1 ] && [ "$lim" != 0 ] && [ -x "$KVBENCH" ]; then
+	timeout -k 10 "$lim" "$KVBENCH" attn --gpu >"$OUT/kvbench_attn.txt" 2>&1
+	st=$?
+	record kvbench "$([ $st = 0 ] && echo ok || echo FAIL)" \
+		"exit $st; $(grep -a '^goal' "$OUT/kvbench_attn.txt" | head -n 1)"
+fi
+PY=${PYTHON:-}
+for p in /opt/torch/.venv/bin/python3 python3; do
+	[ -z "$PY" ] && "$p" -c 'import torch' >/dev/null 2>&1 && PY=$p
+done
+lim=$(left 150)
+if [ $have_gpu = 1 ] && [ -n "$PY" ] && [ "$lim" != 0 ]; then
+	PYTHONUNBUFFERED=1 timeout -k 10 "$lim" "$PY" tools/kvbench/attn_torch.py \
+		--gqa auto,fold --eager --extend >"$OUT/attn_torch.txt" 2>&1
+	st=$?
+	record torch "$([ $st = 0 ] && echo ok || echo FAIL)" "exit $st (torch SDPA decode and prefill, same shapes)"
+fi
+fi
+
+if want kvserve; then
+# ---- kvserve on a GPU pool: kernels of several processes on shared pages ----
+lim=$(left 120)
+if [ $have_gpu = 1 ] && [ "$lim" != 0 ]; then
+	timeout -k 10 "$lim" tools/kvshared-session.sh --pool \
+		"kvserve:pages=4096,layers=4,kv_heads=2,head_dim=128,tokens_per_page=16,dtype=bf16,memory=cuda" \
+		-- "$KVSERVE" --pool kvserve --memory cuda --workers 4 --requests 8 \
+		--system-tokens 512 --doc-tokens 1024 --docs 2 --verify 1 --inflight-wait 60000 \
+		>"$OUT/kvserve.txt" 2>&1
+	st=$? ver=$(sed -n 's/.*verified *\([0-9]*\) requests recomputed.*/\1/p' "$OUT/kvserve.txt")
+	record kvserve "$([ $st = 0 ] && [ "${ver:-0}" -gt 0 ] && echo ok || echo FAIL)" \
+		"exit $st; ${ver:-0} requests verified against the C reference"
+fi
+fi
+
+if want sanitizer; then
 # ---- compute-sanitizer on the kernels ----
 # memcheck on the test's own shapes; racecheck and synccheck (every shared
 # access instrumented) with KV_SANITIZER=1, the test's smaller shapes.
@@ -173,38 +226,6 @@ if [ $have_gpu = 1 ] && [ -x "$SAN" ]; then
 elif [ $have_gpu = 1 ]; then
 	record sanitizer WARN "compute-sanitizer not found ($SAN)"
 fi
-
-# ---- kvserve on a GPU pool: kernels of several processes on shared pages ----
-lim=$(left 120)
-if [ $have_gpu = 1 ] && [ "$lim" != 0 ]; then
-	timeout -k 10 "$lim" tools/kvshared-session.sh --pool \
-		"kvserve:pages=4096,layers=4,kv_heads=2,head_dim=128,tokens_per_page=16,dtype=bf16,memory=cuda" \
-		-- "$KVSERVE" --pool kvserve --memory cuda --workers 4 --requests 8 \
-		--system-tokens 512 --doc-tokens 1024 --docs 2 --verify 1 --inflight-wait 60000 \
-		>"$OUT/kvserve.txt" 2>&1
-	st=$? ver=$(sed -n 's/.*verified *\([0-9]*\) requests recomputed.*/\1/p' "$OUT/kvserve.txt")
-	record kvserve "$([ $st = 0 ] && [ "${ver:-0}" -gt 0 ] && echo ok || echo FAIL)" \
-		"exit $st; ${ver:-0} requests verified against the C reference"
-fi
-
-# ---- figures: kernel bandwidth vs a device copy, and torch SDPA ----
-lim=$(left 120)
-if [ $have_gpu = 1 ] && [ "$lim" != 0 ] && [ -x "$KVBENCH" ]; then
-	timeout -k 10 "$lim" "$KVBENCH" attn --gpu >"$OUT/kvbench_attn.txt" 2>&1
-	st=$?
-	record kvbench "$([ $st = 0 ] && echo ok || echo FAIL)" \
-		"exit $st; $(grep -a '^goal' "$OUT/kvbench_attn.txt" | head -n 1)"
-fi
-PY=${PYTHON:-}
-for p in /opt/torch/.venv/bin/python3 python3; do
-	[ -z "$PY" ] && "$p" -c 'import torch' >/dev/null 2>&1 && PY=$p
-done
-lim=$(left 150)
-if [ $have_gpu = 1 ] && [ -n "$PY" ] && [ "$lim" != 0 ]; then
-	PYTHONUNBUFFERED=1 timeout -k 10 "$lim" "$PY" tools/kvbench/attn_torch.py \
-		--gqa auto,fold --eager --extend >"$OUT/attn_torch.txt" 2>&1
-	st=$?
-	record torch "$([ $st = 0 ] && echo ok || echo FAIL)" "exit $st (torch SDPA decode and prefill, same shapes)"
 fi
 
 # ---- the one table: ours against the read kernel, the copy and torch ----
