@@ -5,8 +5,9 @@
  * from the SAME host functions (libkv/attn/cuda_*.cu compiled for the CPU
  * stand-in, tests/simt), for tests/ptx/ptx_check.py.
  *
- * The build links the stand-in's objects with kv_simt::launch() made weak
- * (objcopy), so that the definition below takes every launch: it writes
+ * The build links the stand-in's objects with kv_simt::launch() and
+ * kv_simt::occupancy() made weak (objcopy), so that the definitions below
+ * take every launch and occupancy question.  A launch writes
  *
  *   launch CASE MANGLED-KERNEL GX GY GZ BX BY BZ DYN-SMEM
  *
@@ -15,7 +16,10 @@
  * (cudaOccupancyMaxActiveBlocksPerMultiprocessor), the answer comes from
  * the resources ptxas reported for that kernel on sm_90 (the file named by
  * $PTX_PROBE_RESOURCES: lines "MANGLED REGS STATIC-SMEM MAXNTID") through
- * NVIDIA's calculator, as the real runtime would answer on the card.
+ * NVIDIA's calculator, as the real runtime would answer on the card:
+ *
+ *   occupancy CASE MANGLED-KERNEL BLOCK-THREADS DYN-SMEM -> BLOCKS
+ *   occupancy-miss CASE KERNEL      (no ptxas figures for it: an error)
  *
  * Cases, one a line on stdin:
  *   decode CASE DTYPE DIM N_KV N_Q BATCH CTX TOKENS-PER-PAGE
@@ -83,23 +87,31 @@ static std::map<std::string, res> resources(void)
 	return m;
 }
 
-extern "C" cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, const void *func,
-								      int block, size_t dyn)
+namespace kv_simt {
+/*
+ * The stand-in's occupancy model (cudaOccupancyMaxActiveBlocksPerMultiprocessor
+ * of tests/simt/simt.h calls it) assumes 64 registers a thread; here the
+ * answer is the card's, from what ptxas reported for the kernel on sm_90.
+ */
+int occupancy(const void *kernel, int block_threads, size_t dyn_smem)
 {
 	static std::map<std::string, res> m = resources();
 	struct ptx_occ o;
 	Dl_info di;
 
-	if (!n || !func || !dladdr(func, &di) || !di.dli_sname || !m.count(di.dli_sname)) {
-		fprintf(stderr, "launch_probe: occupancy asked for an unknown kernel\n");
-		return cudaErrorInvalidValue;
+	if (!kernel || !dladdr(kernel, &di) || !di.dli_sname || !m.count(di.dli_sname)) {
+		printf("occupancy-miss %s %s\n", cur_case,
+		       kernel && dladdr(kernel, &di) && di.dli_sname ? di.dli_sname : "?");
+		return 1;
 	}
 	const res &r = m[di.dli_sname];
-	if (ptx_occupancy(90, block, r.regs, r.smem, dyn, r.maxntid, &o))
-		return cudaErrorInvalidValue;
-	*n = o.blocks;
-	return cudaSuccess;
+	if (ptx_occupancy(90, block_threads, r.regs, r.smem, dyn_smem, r.maxntid, &o))
+		return 0;
+	printf("occupancy %s %s %d %zu -> %d\n", cur_case, di.dli_sname, block_threads, dyn_smem,
+	       o.blocks);
+	return o.blocks;
 }
+} /* namespace kv_simt */
 
 static int one_case(char *line)
 {

@@ -50,17 +50,15 @@ $(PTX_DIR)/gate.ptxas.txt: $(PTX_DIR)/gate.ptx
 		{ cat $@.tmp >&2; rm -f $@.tmp; exit 1; }
 	@mv -f $@.tmp $@
 
-# The probe: the stand-in's objects with its kernel launcher made weak, so
-# that launch_probe.cc's kv_simt::launch() records each launch instead.
+# The probe: the stand-in's objects with its kernel launcher (and, where
+# it has one, its occupancy model) made weak, so that launch_probe.cc's
+# kv_simt::launch() records each launch and kv_simt::occupancy() answers
+# with ptxas's figures.
 $(PTX_DIR)/simt-weak.o: $(BUILD)/simt/simt.o
 	@mkdir -p $(@D)
-	sym=$$(nm $< | awk '$$2 == "T" && $$3 ~ /^_ZN7kv_simt6launchE/ { print $$3 }'); \
-	test -n "$$sym" || { echo "error: kv_simt::launch not found in $<" >&2; exit 1; }; \
-	objcopy --weaken-symbol=$$sym $< $@
-
-$(PTX_DIR)/simt_runtime-weak.o: $(BUILD)/simt/simt_runtime.o
-	@mkdir -p $(@D)
-	objcopy --weaken-symbol=cudaOccupancyMaxActiveBlocksPerMultiprocessor $< $@
+	syms=$$(nm $< | awk '$$2 == "T" && $$3 ~ /^_ZN7kv_simt(6launch|9occupancy)E/ { print "--weaken-symbol=" $$3 }'); \
+	case "$$syms" in *6launch*) ;; *) echo "error: kv_simt::launch not found in $<" >&2; exit 1 ;; esac; \
+	objcopy $$syms $< $@
 
 $(PTX_DIR)/launch_probe.o: tests/ptx/launch_probe.cc tests/ptx/occupancy.h
 	@mkdir -p $(@D)
@@ -72,7 +70,7 @@ $(PTX_DIR)/occupancy.o: tests/ptx/occupancy.cc tests/ptx/occupancy.h
 
 $(PTX_PROBE): $(PTX_DIR)/launch_probe.o $(PTX_DIR)/occupancy.o \
 		$(ATTN_CU_SRCS:libkv/attn/%.cu=$(BUILD)/simt/%.o) \
-		$(PTX_DIR)/simt-weak.o $(PTX_DIR)/simt_runtime-weak.o $(LIBKV_ATTN)
+		$(PTX_DIR)/simt-weak.o $(BUILD)/simt/simt_runtime.o $(LIBKV_ATTN)
 	$(CXX) -rdynamic -o $@ $^ $(LIBKV_ATTN_LDLIBS) -ldl
 
 ptx_empty :=

@@ -384,16 +384,21 @@ def run_probe(probe, cases, resources):
     env = dict(os.environ, PTX_PROBE_RESOURCES=resources)
     p = subprocess.run([probe], input="\n".join(cases) + "\n", capture_output=True,
                        text=True, env=env, timeout=120)
-    launches, rets = [], {}
+    launches, rets, misses = [], {}, []
     for line in p.stdout.splitlines():
         t = line.split()
-        if t[0] == "launch" and len(t) == 10:
+        if t[0] == "occupancy-miss":
+            misses.append(t[2] if len(t) > 2 else "?")
+        elif t[0] == "launch" and len(t) == 10:
             launches.append({"case": t[1], "kernel": t[2], "grid": tuple(map(int, t[3:6])),
                              "block": tuple(map(int, t[6:9])), "dyn": int(t[9])})
         elif t[0] == "ret":
             rets[t[1]] = int(t[2])
     if p.returncode:
         raise RuntimeError("launch_probe exit %d: %s" % (p.returncode, p.stderr.strip()))
+    if misses:
+        raise RuntimeError("the host code asked the occupancy of kernels ptxas did not "
+                           "report: %s" % " ".join(sorted(set(misses))))
     return launches, rets
 
 
