@@ -161,3 +161,28 @@ ptxgate_spill(const float *in, float *out, int n)
 		s += v[i];
 	out[threadIdx.x] = s;
 }
+
+/* Passes through registers: the next step's four rows are loaded before this
+ * step's are used (a software pipeline; its loads count as ahead of use). */
+extern "C" __global__ void __launch_bounds__(THREADS)
+ptxgate_decode_prefetch(const uint4 *kv, uint32_t n, uint4 *out)
+{
+	uint4 acc = make_uint4(0, 0, 0, 0), cur[4], nxt[4];
+	uint32_t t = threadIdx.x;
+
+#pragma unroll
+	for (int u = 0; u < 4; u++)
+		cur[u] = __ldg(kv + t + u * THREADS);
+	for (; t < n; t += 4 * THREADS) {
+		MAIN_LOOP();
+#pragma unroll
+		for (int u = 0; u < 4; u++)
+			nxt[u] = __ldg(kv + t + (4 + u) * THREADS);
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			fold(acc, cur[u]);
+			cur[u] = nxt[u];
+		}
+	}
+	out[threadIdx.x] = acc;
+}

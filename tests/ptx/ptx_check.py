@@ -669,6 +669,7 @@ def print_plan(rows, bench):
 SYNC = {"bytes_ahead_h100", "bytes_ahead_h200"}
 SELFTEST = {
     "ptxgate_decode_good": set(),
+    "ptxgate_decode_prefetch": set(),
     "ptxgate_decode_div": {"int_div"} | SYNC,
     "ptxgate_decode_page": {"page_load"} | SYNC,
     "ptxgate_decode_sync": {"warps_per_sm"} | SYNC,
@@ -711,6 +712,10 @@ def selftest(args, tap):
             tap.plain(loop["method"] == "marker" and loop["async_bytes"] > 0,
                       "selftest: the marked cp.async loop is found (%s, %d B async/thread)"
                       % (loop["method"], loop["async_bytes"]))
+        if want == "ptxgate_decode_prefetch" and loop:
+            tap.plain(loop["prefetch_bytes"] == 64 and loop["async_bytes"] == 0,
+                      "selftest: the register prefetch counts as ahead of use (%d B/thread)"
+                      % loop["prefetch_bytes"])
     # The plan gate on numbers: 32 CTAs on 528 slots fails, 512 passes.
     tap.plain(wave_eff(32, 528) < WAVE_EFF_MIN <= wave_eff(512, 528)
               and abs(wave_eff(576, 528) - 576 / 1056) < 1e-9,
