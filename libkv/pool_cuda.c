@@ -210,7 +210,11 @@ int kv_cuda_map(int fd, size_t bytes, struct kv_cuda_map *m)
 		ret = kv_cu_fail("cuMemAddressReserve", r);
 		goto fail;
 	}
-	/* A handle shorter than the pool fails here (INVALID_VALUE). */
+	/*
+	 * A handle shorter than the pool fails here: any code is a failure
+	 * (the real driver answers NOT_SUPPORTED where the stand-in once said
+	 * INVALID_VALUE), and kv_cuda_unmap() below unmaps only what mapped.
+	 */
 	r = cu.cuMemMap(m->ptr, m->size, 0, h, 0);
 	if (r != CUDA_SUCCESS) {
 		ret = kv_cu_fail("cuMemMap", r);

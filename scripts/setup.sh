@@ -33,6 +33,7 @@ set -euo pipefail
 #   python3-venv python3-pip            tests/pip: kvshare pip-installed into a venv, offline
 #   python3-setuptools python3-wheel    its build backend (python/pyproject.toml, --no-build-isolation)
 #   gnuplot-nox                         tools/kvserve/scale.sh: the throughput and memory plot (make bench)
+#   patchelf                            make gpu-bundle: RPATH $ORIGIN/../lib on the bundle's binaries
 PACKAGES=(
 	build-essential gcc make libc6-dev pkg-config
 	liburing-dev libxxhash-dev libssl-dev
@@ -42,7 +43,7 @@ PACKAGES=(
 	systemd udev
 	python3-dev python3-numpy python3-torch python3-pytest
 	python3-venv python3-pip python3-setuptools python3-wheel
-	gnuplot-nox
+	gnuplot-nox patchelf
 )
 
 die() {

@@ -31,7 +31,7 @@ $(DAEMON_TEST_BINS): $(BUILD)/tests/daemon/%: $(DAEMON_TEST_DIR)/%.c $(DAEMON_TE
 		$(KSFT_HDRS) $(LIBKV) $(BUILD)/san/kvshared
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SAN_FLAGS) $(LIBKV_CFLAGS) $(DEPFLAGS) -I$(KSFT_DIR) \
-		-DKVD_KVSHARED='"$(abspath $(BUILD)/san/kvshared)"' \
+		-DKVD_KVSHARED_REL='"$(shell realpath -m --relative-to=$(@D) $(BUILD)/san/kvshared)"' \
 		-o $@ $< $(LIBKV) $(LIBKV_LDLIBS)
 
 -include $(DAEMON_TEST_BINS:=.d)

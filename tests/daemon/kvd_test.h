@@ -14,8 +14,12 @@
  *   kvd_fini(&d);                       kills it if still running, removes
  *                                       the directory (kept on failure)
  *
- * The daemon is $KVSHARED, else KVD_KVSHARED (the build passes the
- * absolute path of build/san/kvshared, the ASan/UBSan build).  Each start
+ * The daemon is $KVSHARED; else KVD_KVSHARED where the build names one
+ * (the VM guest's /bin/kvshared_cuda); else "kvshared" next to the test
+ * binary (a GPU bundle's bin/); else KVD_KVSHARED_REL, a path relative to
+ * the test binary's directory (the build tree's san/kvshared, the ASan/UBSan
+ * build).  No absolute build path is compiled in: a build moved elsewhere
+ * still finds its daemon.  Each start
  * logs (stdout and stderr) to its own file, kvshared.N.log, so a restart
  * is judged on its own "ready" line and every run's log is checked.
  *
@@ -40,8 +44,8 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 
-#ifndef KVD_KVSHARED
-#define KVD_KVSHARED "build/san/kvshared"
+#ifndef KVD_KVSHARED_REL
+#define KVD_KVSHARED_REL "../../san/kvshared"	/* from build/tests/<suite>/ */
 #endif
 
 #define KVD_READY_SECS	30
@@ -77,9 +81,29 @@ static inline void kvd_sleep_ms(long ms)
 
 static inline const char *kvd_binary(void)
 {
+	static char path[4096];
 	const char *p = getenv("KVSHARED");
+	char dir[4000], *slash;
+	ssize_t n;
 
-	return p && *p ? p : KVD_KVSHARED;
+	if (p && *p)
+		return p;
+#ifdef KVD_KVSHARED
+	return KVD_KVSHARED;
+#endif
+	if (path[0])
+		return path;
+	n = readlink("/proc/self/exe", dir, sizeof(dir) - 1);
+	if (n <= 0)
+		return KVD_KVSHARED_REL;	/* no /proc: relative to the cwd */
+	dir[n] = '\0';
+	slash = strrchr(dir, '/');
+	if (slash)
+		*slash = '\0';
+	snprintf(path, sizeof(path), "%s/kvshared", dir);
+	if (access(path, X_OK))
+		snprintf(path, sizeof(path), "%s/%s", dir, KVD_KVSHARED_REL);
+	return path;
 }
 
 static inline void kvd_log_path(const struct kvd *d, int run, char *buf, size_t len)

@@ -5,8 +5,8 @@
 #
 # Usage: tests/daemon/with-kvshared.sh [--kvshared PATH] [--max-pools N] [--] SUITE [ARG...]
 #
-#   1. starts PATH (default: build/san/kvshared of this checkout, the
-#      ASan/UBSan build) in socket mode on a socket in a fresh temporary
+#   1. starts PATH (default: $KVSHARED, else build/san/kvshared of this
+#      checkout, the ASan/UBSan build) in socket mode on a socket in a fresh temporary
 #      directory, its log (stdout and stderr) in that directory;
 #   2. waits for the log line "kvshared: ready" ($KVS_READY_TIMEOUT
 #      seconds at most, default 30);
@@ -27,7 +27,7 @@
 set -u
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-kvshared="$here/../../build/san/kvshared"
+kvshared=${KVSHARED:-$here/../../build/san/kvshared}
 max_pools=64
 
 while [ $# -gt 0 ]; do

@@ -173,15 +173,25 @@ TEST_F(vmm, ranges_are_checked)
 	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemAddressReserve(&va, g + 1, 0, 0, 0));
 	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemCreate(&h, 2 * g, &self->prop, 0));
 	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemAddressReserve(&va, 4 * g, 0, 0, 0));
-	/* Unaligned address, size or offset; past the allocation's end. */
+	/*
+	 * Unaligned address, size or offset; past the allocation's end.  The
+	 * codes are the real driver's (H200, driver 580, CUDA 13.0: a size or
+	 * offset off the granularity is NOT_SUPPORTED), which the stand-in
+	 * must match: a difference seen on a GPU becomes a stand-in fix and
+	 * a line here.
+	 */
 	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemMap(va + 4096, g, 0, h, 0));
-	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemMap(va, g + 4096, 0, h, 0));
-	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemMap(va, g, 4096, h, 0));
+	EXPECT_EQ(CUDA_ERROR_NOT_SUPPORTED, d.p_cuMemMap(va, g + 4096, 0, h, 0));
+	EXPECT_EQ(CUDA_ERROR_NOT_SUPPORTED, d.p_cuMemMap(va, g, 4096, h, 0));
 	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemMap(va, 2 * g, g, h, 0));
 	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemMap(va, g, 0, h, 1));
-	/* Access and unmap of a range nothing is mapped in. */
+	/*
+	 * Access to a range nothing is mapped in fails; unmapping it succeeds
+	 * and does nothing (the real driver's answer: nobody may rely on an
+	 * unmap to say whether something was mapped).
+	 */
 	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemSetAccess(va, g, &a, 1));
-	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemUnmap(va, g));
+	EXPECT_EQ(CUDA_SUCCESS, d.p_cuMemUnmap(va, g));
 
 	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemMap(va, 2 * g, 0, h, 0));
 	/* Over a mapped range. */

@@ -41,6 +41,13 @@ GQA (32 q heads over 8 KV heads) is done one of these ways (--gqa):
 Torch < 2.0 has no SDPA: every variant then runs the math path, labelled
 so, and only with --device cpu (a smoke test, not a measurement).
 
+--extend adds a prefill table on kvbench's extend shapes (ext_news x
+ext_prefixes of bench_attn.c): one request of NEW query tokens over a cached
+PREFIX, causal aligned to the end (causal_lower_right, or an explicit mask
+on torch without it; is_causal when the prefix is 0), GQA as "flag" where
+torch has it, else K/V expanded outside the timed region; TFLOP/s counts
+FLOP = 4 x D x q heads x keys each new token sees, as kvbench does.
+
 Exit status: 0 all rows measured and correct; 1 a row failed (error, or
 its output differs from an fp32 reference beyond 1e-2 relative); 2 usage;
 77 skipped: torch missing, no CUDA device, or no SDPA on a GPU run.
@@ -64,6 +71,8 @@ FALLBACK = {
     "dim": 128,
     "n_kv": 8,
     "n_q": 32,
+    "ext_news": [1024, 4096, 8192],
+    "ext_prefixes": [0, 8192, 32768],
 }
 QUICK = [(1, 4096), (8, 1024)]  # two rows of the GPU table
 COPY_BYTES = 1 << 30
@@ -89,10 +98,11 @@ def read_bench_attn():
         return int(m.group(1)) if m else None
 
     got = {"batches": ints("gpu_batches"), "ctxs": ints("gpu_ctxs"),
-           "dim": define("DIM"), "n_kv": define("N_KV"), "n_q": define("N_Q")}
+           "dim": define("DIM"), "n_kv": define("N_KV"), "n_q": define("N_Q"),
+           "ext_news": ints("ext_news"), "ext_prefixes": ints("ext_prefixes")}
     m = re.search(r"^#define\s+PASS_BYTES\s+\((\d+)ull\s*<<\s*(\d+)\)", src, re.M)
     got["pass_bytes"] = int(m.group(1)) << int(m.group(2)) if m else None
-    missing = [k for k, v in got.items() if not v]
+    missing = [k for k, v in got.items() if v is None or v == []]
     if missing:
         for k in missing:
             got[k] = FALLBACK[k]
@@ -138,6 +148,9 @@ def parse_args(argv):
                    help="buffer size of the copy probe (default 1024, as kvbench)")
     p.add_argument("--no-check", action="store_true",
                    help="skip the fp32 reference check of request 0, layer 0")
+    p.add_argument("--extend", action="store_true",
+                   help="also time causal prefill over a cached prefix (TFLOP/s) on "
+                        "kvbench's extend shapes")
     a = p.parse_args(argv)
     variants = [v.strip() for v in a.gqa.split(",") if v.strip()]
     for v in variants:
@@ -414,6 +427,102 @@ class Bench:
         return res
 
 
+def ext_flop(c, n_new, prefix):
+    """kvbench's ext_flop(): 4 x D x q heads x keys seen, summed over new tokens."""
+    return 4.0 * c["dim"] * c["n_q"] * (n_new * prefix + n_new * (n_new + 1) / 2)
+
+
+def extend_row(b, n_new, prefix):
+    """Causal prefill of n_new tokens over prefix cached ones: (us, TFLOP/s, how)."""
+    t, F, c = b.torch, b.F, b.c
+    d, nkv, nq, g = c["dim"], c["n_kv"], c["n_q"], b.group
+    total = prefix + n_new
+    q = b.randn((1, nq, n_new, d))
+    k = b.randn((1, nkv, total, d))
+    v = b.randn((1, nkv, total, d))
+    kw, how = {}, []
+    if b.has_gqa_flag:
+        kw["enable_gqa"] = True
+        how.append("enable_gqa")
+    else:
+        k = k.repeat_interleave(g, dim=1)
+        v = v.repeat_interleave(g, dim=1)
+        how.append("K/V expanded")
+    if prefix == 0:
+        kw["is_causal"] = True
+        how.append("is_causal")
+    else:
+        try:
+            from torch.nn.attention.bias import causal_lower_right
+            kw["attn_mask"] = causal_lower_right(n_new, total)
+            how.append("causal_lower_right")
+        except ImportError:
+            kw["attn_mask"] = None      # set below, once bool_mask() exists
+            how.append("bool mask")
+
+    def one():
+        return F.scaled_dot_product_attention(q, k, v, **kw)
+
+    def bool_mask():
+        i = t.arange(n_new, device=b.dev).unsqueeze(1)
+        j = t.arange(total, device=b.dev).unsqueeze(0)
+        return j <= i + prefix
+
+    if how[-1] == "bool mask":
+        kw["attn_mask"] = bool_mask()
+
+    with b.backend_ctx():
+        try:
+            one()
+        except (TypeError, RuntimeError):
+            if how[-1] != "causal_lower_right":
+                raise
+            kw["attn_mask"] = bool_mask()   # this torch's CausalBias refused the call
+            how[-1] = "bool mask"
+            one()
+        b.sync()
+        t0 = time.perf_counter_ns()
+        one()
+        b.sync()
+        est = max(time.perf_counter_ns() - t0, 1) / 1e9
+        n = int(min(b.args.max_passes, max(3, math.ceil(b.args.min_time / est))))
+        ev = [(t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True))
+              for _ in range(n)]
+        for e0, e1 in ev:
+            e0.record()
+            one()
+            e1.record()
+        b.sync()
+    ms = sorted(e0.elapsed_time(e1) for e0, e1 in ev)[n // 2]
+    del q, k, v, kw
+    return ms * 1e3, ext_flop(c, n_new, prefix) / (ms * 1e-3) / 1e12, ", ".join(how)
+
+
+def extend_table(b, consts):
+    """The prefill table; the number of rows that failed."""
+    print("#")
+    print("# extend: one request, NEW tokens over a cached PREFIX, causal (end-aligned), "
+          "eager calls, CUDA events, median; FLOP = 4 x D x q heads x keys seen")
+    print("         new   prefix    us/call   TFLOP/s  how")
+    failed = 0
+    for n_new in consts["ext_news"]:
+        for prefix in consts["ext_prefixes"]:
+            try:
+                us, tf, how = extend_row(b, n_new, prefix)
+            except Exception as e:  # one row's failure must not hide the others
+                oom = "out of memory" in str(e).lower()
+                print("extend %5u  %7u  %s: %s" % (n_new, prefix, "skipped, out of memory"
+                                                   if oom else "FAILED",
+                                                   str(e).splitlines()[0][:150]))
+                failed += 0 if oom else 1
+            else:
+                print("extend %5u  %7u  %10.1f  %8.2f  %s" % (n_new, prefix, us, tf, how))
+            finally:
+                b.torch.cuda.empty_cache()
+            sys.stdout.flush()
+    return failed
+
+
 def fmt_row(r, cuda):
     bw = r["bw"] / (1e12 if cuda else 1e9)
     err = "%8.1e" % r["err"] if "err" in r else "       -"
@@ -521,6 +630,10 @@ def main(argv):
                     torch.cuda.empty_cache()
             sys.stdout.flush()
         print("# timed as: %s" % ", ".join(sorted(modes)) if modes else "# no row timed")
+    if args.extend and b.cuda and b.has_sdpa:
+        failed += extend_table(b, consts)
+    elif args.extend:
+        print("# extend: not run (needs a CUDA device and SDPA)")
     if failed:
         print("# attn_torch: %d row(s) failed" % failed)
     return 1 if failed else 0

@@ -16,17 +16,28 @@ $(BUILD)/tools/kvbench/%.o: tools/kvbench/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LIBKV_CFLAGS) $(DEPFLAGS) -c -o $@ $<
 
+# attn --gpu's read-only reference kernel (nvcc, the kernels' flags), and
+# its stub for the guest, which has no CUDA.
+$(BUILD)/tools/kvbench/bench_read.o: tools/kvbench/bench_read.cu tools/kvbench/bench_read.h
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) -MMD -MP -c -o $@ $<
+
 # attn: the C reference, and CUDA (static cudart) on the host, its stub in the guest.
-$(BUILD)/kvbench: $(KVBENCH_OBJS) $(LIBKVCORE) $(LIBKV) $(LIBKV_ATTN) $(LIBKV_CUDA)
-	$(CC) $(CFLAGS) -o $@ $(KVBENCH_OBJS) $(LIBKV) $(LIBKVCORE) $(LIBKV_ATTN) $(LIBKV_CUDA) \
+$(BUILD)/kvbench: $(KVBENCH_OBJS) $(BUILD)/tools/kvbench/bench_read.o $(LIBKVCORE) $(LIBKV) \
+		$(LIBKV_ATTN) $(LIBKV_CUDA)
+	$(CC) $(CFLAGS) -o $@ $(KVBENCH_OBJS) $(BUILD)/tools/kvbench/bench_read.o $(LIBKV) \
+		$(LIBKVCORE) $(LIBKV_ATTN) $(LIBKV_CUDA) \
 		$(LIBKV_LDLIBS) $(LIBKVCORE_LDLIBS) $(LIBKV_CUDA_LDLIBS) $(LIBKV_ATTN_LDLIBS)
 
-$(BUILD)/guest/kvbench: $(KVBENCH_OBJS) $(LIBKVCORE) $(LIBKV) $(LIBKV_ATTN) $(LIBKV_CUDA_STUB)
+$(BUILD)/guest/kvbench: $(KVBENCH_OBJS) $(BUILD)/tools/kvbench/bench_read_stub.o $(LIBKVCORE) \
+		$(LIBKV) $(LIBKV_ATTN) $(LIBKV_CUDA_STUB)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -static -o $@ $(KVBENCH_OBJS) $(LIBKV) $(LIBKVCORE) $(LIBKV_ATTN) \
+	$(CC) $(CFLAGS) -static -o $@ $(KVBENCH_OBJS) $(BUILD)/tools/kvbench/bench_read_stub.o \
+		$(LIBKV) $(LIBKVCORE) $(LIBKV_ATTN) \
 		$(LIBKV_CUDA_STUB) $(LIBKV_LDLIBS) $(LIBKVCORE_LDLIBS) $(LIBKV_ATTN_LDLIBS)
 
--include $(KVBENCH_OBJS:.o=.d)
+-include $(KVBENCH_OBJS:.o=.d) $(BUILD)/tools/kvbench/bench_read.d \
+	$(BUILD)/tools/kvbench/bench_read_stub.d
 
 ALL_TARGETS += $(BUILD)/kvbench $(BUILD)/guest/kvbench
 GUEST_BINS  += $(BUILD)/guest/kvbench
