@@ -301,30 +301,38 @@ static int tc_blocks_per_sm(uint32_t dtype, uint32_t dim)
 }
 
 /*
- * The tensor-core kernel's split: one full wave.  The (request, KV head,
- * q chunk) blocks alone fill slots = blocks per SM x SMs?  Then no split;
- * else as many splits as fit in the wave, never below 128 tokens each.
+ * The tensor-core kernel's split, sized to whole waves: slots = blocks an
+ * SM runs at once (occupancy API) x SMs.  Of the split counts that keep
+ * chunks >= 128 tokens (a multiple of 64), take the smallest whose grid
+ * fills its last wave to >= 85% (FA3's rule), else the best one; no split
+ * when the unsplit grid already does.
  */
 static void tc_plan_split(struct dec_plan *pl, const struct kv_attn_kv *kv,
 			  const struct kv_attn_batch *b, uint64_t blocks)
 {
-	uint32_t max_seq = b->max_seq_len;
+	uint32_t max_seq = b->max_seq_len, s, most = (max_seq + 127) / 128;
 	uint64_t slots = (uint64_t)tc_blocks_per_sm(kv->geom.dtype, kv->geom.head_dim) *
 			 (kv_cuda_sm_count() ? kv_cuda_sm_count() : 132);
+	double best = 0;
 
-	if (blocks * 5 >= slots * 4 || max_seq <= 256)
-		return;
-	pl->n_splits = (uint32_t)(slots / blocks);
-	if (pl->n_splits > (max_seq + 127) / 128)
-		pl->n_splits = (max_seq + 127) / 128;
-	pl->chunk = ((max_seq + pl->n_splits - 1) / pl->n_splits + 63) / 64 * 64;
+	if (most > 256)
+		most = 256;
+	for (s = 1; s <= most; s++) {
+		uint32_t chunk = ((max_seq + s - 1) / s + 63) / 64 * 64;
+		uint32_t n = (max_seq + chunk - 1) / chunk;
+		uint64_t ctas = blocks * n;
+		double eff = (double)ctas / (double)(((ctas + slots - 1) / slots) * slots);
+
+		if (eff > best + 1e-9) {
+			best = eff;
+			pl->n_splits = n;
+			pl->chunk = chunk;
+		}
+		if (eff >= 0.85)
+			break;
+	}
 }
 
-/*
- * Pick the q heads per block, and split the KV length only when
- * (request, KV head) blocks alone would not
- * give every SM several blocks, and never below 256 tokens a split.
- */
 static struct dec_plan dec_plan_for(const struct kv_attn_kv *kv, const struct kv_attn_batch *b,
 				    const struct kv_attn_params *p)
 {
