@@ -6,7 +6,8 @@
  *
  * One block per (request, KV split, KV head, 16 q heads of its group).
  * The group's q heads are the 16 rows (M) of every m16n8k16 mma, padded
- * with zero rows; a warp takes 16 tokens of each KV tile:
+ * with zero rows; a warp takes 16 tokens of each KV tile, its K and V
+ * fragments read from shared memory by ldmatrix (V transposed):
  *   S (16 heads x 16 tokens) = Q K^T: two n8 tiles, D/16 k-steps each;
  *   one online-softmax rescale per tile (row maxima across the 4 lanes of
  *   a quad by two shuffles);
@@ -162,18 +163,23 @@ kv_decode_tc_kernel(const struct dec_args a)
 		float s[2][4], mx[2] = { -INFINITY, -INFINITY }, c[2], mu[2];
 		uint32_t ph[4], pl[4];
 
-		/* S = Q K^T: B fragment = K[token gid][dims 2 tig, 2 tig + 1 (+8)]. */
+		/*
+		 * S = Q K^T.  B fragments by ldmatrix.x4: the 8x8 blocks (tokens
+		 * nt*8.., dims 16 kk, 16 kk + 8, 16 kk + 16, 16 kk + 24), lane
+		 * 8i + k giving row k of block i, are b[0..1] of k-steps kk, kk + 1.
+		 */
 #pragma unroll
 		for (int nt = 0; nt < 2; nt++) {
-			const char *kr = ks + (nt * 8 + gid) * ROW + tig * 4;
+			const char *kr = ks + (nt * 8 + (lane & 7)) * ROW + (lane >> 3) * 16;
 
 			s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0;
 #pragma unroll
-			for (int kk = 0; kk < KSTEPS; kk++) {
-				const uint32_t b[2] = { *(const uint32_t *)(kr + kk * 32),
-							*(const uint32_t *)(kr + kk * 32 + 16) };
+			for (int kk = 0; kk < KSTEPS; kk += 2) {
+				uint32_t b[4];
 
+				kv_ldmatrix_x4<false>(b, kr + kk * 32);
 				kv_mma<T>::run(s[nt], qa[kk], b, s[nt]);
+				kv_mma<T>::run(s[nt], qa[kk + 1], b + 2, s[nt]);
 			}
 		}
 		/* Scores in base 2; tokens past t1 are -inf.  c_i: rows gid, gid + 8. */
@@ -217,24 +223,27 @@ kv_decode_tc_kernel(const struct dec_args a)
 			ph[2] = x;
 		}
 #endif
-		/* O += P V: B fragment = V[tokens 2 tig, 2 tig + 1 (+8)][dim gid]. */
-		const char *vr = vs + 2 * tig * ROW + gid * 2;
+		/*
+		 * O += P V.  B fragments by ldmatrix.x4.trans: the 8x8 blocks
+		 * (tokens 0.., 8.. x dims 8 j, 8 j + 8) transposed are b[0..1] of
+		 * n-tiles j and j + 1.
+		 */
+		const char *vr = vs + ((lane >> 3 & 1) * 8 + (lane & 7)) * ROW + (lane >> 4) * 16;
 
 #pragma unroll
-		for (int j = 0; j < NTILES; j++) {
-			const char *v = vr + j * 16;
-			const uint32_t b[2] = {
-				(uint32_t)*(const uint16_t *)v | (uint32_t)*(const uint16_t *)(v + ROW) << 16,
-				(uint32_t)*(const uint16_t *)(v + 8 * ROW) |
-					(uint32_t)*(const uint16_t *)(v + 9 * ROW) << 16,
-			};
+		for (int j = 0; j < NTILES; j += 2) {
+			uint32_t b[4];
 
-			o[j][0] *= c[0];
-			o[j][1] *= c[0];
-			o[j][2] *= c[1];
-			o[j][3] *= c[1];
-			kv_mma<T>::run(o[j], ph, b, o[j]);
-			kv_mma<T>::run(o[j], pl, b, o[j]);
+			kv_ldmatrix_x4<true>(b, vr + j * 16);
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				o[j + h][0] *= c[0];
+				o[j + h][1] *= c[0];
+				o[j + h][2] *= c[1];
+				o[j + h][3] *= c[1];
+				kv_mma<T>::run(o[j + h], ph, b + 2 * h, o[j + h]);
+				kv_mma<T>::run(o[j + h], pl, b + 2 * h, o[j + h]);
+			}
 		}
 	}
 	kv_cp_async_wait<0>();

@@ -282,7 +282,8 @@ const char *coll_name(coll_kind k)
 {
 	static const char *const names[] = { "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync",
 					     "__shfl_xor_sync", "__ballot_sync", "__any_sync",
-					     "__all_sync", "__syncwarp", "mma.sync.m16n8k16" };
+					     "__all_sync", "__syncwarp", "mma.sync.m16n8k16",
+					     "ldmatrix.sync.m8n8.x4" };
 	return names[k];
 }
 
@@ -342,6 +343,47 @@ void mma_complete(unsigned int w0)
 	}
 }
 
+void check_shared(srange *r, uintptr_t a, size_t n, bool write);
+srange *classify(uintptr_t a);
+
+/*
+ * The warp's ldmatrix.x4: lane 8i + k's address is row k of matrix i; the
+ * 16-byte row reads are checked as that lane's.
+ */
+void ldmatrix_complete(unsigned int w0)
+{
+	bool trans = S.t[w0].arg != 0;
+	uint16_t M[4][8][8];
+	thr *cur = S.cur;
+	unsigned int l;
+	int i;
+
+	for (l = 0; l < 32; l++) {
+		const ldm_frag *f = (const ldm_frag *)(uintptr_t)S.t[w0 + l].val;
+		uintptr_t a = (uintptr_t)f->row;
+		srange *r = classify(a);
+
+		S.cur = &S.t[w0 + l];
+		if (a % 16 || !r->shared || a + 16 > r->hi) {
+			report("ldmatrix at %s:%d: lane %u's row address %#lx is not 16 aligned bytes of a __shared__ array",
+			       S.t[w0].file, S.t[w0].line, l, (unsigned long)a);
+			memset(M[l / 8][l % 8], 0, 16);
+			continue;
+		}
+		check_shared(r, a, 16, false);
+		memcpy(M[l / 8][l % 8], f->row, 16);
+	}
+	S.cur = cur;
+	for (l = 0; l < 32; l++) {
+		ldm_frag *f = (ldm_frag *)(uintptr_t)S.t[w0 + l].val;
+		unsigned int g = l / 4, c = 2 * (l % 4);
+
+		for (i = 0; i < 4; i++)
+			f->r[i] = trans ? (uint32_t)M[i][c][g] | (uint32_t)M[i][c + 1][g] << 16
+					: (uint32_t)M[i][g][c] | (uint32_t)M[i][g][c + 1] << 16;
+	}
+}
+
 /* Complete the collective lane @l of warp base @w0 waits at, if all its mask waits there. */
 bool try_complete(unsigned int w0, unsigned int l)
 {
@@ -367,8 +409,8 @@ bool try_complete(unsigned int w0, unsigned int l)
 			       coll_name(a.kind), a.file, a.line, l, i, mask, b.mask);
 			return false;
 		}
-		if (b.arg != a.arg && a.kind == COLL_MMA) {
-			report("%s at %s:%d: lanes %u and %u pass different operand types",
+		if (b.arg != a.arg && (a.kind == COLL_MMA || a.kind == COLL_LDMATRIX)) {
+			report("%s at %s:%d: lanes %u and %u pass different operand types or shapes",
 			       coll_name(a.kind), a.file, a.line, l, i);
 			return false;
 		}
@@ -376,6 +418,8 @@ bool try_complete(unsigned int w0, unsigned int l)
 	}
 	if (a.kind == COLL_MMA)
 		mma_complete(w0);
+	if (a.kind == COLL_LDMATRIX)
+		ldmatrix_complete(w0);
 	for (i = 0; i < 32; i++) {
 		if (!(mask >> i & 1))
 			continue;
@@ -407,6 +451,7 @@ bool try_complete(unsigned int w0, unsigned int l)
 			break;
 		case COLL_SYNCWARP:
 		case COLL_MMA:
+		case COLL_LDMATRIX:
 			b.res = 0;
 			break;
 		}
@@ -491,8 +536,6 @@ void describe_deadlock()
 			i, t.st == T_BAR ? "__syncthreads" : coll_name(t.kind), t.file, t.line);
 	}
 }
-
-srange *classify(uintptr_t a);
 
 /* The shared words a copy will write: no longer pending. */
 void cp_unmark(const cp_pend &p)
@@ -870,6 +913,11 @@ void mma_m16n8k16(mma_type t, mma_frag *f, const char *file, int line)
 {
 	/* .aligned: every lane of the warp executes the same mma. */
 	collective(COLL_MMA, 0xffffffffu, (uint64_t)(uintptr_t)f, (int)t, 32, file, line);
+}
+
+void ldmatrix_x4(bool trans, ldm_frag *f, const char *file, int line)
+{
+	collective(COLL_LDMATRIX, 0xffffffffu, (uint64_t)(uintptr_t)f, trans, 32, file, line);
 }
 
 void cp_async(void *dst, const void *src, unsigned int bytes, unsigned int src_bytes,

@@ -182,7 +182,7 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b);
 namespace kv_simt {
 
 enum coll_kind { COLL_SHFL, COLL_SHFL_UP, COLL_SHFL_DOWN, COLL_SHFL_XOR,
-		 COLL_BALLOT, COLL_ANY, COLL_ALL, COLL_SYNCWARP, COLL_MMA };
+		 COLL_BALLOT, COLL_ANY, COLL_ALL, COLL_SYNCWARP, COLL_MMA, COLL_LDMATRIX };
 
 /* The operand types of mma.sync.aligned.m16n8k16.row.col.f32.<t>.<t>.f32. */
 enum mma_type { MMA_BF16, MMA_F16 };
@@ -199,6 +199,19 @@ struct mma_frag {
 	float c[4], d[4];
 };
 void mma_m16n8k16(mma_type t, mma_frag *f, const char *file, int line);
+
+/*
+ * ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16: lanes 8i .. 8i+7 give
+ * the addresses of the 8 rows (16 bytes, 8 elements each) of matrix i;
+ * every lane gets in r[i] two elements of matrix i: row lane/4, columns
+ * 2 (lane%4) and 2 (lane%4) + 1; with .trans rows 2 (lane%4) and
+ * 2 (lane%4) + 1 of column lane/4 (the lower-numbered in the low half).
+ */
+struct ldm_frag {
+	const void *row;
+	uint32_t r[4];
+};
+void ldmatrix_x4(bool trans, ldm_frag *f, const char *file, int line);
 
 /*
  * cp.async.{ca,cg}.shared.global [dst], [src], bytes, src_bytes: the
@@ -355,6 +368,16 @@ static inline void kv_simt_mma_m16n8k16(kv_simt::mma_type t, float d[4], const u
 	memcpy(f.c, c, sizeof(f.c));
 	kv_simt::mma_m16n8k16(t, &f, file, line);
 	memcpy(d, f.d, sizeof(f.d));
+}
+
+static inline void kv_simt_ldmatrix_x4(bool trans, uint32_t r[4], const void *row,
+				       KV_SIMT_SITE)
+{
+	kv_simt::ldm_frag f;
+
+	f.row = row;
+	kv_simt::ldmatrix_x4(trans, &f, file, line);
+	memcpy(r, f.r, sizeof(f.r));
 }
 
 static inline void kv_simt_cp_async(void *dst, const void *src, unsigned int bytes,

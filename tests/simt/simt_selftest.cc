@@ -399,6 +399,54 @@ static void test_mma(void)
 	cudaFree(D);
 }
 
+/* ---- ldmatrix.x4, plain and transposed ---- */
+
+/* Four 8x8 matrices of 16-bit values in shared memory, rows 32 bytes apart (16-byte aligned, as ldmatrix wants). */
+__global__ void k_ldmatrix(const uint16_t *in, uint32_t *out, int trans)
+{
+	__shared__ uint16_t s[4][8][16];
+	unsigned int l = threadIdx.x, i, k;
+	uint32_t r[4];
+
+	for (k = 0; k < 8; k++)
+		s[l / 8][l % 8][k] = in[(l / 8) * 64 + (l % 8) * 8 + k];
+	__syncthreads();
+	if (trans)
+		kv_ldmatrix_x4<true>(r, &s[l / 8][l % 8][0]);
+	else
+		kv_ldmatrix_x4<false>(r, &s[l / 8][l % 8][0]);
+	for (i = 0; i < 4; i++)
+		out[l * 4 + i] = r[i];
+}
+
+static void test_ldmatrix(void)
+{
+	uint16_t *in = dev<uint16_t>(256);
+	uint32_t *out = dev<uint32_t>(128);
+	bool ok = true;
+	int trans;
+	unsigned int l, i;
+
+	for (i = 0; i < 256; i++)
+		in[i] = (uint16_t)(i * 2654435761u >> 16);
+	for (trans = 0; trans < 2; trans++) {
+		LAUNCH(1, 32, k_ldmatrix)(in, out, trans);
+		ok &= cudaGetLastError() == cudaSuccess;
+		for (l = 0; l < 32 && ok; l++)
+			for (i = 0; i < 4; i++) {
+				/* PTX ISA: row l/4, columns 2 (l%4), +1; .trans: the transpose's. */
+				unsigned int g = l / 4, c = 2 * (l % 4);
+				uint32_t want = trans ? in[i * 64 + c * 8 + g] | (uint32_t)in[i * 64 + (c + 1) * 8 + g] << 16
+						      : in[i * 64 + g * 8 + c] | (uint32_t)in[i * 64 + g * 8 + c + 1] << 16;
+
+				ok &= out[l * 4 + i] == want;
+			}
+	}
+	result(ok, "ldmatrix.x4 and .x4.trans: every lane's registers as the PTX ISA lays them out");
+	cudaFree(in);
+	cudaFree(out);
+}
+
 /* ---- cp.async with commit and wait groups ---- */
 
 /*
@@ -521,7 +569,7 @@ static void test_conversions(void)
 
 int main(void)
 {
-	printf("TAP version 13\n1..21\n");
+	printf("TAP version 13\n1..22\n");
 	test_shuffles();
 	test_barrier();
 	test_checker();
@@ -529,8 +577,9 @@ int main(void)
 	test_runtime();
 	test_conversions();
 	test_mma();
+	test_ldmatrix();
 	test_cp_async();
 	test_occupancy();
 	printf("# Totals: pass:%d fail:%d\n", n_done - n_failed, n_failed);
-	return n_failed || n_done != 21 ? 1 : 0;
+	return n_failed || n_done != 22 ? 1 : 0;
 }
