@@ -549,6 +549,37 @@ TEST(decode_tensor_cores)
 	}
 }
 
+/*
+ * What stays on the CUDA-core kernels: head dim 256, and page sizes that
+ * are not a power of two (24 tokens) at groups the tensor cores would
+ * take; decode (split and unsplit) and extend.
+ */
+TEST(cuda_core_paths)
+{
+	unsigned int idx;
+
+	NEED_GPU();
+	for (idx = 0; idx < 2; idx++) {
+		struct at_case c = { .dtype = dtypes[idx], .dim = idx ? 128 : 256,
+				     .tpp = idx ? 24 : 16, .n_kv = 2, .group = idx ? 8 : 4,
+				     .n_reqs = 3, .seq = { 40, 75, 600 }, .n_new = { 40, 9, 1 },
+				     .qscale = 2, .seed = 720 + idx };
+		struct kv_attn_params p = { 0 };
+		struct dev_env d;
+		struct at_env e;
+
+		ASSERT_EQ(0, at_env_init(&e, &c));
+		ASSERT_EQ(0, dev_env_init(&d, &e));
+		p.n_q_heads = e.nq;
+		ASSERT_EQ(0, check_cuda(_metadata, &e, &d, true, &p, "cuda cores"));
+		ASSERT_EQ(0, check_cuda(_metadata, &e, &d, false, &p, "cuda cores"));
+		d.b.max_seq_len = 0;
+		ASSERT_EQ(0, check_cuda(_metadata, &e, &d, false, &p, "cuda cores, unsplit"));
+		dev_env_free(&d);
+		at_env_free(&e);
+	}
+}
+
 /* Long contexts and wide batches: 32k at batch 1 and 4, batch 128 of short ones. */
 TEST(decode_long_and_wide)
 {

@@ -12,12 +12,12 @@
 #   build/tests/attn_simt_test-drop_barrier, -bad_shuffle
 #                                       the same with cuda_extend.cu broken on
 #                                       purpose (KV_SIMT_DROP_BARRIER, KV_SIMT_BAD_SHUFFLE)
-#   build/tests/attn_simt_test-mutate1, -mutate2, -mutate3
-#                                       the same with the tensor-core decode
+#   build/tests/attn_simt_test-mutate1 .. -mutate5
+#                                       the same with the tensor-core kernels
 #                                       broken on purpose (KV_MUTATE=n, see
-#                                       libkv/attn/cuda_decode_tc.cuh): a stage
-#                                       barrier dropped, a wait_group one short,
-#                                       a wrong fragment register
+#                                       libkv/attn/cuda_{decode,extend}_tc.cuh):
+#                                       a barrier dropped, a wait_group one
+#                                       short, wrong fragment registers
 #   build/tests/attn_simt               the host suite: the test under several
 #                                       scheduling seeds, then the broken builds,
 #                                       which must fail (tests/simt/attn-simt.sh)
@@ -44,15 +44,20 @@ $(SIMT_DIR)/bad_shuffle/cuda_extend.o: libkv/attn/cuda_extend.cu
 	@mkdir -p $(@D)
 	$(CXX) $(SIMT_CXXFLAGS) $(SIMT_KFLAGS) -DKV_SIMT_BAD_SHUFFLE $(DEPFLAGS) -x c++ -c -o $@ $<
 
-SIMT_MUTANTS := 1 2 3
+SIMT_MUTANTS := 1 2 3 4 5
 
+# Both kernel units get the number; each acts only on its own.
 $(SIMT_DIR)/mutate%/cuda_decode.o: libkv/attn/cuda_decode.cu
+	@mkdir -p $(@D)
+	$(CXX) $(SIMT_CXXFLAGS) $(SIMT_KFLAGS) -DKV_MUTATE=$* $(DEPFLAGS) -x c++ -c -o $@ $<
+
+$(SIMT_DIR)/mutate%/cuda_extend.o: libkv/attn/cuda_extend.cu
 	@mkdir -p $(@D)
 	$(CXX) $(SIMT_CXXFLAGS) $(SIMT_KFLAGS) -DKV_MUTATE=$* $(DEPFLAGS) -x c++ -c -o $@ $<
 
 # The shorter stem makes this rule win over attn_simt_test-% for these names.
 $(BUILD)/tests/attn_simt_test-mutate%: $(SIMT_TEST_OBJS) $(SIMT_DIR)/mutate%/cuda_decode.o \
-		$(filter-out %/cuda_decode.o,$(SIMT_KOBJS)) $(LIBKV_ATTN)
+		$(SIMT_DIR)/mutate%/cuda_extend.o $(SIMT_DIR)/cuda_common.o $(LIBKV_ATTN)
 	@mkdir -p $(@D)
 	$(CXX) -o $@ $(filter %.o,$^) $(LIBKV_ATTN) $(SIMT_LDLIBS)
 
@@ -98,7 +103,8 @@ simt-full: $(BUILD)/tests/attn_simt_test
 
 -include $(SIMT_KOBJS:.o=.d) $(SIMT_TEST_OBJS:.o=.d) $(SIMT_DIR)/simt_selftest.d \
 	$(SIMT_DIR)/drop_barrier/cuda_extend.d $(SIMT_DIR)/bad_shuffle/cuda_extend.d \
-	$(SIMT_MUTANTS:%=$(SIMT_DIR)/mutate%/cuda_decode.d)
+	$(SIMT_MUTANTS:%=$(SIMT_DIR)/mutate%/cuda_decode.d) \
+	$(SIMT_MUTANTS:%=$(SIMT_DIR)/mutate%/cuda_extend.d)
 
 # The fibers' context switch is x86-64 assembly.
 ifeq ($(shell uname -m),x86_64)
