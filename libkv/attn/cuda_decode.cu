@@ -15,6 +15,10 @@
  *
  * Scores are kept in base 2 (the scale folded with log2 e into q), so the
  * exponentials are single ex2.approx instructions.
+ *
+ * GQA groups of TC_MIN_GROUP or more at head dims 64 and 128, with a
+ * power-of-two page size, run the tensor-core kernel instead
+ * (cuda_decode_tc.cuh); the merge of the splits is the same.
  */
 #include "cuda_internal.cuh"
 
@@ -31,8 +35,11 @@ struct dec_args {
 	float *part_lse;	/* [req][nq][split], base 2 */
 	uint32_t nq, group, n_qchunks;
 	uint32_t n_splits, chunk;
+	uint32_t tpp_shift;	/* log2 tokens_per_page (tensor-core kernel) */
 	float scale2;
 };
+
+#include "cuda_decode_tc.cuh"
 
 /* Fold state (m2, l2, a2) into (m, l, a): both are partial softmaxes. */
 static __device__ __forceinline__ void merge_state(float &m, float &l, float a[8],
@@ -247,15 +254,85 @@ __global__ void kv_combine_kernel(const float *part_o, const float *part_lse,
 }
 
 struct dec_plan {
+	bool tc;		/* the tensor-core kernel */
 	uint32_t gc;		/* q heads per block */
 	uint32_t n_qchunks, n_splits, chunk;
 };
 
+/* Does (dtype, head dim, group, page size) run on the tensor-core kernel? */
+static bool tc_fits(const struct kv_attn_kv *kv, uint32_t group)
+{
+	uint32_t tpp = kv->geom.tokens_per_page;
+
+	return group >= TC_MIN_GROUP && kv->geom.head_dim <= 128 && tpp && !(tpp & (tpp - 1));
+}
+
+template <typename T> static int tc_blocks_per_sm_t(uint32_t dim)
+{
+	int n = 0;
+	cudaError_t e;
+
+	if (dim == 64)
+		e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kv_decode_tc_kernel<T, 64>,
+								  tc_shape<64>::THREADS, 0);
+	else
+		e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kv_decode_tc_kernel<T, 128>,
+								  tc_shape<128>::THREADS, 0);
+	return e == cudaSuccess ? n : 0;
+}
+
 /*
- * Pick the q heads per block, and split the KV length only when
- * (request, KV head) blocks alone would not
- * give every SM several blocks, and never below 256 tokens a split.
+ * Blocks of the tensor-core kernel one SM runs at once, from the occupancy
+ * API (registers and shared memory as compiled), cached per (dtype, dim).
  */
+static int tc_blocks_per_sm(uint32_t dtype, uint32_t dim)
+{
+	static int cache[2][2];
+	int *c = &cache[dtype == KVS_DTYPE_BF16][dim == 128];
+
+	if (!*c) {
+		int n = dtype == KVS_DTYPE_BF16 ? tc_blocks_per_sm_t<__nv_bfloat16>(dim)
+						: tc_blocks_per_sm_t<__half>(dim);
+
+		cudaGetLastError();	/* no device: not an error of the launch to come */
+		*c = n > 0 ? n : 4;
+	}
+	return *c;
+}
+
+/*
+ * The tensor-core kernel's split, sized to whole waves: slots = blocks an
+ * SM runs at once (occupancy API) x SMs.  Of the split counts that keep
+ * chunks >= 128 tokens (a multiple of 64), take the smallest whose grid
+ * fills its last wave to >= 85% (FA3's rule), else the best one; no split
+ * when the unsplit grid already does.
+ */
+static void tc_plan_split(struct dec_plan *pl, const struct kv_attn_kv *kv,
+			  const struct kv_attn_batch *b, uint64_t blocks)
+{
+	uint32_t max_seq = b->max_seq_len, s, most = (max_seq + 127) / 128;
+	uint64_t slots = (uint64_t)tc_blocks_per_sm(kv->geom.dtype, kv->geom.head_dim) *
+			 (kv_cuda_sm_count() ? kv_cuda_sm_count() : 132);
+	double best = 0;
+
+	if (most > 256)
+		most = 256;
+	for (s = 1; s <= most; s++) {
+		uint32_t chunk = ((max_seq + s - 1) / s + 63) / 64 * 64;
+		uint32_t n = (max_seq + chunk - 1) / chunk;
+		uint64_t ctas = blocks * n;
+		double eff = (double)ctas / (double)(((ctas + slots - 1) / slots) * slots);
+
+		if (eff > best + 1e-9) {
+			best = eff;
+			pl->n_splits = n;
+			pl->chunk = chunk;
+		}
+		if (eff >= 0.85)
+			break;
+	}
+}
+
 static struct dec_plan dec_plan_for(const struct kv_attn_kv *kv, const struct kv_attn_batch *b,
 				    const struct kv_attn_params *p)
 {
@@ -263,7 +340,8 @@ static struct dec_plan dec_plan_for(const struct kv_attn_kv *kv, const struct kv
 	uint32_t group = p->n_q_heads / kv->geom.n_kv_heads, max_seq = b->max_seq_len;
 	uint64_t blocks, target;
 
-	pl.gc = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : GMAX;
+	pl.tc = tc_fits(kv, group);
+	pl.gc = pl.tc ? TC_ROWS : group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : GMAX;
 	pl.n_qchunks = (group + pl.gc - 1) / pl.gc;
 	pl.n_splits = 1;
 	pl.chunk = UINT32_MAX;
@@ -272,6 +350,8 @@ static struct dec_plan dec_plan_for(const struct kv_attn_kv *kv, const struct kv
 	blocks = (uint64_t)b->n_reqs * kv->geom.n_kv_heads * pl.n_qchunks;
 	if (p->kv_split) {
 		pl.chunk = p->kv_split;
+	} else if (pl.tc) {
+		tc_plan_split(&pl, kv, b, blocks);
 	} else {
 		target = 4ull * (kv_cuda_sm_count() ? kv_cuda_sm_count() : 132);
 		if (blocks >= target || max_seq <= 512)
@@ -313,12 +393,16 @@ extern "C" size_t kv_attn_decode_cuda_workspace(const struct kv_attn_kv *kv,
 }
 
 template <typename T, int D>
-static void launch(const struct dec_args &a, uint32_t gc, uint32_t n_reqs, uint32_t n_kv,
-		   cudaStream_t s)
+static void launch(const struct dec_args &a, bool tc, uint32_t gc, uint32_t n_reqs,
+		   uint32_t n_kv, cudaStream_t s)
 {
 	dim3 grid(n_reqs * a.n_splits, n_kv * a.n_qchunks);
 
-	if (gc == 1)
+	if (tc) {
+		/* tc_fits(): head dims 64 and 128 only (no instance past them) */
+		if constexpr (D <= 128)
+			KV_LAUNCH(grid, tc_shape<D>::THREADS, 0, s, kv_decode_tc_kernel<T, D>)(a);
+	} else if (gc == 1)
 		KV_LAUNCH(grid, DEC_THREADS, 0, s, kv_decode_kernel<T, D, 1>)(a);
 	else if (gc == 2)
 		KV_LAUNCH(grid, DEC_THREADS, 0, s, kv_decode_kernel<T, D, 2>)(a);
@@ -332,15 +416,15 @@ static void launch(const struct dec_args &a, uint32_t gc, uint32_t n_reqs, uint3
 }
 
 template <typename T>
-static void launch_dim(const struct dec_args &a, uint32_t dim, uint32_t gc, uint32_t n_reqs,
-		       uint32_t n_kv, cudaStream_t s)
+static void launch_dim(const struct dec_args &a, uint32_t dim, bool tc, uint32_t gc,
+		       uint32_t n_reqs, uint32_t n_kv, cudaStream_t s)
 {
 	if (dim == 64)
-		launch<T, 64>(a, gc, n_reqs, n_kv, s);
+		launch<T, 64>(a, tc, gc, n_reqs, n_kv, s);
 	else if (dim == 128)
-		launch<T, 128>(a, gc, n_reqs, n_kv, s);
+		launch<T, 128>(a, tc, gc, n_reqs, n_kv, s);
 	else
-		launch<T, 256>(a, gc, n_reqs, n_kv, s);
+		launch<T, 256>(a, tc, gc, n_reqs, n_kv, s);
 }
 
 extern "C" int kv_attn_decode_cuda(const struct kv_attn_kv *kv, const struct kv_attn_batch *b,
@@ -386,6 +470,7 @@ extern "C" int kv_attn_decode_cuda(const struct kv_attn_kv *kv, const struct kv_
 	a.n_qchunks = pl.n_qchunks;
 	a.n_splits = pl.n_splits;
 	a.chunk = pl.chunk;
+	a.tpp_shift = (uint32_t)__builtin_ctz(kv->geom.tokens_per_page | 1u << 31);
 	a.scale2 = scale * KV_LOG2E;
 
 	need = ws_bytes(kv, b, p, pl);
@@ -402,10 +487,10 @@ extern "C" int kv_attn_decode_cuda(const struct kv_attn_kv *kv, const struct kv_
 		a.part_o = (float *)((char *)ws + ((rows * sizeof(float) + 255) & ~(size_t)255));
 	}
 	if (kv->geom.dtype == KVS_DTYPE_BF16)
-		launch_dim<__nv_bfloat16>(a, kv->geom.head_dim, pl.gc, b->n_reqs,
+		launch_dim<__nv_bfloat16>(a, kv->geom.head_dim, pl.tc, pl.gc, b->n_reqs,
 					  kv->geom.n_kv_heads, stream);
 	else
-		launch_dim<__half>(a, kv->geom.head_dim, pl.gc, b->n_reqs,
+		launch_dim<__half>(a, kv->geom.head_dim, pl.tc, pl.gc, b->n_reqs,
 				   kv->geom.n_kv_heads, stream);
 	err = cudaGetLastError();
 	if (ws && ws != p->workspace)

@@ -13,8 +13,8 @@
  * token at position pos when j <= pos; tiles past the block's last
  * position are never loaded, and slots past it are zero, not read.
  *
- * CUDA cores only: this is the correct, simple kernel; a tensor-core
- * (mma / wgmma) version is for a session with a GPU to measure it.
+ * This CUDA-core kernel serves head dim 256 and page sizes that are not a
+ * power of two; the others run on tensor cores (cuda_extend_tc.cuh).
  *
  * KV_SIMT_DROP_BARRIER and KV_SIMT_BAD_SHUFFLE break it on purpose, only in
  * the CPU stand-in's test build (tests/simt), to prove that its suite fails.
@@ -32,8 +32,11 @@ struct ext_args {
 	void *out;
 	float *lse;
 	uint32_t nq, group;
+	uint32_t tpp_shift;	/* log2 tokens_per_page (tensor-core kernel) */
 	float scale2;
 };
+
+#include "cuda_extend_tc.cuh"
 
 template <typename T, int D>
 __global__ void __launch_bounds__(EXT_THREADS) kv_extend_kernel(const struct ext_args a)
@@ -175,10 +178,26 @@ __global__ void __launch_bounds__(EXT_THREADS) kv_extend_kernel(const struct ext
 	}
 }
 
-template <typename T>
-static void launch(const struct ext_args &a, uint32_t dim, dim3 grid, cudaStream_t s)
+/* Head dims 64 and 128 with power-of-two pages: the tensor-core kernel. */
+static bool ext_tc_fits(const struct kv_attn_kv *kv)
 {
-	if (dim == 64)
+	uint32_t tpp = kv->geom.tokens_per_page;
+
+	return kv->geom.head_dim <= 128 && tpp && !(tpp & (tpp - 1));
+}
+
+template <typename T>
+static void launch(const struct ext_args &a, uint32_t dim, bool tc, uint64_t max_vecs,
+		   uint32_t n_kv, uint32_t n_reqs, cudaStream_t s)
+{
+	const uint32_t vecs = tc ? EXT_TC_VECS : EXT_VECS;
+	const dim3 grid((uint32_t)((max_vecs + vecs - 1) / vecs), n_kv, n_reqs);
+
+	if (tc && dim == 64)
+		KV_LAUNCH(grid, EXT_TC_THREADS, 0, s, kv_extend_tc_kernel<T, 64>)(a);
+	else if (tc)
+		KV_LAUNCH(grid, EXT_TC_THREADS, 0, s, kv_extend_tc_kernel<T, 128>)(a);
+	else if (dim == 64)
 		KV_LAUNCH(grid, EXT_THREADS, 0, s, kv_extend_kernel<T, 64>)(a);
 	else if (dim == 128)
 		KV_LAUNCH(grid, EXT_THREADS, 0, s, kv_extend_kernel<T, 128>)(a);
@@ -191,7 +210,7 @@ extern "C" int kv_attn_extend_cuda(const struct kv_attn_kv *kv, const struct kv_
 				   void *out, float *lse)
 {
 	struct ext_args a;
-	uint64_t max_vecs, tiles;
+	uint64_t max_vecs;
 	cudaError_t err;
 	float scale;
 	int ret;
@@ -218,24 +237,22 @@ extern "C" int kv_attn_extend_cuda(const struct kv_attn_kv *kv, const struct kv_
 	a.lse = lse;
 	a.nq = p->n_q_heads;
 	a.group = p->n_q_heads / kv->geom.n_kv_heads;
+	a.tpp_shift = (uint32_t)__builtin_ctz(kv->geom.tokens_per_page | 1u << 31);
 	a.scale2 = scale * KV_LOG2E;
 	max_vecs = (uint64_t)(b->q_indptr ? b->max_q_len : 1) * a.group;
-	tiles = (max_vecs + EXT_VECS - 1) / EXT_VECS;
 	/*
-	 * The kernel counts query vectors (n_new * group, blockIdx.x * EXT_VECS
-	 * + 15) in 32 bits: past that they would wrap, silently, long before
-	 * the grid's own limit.
+	 * The kernels count query vectors (n_new * group, a block's first
+	 * plus up to EXT_TC_VECS) in 32 bits: past that they would wrap,
+	 * silently, long before the grid's own limit.
 	 */
-	if (max_vecs > UINT32_MAX - EXT_VECS)
+	if (max_vecs > UINT32_MAX - EXT_TC_VECS)
 		return -E2BIG;
 	if (kv->geom.dtype == KVS_DTYPE_BF16)
-		launch<__nv_bfloat16>(a, kv->geom.head_dim,
-				      dim3((uint32_t)tiles, kv->geom.n_kv_heads, b->n_reqs),
-				      (cudaStream_t)p->stream);
+		launch<__nv_bfloat16>(a, kv->geom.head_dim, ext_tc_fits(kv), max_vecs,
+				      kv->geom.n_kv_heads, b->n_reqs, (cudaStream_t)p->stream);
 	else
-		launch<__half>(a, kv->geom.head_dim,
-			       dim3((uint32_t)tiles, kv->geom.n_kv_heads, b->n_reqs),
-			       (cudaStream_t)p->stream);
+		launch<__half>(a, kv->geom.head_dim, ext_tc_fits(kv), max_vecs,
+			       kv->geom.n_kv_heads, b->n_reqs, (cudaStream_t)p->stream);
 	err = cudaGetLastError();
 	return err == cudaSuccess ? 0 : kv_cuda_fail(err);
 }

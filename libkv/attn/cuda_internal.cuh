@@ -31,6 +31,20 @@
 	__VA_ARGS__<<<(grid), (block), (smem), (stream)>>>
 #endif
 
+/*
+ * The stand-in reports a warp-collective instruction (mma, ldmatrix) by
+ * the kernel's line: its wrappers below take the caller's site there.
+ */
+#ifdef KV_SIMT
+#define KV_SITE_PARAM	, KV_SIMT_SITE
+#define KV_SITE_ARGS	, file, line
+#define KV_SIMT_SITE_OR_VOID	KV_SIMT_SITE
+#else
+#define KV_SIMT_SITE_OR_VOID	void
+#define KV_SITE_PARAM
+#define KV_SITE_ARGS
+#endif
+
 #define KV_LN2		0.69314718055994531f
 #define KV_LOG2E	1.4426950408889634f
 
@@ -146,6 +160,133 @@ template <> struct kv_vec<__nv_bfloat16> {
 		return make_uint4(w[0], w[1], w[2], w[3]);
 	}
 };
+
+/*
+ * Tensor cores and asynchronous copies (sm_80 and later), as inline PTX
+ * under nvcc and as the stand-in's implementations under -DKV_SIMT, which
+ * model them as the PTX ISA defines them (tests/simt/simt.h).
+ *
+ * kv_mma_16816<T>: mma.sync.aligned.m16n8k16.row.col.f32.T.T.f32, D = A B + C
+ * for the warp; every lane passes its fragments: a[4] (A, 16x16, two
+ * elements a register), b[2] (B, 16x8), c[4] and d[4] (16x8 f32), laid out
+ * by groupID = lane >> 2 and threadID_in_group = lane % 4 as the PTX ISA's
+ * "Matrix Fragments for mma.m16n8k16 with floating point type" says.
+ */
+template <typename T> struct kv_mma;
+
+template <> struct kv_mma<__nv_bfloat16> {
+	static __device__ __forceinline__ void run(float d[4], const uint32_t a[4],
+						   const uint32_t b[2], const float c[4] KV_SITE_PARAM)
+	{
+#ifdef KV_SIMT
+		kv_simt_mma_m16n8k16(kv_simt::MMA_BF16, d, a, b, c KV_SITE_ARGS);
+#else
+		asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+		    "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"
+		    : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+		    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
+		      "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+#endif
+	}
+	/* Two floats as two elements, the first in the low half (cvt.rn). */
+	static __device__ __forceinline__ uint32_t pack(float lo, float hi)
+	{
+		return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
+		       (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16;
+	}
+	/* Element @i (0 or 1) of a packed pair, as a float. */
+	static __device__ __forceinline__ float elem(uint32_t w, int i)
+	{
+		return __uint_as_float(i ? w & 0xffff0000u : w << 16);
+	}
+};
+
+template <> struct kv_mma<__half> {
+	static __device__ __forceinline__ void run(float d[4], const uint32_t a[4],
+						   const uint32_t b[2], const float c[4] KV_SITE_PARAM)
+	{
+#ifdef KV_SIMT
+		kv_simt_mma_m16n8k16(kv_simt::MMA_F16, d, a, b, c KV_SITE_ARGS);
+#else
+		asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+		    "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"
+		    : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+		    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
+		      "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+#endif
+	}
+	static __device__ __forceinline__ uint32_t pack(float lo, float hi)
+	{
+		return (uint32_t)__half_as_ushort(__float2half_rn(lo)) |
+		       (uint32_t)__half_as_ushort(__float2half_rn(hi)) << 16;
+	}
+	static __device__ __forceinline__ float elem(uint32_t w, int i)
+	{
+		return __half2float(__ushort_as_half((unsigned short)(i ? w >> 16 : w & 0xffff)));
+	}
+};
+
+/*
+ * ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16: lane 8i + k passes the
+ * address of row k (16 bytes) of matrix i; r[i] is this lane's fragment of
+ * matrix i, as an mma operand wants it (row lane/4, columns 2 (lane%4) and
+ * +1), or of its transpose with TRANS.
+ */
+template <bool TRANS>
+static __device__ __forceinline__ void kv_ldmatrix_x4(uint32_t r[4],
+						      const void *row KV_SITE_PARAM)
+{
+#ifdef KV_SIMT
+	kv_simt_ldmatrix_x4(TRANS, r, row KV_SITE_ARGS);
+#else
+	const uint32_t a = (uint32_t)__cvta_generic_to_shared(row);
+
+	if (TRANS)
+		asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+			     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+	else
+		asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+			     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+#endif
+}
+
+/*
+ * cp.async.cg.shared.global: 16 bytes from global @src to shared @dst,
+ * bypassing L1; @valid false writes 16 zero bytes and reads nothing
+ * (src-size 0).  They land when cp.async.wait_group retires their group.
+ */
+static __device__ __forceinline__ void kv_cp_async16(void *dst, const void *src,
+						     bool valid KV_SITE_PARAM)
+{
+#ifdef KV_SIMT
+	kv_simt_cp_async(dst, src, 16, valid ? 16 : 0 KV_SITE_ARGS);
+#else
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+		     :: "r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src),
+			"r"(valid ? 16 : 0) : "memory");
+#endif
+}
+
+/* cp.async.commit_group: this thread's copies since the last commit form a group. */
+static __device__ __forceinline__ void kv_cp_async_commit(void)
+{
+#ifdef KV_SIMT
+	kv_simt::cp_async_commit();
+#else
+	asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+/* cp.async.wait_group N: all but this thread's newest N groups have landed. */
+template <int N>
+static __device__ __forceinline__ void kv_cp_async_wait(KV_SIMT_SITE_OR_VOID)
+{
+#ifdef KV_SIMT
+	kv_simt_cp_async_wait(N KV_SITE_ARGS);
+#else
+	asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+#endif
+}
 
 /* A read-only 16-byte load through the non-coherent cache. */
 static __device__ __forceinline__ uint4 kv_ld16(const void *p)

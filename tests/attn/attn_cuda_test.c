@@ -511,6 +511,75 @@ TEST(decode_splits)
 	at_env_free(&e);
 }
 
+/*
+ * The tensor-core decode (GQA groups of 4 or more, head dims 64 and 128,
+ * power-of-two pages): groups 4, 8, 16 and 32 (two blocks of 16 heads),
+ * both storage types, lengths that end inside a tile and a page, one page
+ * per token and several tiles per page; each unsplit, with the planned
+ * split, and with 100-token splits (which start inside a tile).
+ */
+TEST(decode_tensor_cores)
+{
+	static const uint32_t groups[] = { 4, 8, 16, 32 }, pages[] = { 16, 1, 64, 32 };
+	static const uint32_t splits[] = { 0, 0, 100 };
+	unsigned int idx, k;
+
+	NEED_GPU();
+	for (idx = 0; idx < 8; idx++) {
+		struct at_case c = { .dtype = dtypes[idx % 2], .dim = idx / 2 % 2 ? 128 : 64,
+				     .tpp = pages[idx % 4], .group = groups[idx / 2],
+				     .n_kv = idx / 2 == 3 ? 1 : 2, .n_reqs = 4,
+				     .seq = { 1, 33, 100 + 7 * idx, 700 },
+				     .qscale = idx % 2 ? 4.0f : 1.0f, .seed = 700 + idx };
+		struct dev_env d;
+		struct at_env e;
+
+		ASSERT_EQ(0, at_env_init(&e, &c));
+		ASSERT_EQ(0, dev_env_init(&d, &e));
+		for (k = 0; k < 3; k++) {
+			struct kv_attn_params p = { .n_q_heads = e.nq, .kv_split = splits[k] };
+
+			/* First without a split (max_seq_len 0), then planned, then forced. */
+			d.b.max_seq_len = k ? e.b.max_seq_len : 0;
+			ASSERT_EQ(0, check_cuda(_metadata, &e, &d, false, &p,
+						k ? "tensor cores, split" : "tensor cores"));
+		}
+		dev_env_free(&d);
+		at_env_free(&e);
+	}
+}
+
+/*
+ * What stays on the CUDA-core kernels: head dim 256, and page sizes that
+ * are not a power of two (24 tokens) at groups the tensor cores would
+ * take; decode (split and unsplit) and extend.
+ */
+TEST(cuda_core_paths)
+{
+	unsigned int idx;
+
+	NEED_GPU();
+	for (idx = 0; idx < 2; idx++) {
+		struct at_case c = { .dtype = dtypes[idx], .dim = idx ? 128 : 256,
+				     .tpp = idx ? 24 : 16, .n_kv = 2, .group = idx ? 8 : 4,
+				     .n_reqs = 3, .seq = { 40, 75, 600 }, .n_new = { 40, 9, 1 },
+				     .qscale = 2, .seed = 720 + idx };
+		struct kv_attn_params p = { 0 };
+		struct dev_env d;
+		struct at_env e;
+
+		ASSERT_EQ(0, at_env_init(&e, &c));
+		ASSERT_EQ(0, dev_env_init(&d, &e));
+		p.n_q_heads = e.nq;
+		ASSERT_EQ(0, check_cuda(_metadata, &e, &d, true, &p, "cuda cores"));
+		ASSERT_EQ(0, check_cuda(_metadata, &e, &d, false, &p, "cuda cores"));
+		d.b.max_seq_len = 0;
+		ASSERT_EQ(0, check_cuda(_metadata, &e, &d, false, &p, "cuda cores, unsplit"));
+		dev_env_free(&d);
+		at_env_free(&e);
+	}
+}
+
 /* Long contexts and wide batches: 32k at batch 1 and 4, batch 128 of short ones. */
 TEST(decode_long_and_wide)
 {

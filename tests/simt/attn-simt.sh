@@ -13,8 +13,16 @@
 #   - the builds broken on purpose, which must FAIL, each for its reason:
 #     drop_barrier (cuda_extend.cu without its "tile consumed" barrier) with
 #     a shared-memory race report, bad_shuffle (one wrong shuffle offset)
-#     with a mismatch against the C reference.  ok when they fail so,
-#     not ok when they pass.
+#     with a mismatch against the C reference; and the tensor-core decode
+#     broken three ways (KV_MUTATE, libkv/attn/cuda_decode_tc.cuh):
+#     mutate1 without the barrier that frees a stage before its refill
+#     (a race report), mutate2 with cp.async.wait_group one short (a read
+#     of a copy still in flight), mutate3 with two registers of P's A
+#     fragment swapped (a mismatch); and the tensor-core extend broken two
+#     ways: mutate4 without the barrier after a tile's wait_group (a race
+#     or a read of a copy in flight), mutate5 with two 8x8 blocks of a V
+#     ldmatrix swapped (a mismatch).  ok when they fail so, not ok when
+#     they pass.
 #
 # Each run's own TAP is shown as diagnostics ("# ...").  Exit status 0 only
 # when every line is ok.
@@ -22,12 +30,12 @@ set -u
 
 dir=$(cd "$(dirname "$0")" && pwd)
 seeds=${KV_SIMT_SEEDS:-"0 $(( (RANDOM << 15 | RANDOM) + 2 ))"}
-quick=write_matches_reference,write_prefill_then_decode,decode_splits_small,shared_prefix_pages_small
+quick=write_matches_reference,write_prefill_then_decode,decode_splits_small,shared_prefix_pages_small,decode_tensor_cores
 jobs=${KV_SIMT_JOBS:-2}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# name|command|expectation (pass, race, mismatch)
+# name|command|expectation (pass, race, inflight, hazard: either, mismatch, dmismatch)
 runs=()
 for s in $seeds; do
 	runs+=("attn_simt_test seed=$s|env KV_SIMT_SEED=$s $dir/attn_simt_test|pass")
@@ -35,10 +43,17 @@ done
 if [ -z "${KV_SIMT_SEEDS:-}" ]; then
 	runs+=("attn_simt_test seed=1, quick tests|env KV_SIMT_SEED=1 KV_SIMT_ONLY=$quick $dir/attn_simt_test|pass")
 fi
-# One test suffices for the broken builds: it runs decode and extend.
-only=shared_prefix_pages_small
+# One test suffices for each broken build: one that reaches the kernel broken.
+only=cuda_core_paths
 runs+=("drop_barrier must fail with a race report|env KV_SIMT_SEED=0 KV_SIMT_ONLY=$only $dir/attn_simt_test-drop_barrier|race")
 runs+=("bad_shuffle must fail with a mismatch|env KV_SIMT_SEED=0 KV_SIMT_ONLY=$only $dir/attn_simt_test-bad_shuffle|mismatch")
+only=decode_tensor_cores
+runs+=("mutate1 (no stage barrier) must fail with a race report|env KV_SIMT_SEED=0 KV_SIMT_ONLY=$only $dir/attn_simt_test-mutate1|race")
+runs+=("mutate2 (wait_group one short) must fail reading a copy in flight|env KV_SIMT_SEED=0 KV_SIMT_ONLY=$only $dir/attn_simt_test-mutate2|inflight")
+runs+=("mutate3 (wrong fragment register) must fail with a mismatch|env KV_SIMT_SEED=0 KV_SIMT_ONLY=$only $dir/attn_simt_test-mutate3|dmismatch")
+only=shared_prefix_pages_small
+runs+=("mutate4 (extend: no barrier after the wait) must fail with a hazard report|env KV_SIMT_SEED=0 KV_SIMT_ONLY=$only $dir/attn_simt_test-mutate4|hazard")
+runs+=("mutate5 (extend: wrong V fragment registers) must fail with a mismatch|env KV_SIMT_SEED=0 KV_SIMT_ONLY=$only $dir/attn_simt_test-mutate5|mismatch")
 
 start() {
 	local i=$1 cmd
@@ -70,9 +85,15 @@ for ((i = 0; i < n; i++)); do
 		ok=$([ "$rc" = 0 ] && echo 1) ;;
 	race)
 		ok=$([ "$rc" != 0 ] && grep -q 'shared-memory race on' "$tmp/$i.out" && echo 1) ;;
-	mismatch)
+	hazard)
+		ok=$([ "$rc" != 0 ] && grep -qE 'shared-memory race on|a cp.async not yet waited for' \
+			"$tmp/$i.out" && echo 1) ;;
+	inflight)
+		ok=$([ "$rc" != 0 ] && grep -q 'a cp.async not yet waited for' "$tmp/$i.out" && echo 1) ;;
+	mismatch|dmismatch)
 		# A wrong result, not a crash or a race: check_cuda's comparison line.
-		ok=$([ "$rc" != 0 ] && grep -q 'extend .* rel .* not finite' "$tmp/$i.out" &&
+		what=$([ "$want" = mismatch ] && echo extend || echo decode)
+		ok=$([ "$rc" != 0 ] && grep -q "$what .* rel .* not finite" "$tmp/$i.out" &&
 		     ! grep -q 'simt:' "$tmp/$i.out" && echo 1) ;;
 	esac
 	if [ -n "$ok" ]; then

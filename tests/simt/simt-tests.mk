@@ -12,6 +12,12 @@
 #   build/tests/attn_simt_test-drop_barrier, -bad_shuffle
 #                                       the same with cuda_extend.cu broken on
 #                                       purpose (KV_SIMT_DROP_BARRIER, KV_SIMT_BAD_SHUFFLE)
+#   build/tests/attn_simt_test-mutate1 .. -mutate5
+#                                       the same with the tensor-core kernels
+#                                       broken on purpose (KV_MUTATE=n, see
+#                                       libkv/attn/cuda_{decode,extend}_tc.cuh):
+#                                       a barrier dropped, a wait_group one
+#                                       short, wrong fragment registers
 #   build/tests/attn_simt               the host suite: the test under several
 #                                       scheduling seeds, then the broken builds,
 #                                       which must fail (tests/simt/attn-simt.sh)
@@ -37,6 +43,23 @@ $(SIMT_DIR)/drop_barrier/cuda_extend.o: libkv/attn/cuda_extend.cu
 $(SIMT_DIR)/bad_shuffle/cuda_extend.o: libkv/attn/cuda_extend.cu
 	@mkdir -p $(@D)
 	$(CXX) $(SIMT_CXXFLAGS) $(SIMT_KFLAGS) -DKV_SIMT_BAD_SHUFFLE $(DEPFLAGS) -x c++ -c -o $@ $<
+
+SIMT_MUTANTS := 1 2 3 4 5
+
+# Both kernel units get the number; each acts only on its own.
+$(SIMT_DIR)/mutate%/cuda_decode.o: libkv/attn/cuda_decode.cu
+	@mkdir -p $(@D)
+	$(CXX) $(SIMT_CXXFLAGS) $(SIMT_KFLAGS) -DKV_MUTATE=$* $(DEPFLAGS) -x c++ -c -o $@ $<
+
+$(SIMT_DIR)/mutate%/cuda_extend.o: libkv/attn/cuda_extend.cu
+	@mkdir -p $(@D)
+	$(CXX) $(SIMT_CXXFLAGS) $(SIMT_KFLAGS) -DKV_MUTATE=$* $(DEPFLAGS) -x c++ -c -o $@ $<
+
+# The shorter stem makes this rule win over attn_simt_test-% for these names.
+$(BUILD)/tests/attn_simt_test-mutate%: $(SIMT_TEST_OBJS) $(SIMT_DIR)/mutate%/cuda_decode.o \
+		$(SIMT_DIR)/mutate%/cuda_extend.o $(SIMT_DIR)/cuda_common.o $(LIBKV_ATTN)
+	@mkdir -p $(@D)
+	$(CXX) -o $@ $(filter %.o,$^) $(LIBKV_ATTN) $(SIMT_LDLIBS)
 
 # The stand-in itself is not instrumented: its hooks would call themselves.
 $(SIMT_DIR)/simt.o $(SIMT_DIR)/simt_runtime.o: $(SIMT_DIR)/%.o: tests/simt/%.cc
@@ -65,7 +88,8 @@ $(BUILD)/tests/attn_simt_test-%: $(SIMT_TEST_OBJS) $(SIMT_DIR)/%/cuda_extend.o \
 	$(CXX) -o $@ $(filter %.o,$^) $(LIBKV_ATTN) $(SIMT_LDLIBS)
 
 SIMT_BINS := $(BUILD)/tests/attn_simt_test $(BUILD)/tests/attn_simt_test-drop_barrier \
-             $(BUILD)/tests/attn_simt_test-bad_shuffle
+             $(BUILD)/tests/attn_simt_test-bad_shuffle \
+             $(SIMT_MUTANTS:%=$(BUILD)/tests/attn_simt_test-mutate%)
 
 # The suite is a script next to the binaries it runs.
 $(BUILD)/tests/attn_simt: tests/simt/attn-simt.sh $(SIMT_BINS)
@@ -78,7 +102,9 @@ simt-full: $(BUILD)/tests/attn_simt_test
 	KV_SIMT_FULL=1 KV_SIMT_SEED=$${KV_SIMT_SEED:-1} $(BUILD)/tests/attn_simt_test
 
 -include $(SIMT_KOBJS:.o=.d) $(SIMT_TEST_OBJS:.o=.d) $(SIMT_DIR)/simt_selftest.d \
-	$(SIMT_DIR)/drop_barrier/cuda_extend.d $(SIMT_DIR)/bad_shuffle/cuda_extend.d
+	$(SIMT_DIR)/drop_barrier/cuda_extend.d $(SIMT_DIR)/bad_shuffle/cuda_extend.d \
+	$(SIMT_MUTANTS:%=$(SIMT_DIR)/mutate%/cuda_decode.d) \
+	$(SIMT_MUTANTS:%=$(SIMT_DIR)/mutate%/cuda_extend.d)
 
 # The fibers' context switch is x86-64 assembly.
 ifeq ($(shell uname -m),x86_64)

@@ -77,6 +77,15 @@ constexpr int MAX_REPORTS = 4;		/* printed per launch; the rest counted */
 
 enum tstate { T_RUN, T_COLL, T_BAR, T_EXIT };
 
+/* A cp.async whose group is not retired yet: the bytes it will write. */
+struct cp_pend {
+	char *dst;
+	unsigned int n;
+	uint32_t group;			/* CP_OPEN until a commit_group */
+	unsigned char data[16];
+};
+constexpr uint32_t CP_OPEN = UINT32_MAX;
+
 struct thr {
 	void *sp;
 	char *stack;			/* mapping: a guard page, then the stack */
@@ -90,6 +99,9 @@ struct thr {
 	/* waiting at a collective or a barrier: where */
 	const char *file;
 	int line;
+	/* its cp.async copies not yet landed, and the groups it committed */
+	std::vector<cp_pend> cp;
+	uint32_t cp_groups;
 };
 
 /* Per 4-byte word of shared memory. */
@@ -98,14 +110,21 @@ struct shadow {
 	uint32_t w_int, r_int;		/* barrier intervals of the last write, reads */
 	uint16_t writer, reader;	/* linear thread ids: the last writer, the first reader */
 	bool many;			/* and other threads read it too */
+	bool pending;			/* a cp.async will write it */
 };
 
 /* A static object of the executable: a kernel's __shared__ array or not. */
 struct srange {
 	uintptr_t lo, hi;
 	bool shared;
-	std::string name;
+	std::string name, mangled;
 	std::vector<shadow> sh;
+};
+
+/* A function of the executable, for the occupancy model. */
+struct fsym {
+	uintptr_t addr;
+	std::string mangled;
 };
 
 struct state {
@@ -132,6 +151,7 @@ struct state {
 	int reports;
 	uint64_t checked, races;
 	std::vector<srange *> ranges;	/* the __shared__ arrays, sorted by lo */
+	std::vector<fsym> funcs;
 	srange gap;			/* between two of them */
 	srange *last;
 	bool symtab;
@@ -262,8 +282,106 @@ const char *coll_name(coll_kind k)
 {
 	static const char *const names[] = { "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync",
 					     "__shfl_xor_sync", "__ballot_sync", "__any_sync",
-					     "__all_sync", "__syncwarp" };
+					     "__all_sync", "__syncwarp", "mma.sync.m16n8k16",
+					     "ldmatrix.sync.m8n8.x4" };
 	return names[k];
+}
+
+float mma_elem(mma_type t, uint32_t reg, int half)
+{
+	unsigned short h = (unsigned short)(reg >> (16 * half));
+
+	return t == MMA_BF16 ? __uint_as_float((uint32_t)h << 16) : kv_simt_f16_to_f32(h);
+}
+
+/*
+ * D = A B + C for the warp from @w0, every lane's fragments as the PTX ISA
+ * lays them out for m16n8k16 (groupID = lane >> 2, threadID_in_group =
+ * lane % 4):
+ *   A, a0..a7 (two per register): row groupID, +8 for a2,a3,a6,a7;
+ *      column 2 threadID_in_group + (i & 1), +8 for a4..a7;
+ *   B, b0..b3: row (k) 2 threadID_in_group + (i & 1), +8 for b2,b3;
+ *      column (n) groupID;
+ *   C, D, c0..c3: row groupID, +8 for c2,c3; column 2 threadID_in_group + (i & 1).
+ * Products of 16-bit floats are exact in double, and so is the sum of 16;
+ * the result is rounded once to f32 (a tensor core may round differently
+ * in the last bit).
+ */
+void mma_complete(unsigned int w0)
+{
+	mma_type t = (mma_type)S.t[w0].arg;
+	float A[16][16], B[16][8], C[16][8];
+	unsigned int l;
+	int i, r, c, k;
+
+	for (l = 0; l < 32; l++) {
+		const mma_frag *f = (const mma_frag *)(uintptr_t)S.t[w0 + l].val;
+		int g = (int)l >> 2, tg = (int)l & 3;
+
+		for (i = 0; i < 8; i++)
+			A[g + (i & 2 ? 8 : 0)][2 * tg + (i & 1) + (i & 4 ? 8 : 0)] =
+				mma_elem(t, f->a[i / 2], i & 1);
+		for (i = 0; i < 4; i++)
+			B[2 * tg + (i & 1) + (i & 2 ? 8 : 0)][g] = mma_elem(t, f->b[i / 2], i & 1);
+		for (i = 0; i < 4; i++)
+			C[g + (i & 2 ? 8 : 0)][2 * tg + (i & 1)] = f->c[i];
+	}
+	for (l = 0; l < 32; l++) {
+		mma_frag *f = (mma_frag *)(uintptr_t)S.t[w0 + l].val;
+		int g = (int)l >> 2, tg = (int)l & 3;
+
+		for (i = 0; i < 4; i++) {
+			double acc;
+
+			r = g + (i & 2 ? 8 : 0);
+			c = 2 * tg + (i & 1);
+			acc = C[r][c];
+			for (k = 0; k < 16; k++)
+				acc += (double)A[r][k] * B[k][c];
+			f->d[i] = (float)acc;
+		}
+	}
+}
+
+void check_shared(srange *r, uintptr_t a, size_t n, bool write);
+srange *classify(uintptr_t a);
+
+/*
+ * The warp's ldmatrix.x4: lane 8i + k's address is row k of matrix i; the
+ * 16-byte row reads are checked as that lane's.
+ */
+void ldmatrix_complete(unsigned int w0)
+{
+	bool trans = S.t[w0].arg != 0;
+	uint16_t M[4][8][8];
+	thr *cur = S.cur;
+	unsigned int l;
+	int i;
+
+	for (l = 0; l < 32; l++) {
+		const ldm_frag *f = (const ldm_frag *)(uintptr_t)S.t[w0 + l].val;
+		uintptr_t a = (uintptr_t)f->row;
+		srange *r = classify(a);
+
+		S.cur = &S.t[w0 + l];
+		if (a % 16 || !r->shared || a + 16 > r->hi) {
+			report("ldmatrix at %s:%d: lane %u's row address %#lx is not 16 aligned bytes of a __shared__ array",
+			       S.t[w0].file, S.t[w0].line, l, (unsigned long)a);
+			memset(M[l / 8][l % 8], 0, 16);
+			continue;
+		}
+		check_shared(r, a, 16, false);
+		memcpy(M[l / 8][l % 8], f->row, 16);
+	}
+	S.cur = cur;
+	for (l = 0; l < 32; l++) {
+		ldm_frag *f = (ldm_frag *)(uintptr_t)S.t[w0 + l].val;
+		unsigned int g = l / 4, c = 2 * (l % 4);
+
+		for (i = 0; i < 4; i++)
+			f->r[i] = trans ? (uint32_t)M[i][c][g] | (uint32_t)M[i][c + 1][g] << 16
+					: (uint32_t)M[i][g][c] | (uint32_t)M[i][g][c + 1] << 16;
+	}
 }
 
 /* Complete the collective lane @l of warp base @w0 waits at, if all its mask waits there. */
@@ -291,8 +409,17 @@ bool try_complete(unsigned int w0, unsigned int l)
 			       coll_name(a.kind), a.file, a.line, l, i, mask, b.mask);
 			return false;
 		}
+		if (b.arg != a.arg && (a.kind == COLL_MMA || a.kind == COLL_LDMATRIX)) {
+			report("%s at %s:%d: lanes %u and %u pass different operand types or shapes",
+			       coll_name(a.kind), a.file, a.line, l, i);
+			return false;
+		}
 		ballot |= (uint64_t)(b.val != 0) << i;
 	}
+	if (a.kind == COLL_MMA)
+		mma_complete(w0);
+	if (a.kind == COLL_LDMATRIX)
+		ldmatrix_complete(w0);
 	for (i = 0; i < 32; i++) {
 		if (!(mask >> i & 1))
 			continue;
@@ -323,6 +450,8 @@ bool try_complete(unsigned int w0, unsigned int l)
 			b.res = ballot == mask;
 			break;
 		case COLL_SYNCWARP:
+		case COLL_MMA:
+		case COLL_LDMATRIX:
 			b.res = 0;
 			break;
 		}
@@ -408,9 +537,34 @@ void describe_deadlock()
 	}
 }
 
+/* The shared words a copy will write: no longer pending. */
+void cp_unmark(const cp_pend &p)
+{
+	srange *r = classify((uintptr_t)p.dst);
+	size_t w;
+
+	if (!r->shared)
+		return;
+	for (w = ((uintptr_t)p.dst - r->lo) / 4; w <= ((uintptr_t)p.dst + p.n - 1 - r->lo) / 4; w++)
+		r->sh[w].pending = false;
+}
+
+/* Copies a thread left in flight when its block ended land nowhere. */
+void cp_drop_all()
+{
+	for (thr &t : S.t) {
+		for (const cp_pend &p : t.cp)
+			cp_unmark(p);
+		t.cp.clear();
+		t.cp_groups = 0;
+	}
+}
+
 void run_block()
 {
 	unsigned int i, k;
+
+	cp_drop_all();
 
 	S.interval++;
 	S.blk++;
@@ -534,6 +688,8 @@ void load_shared_ranges()
 			srange *r;
 			char *dm;
 
+			if (ELF64_ST_TYPE(sym[k].st_info) == STT_FUNC && !strncmp(nm, "_Z", 2))
+				S.funcs.push_back(fsym{ bias + sym[k].st_value, nm });
 			if (ELF64_ST_TYPE(sym[k].st_info) != STT_OBJECT || !sym[k].st_size ||
 			    strncmp(nm, "_ZZ", 3))
 				continue;
@@ -543,8 +699,9 @@ void load_shared_ranges()
 			r->shared = true;
 			dm = abi::__cxa_demangle(nm, NULL, NULL, NULL);
 			r->name = dm ? dm : nm;
+			r->mangled = nm;
 			free(dm);
-			r->sh.assign((sym[k].st_size + 3) / 4, shadow{ 0, 0, 0, 0, 0, false });
+			r->sh.assign((sym[k].st_size + 3) / 4, shadow{ 0, 0, 0, 0, 0, false, false });
 			S.ranges.push_back(r);
 		}
 		S.symtab = true;
@@ -615,6 +772,14 @@ void check_shared(srange *r, uintptr_t a, size_t n, bool write)
 	for (w = w0; w <= w1; w++) {
 		shadow &s = r->sh[w];
 
+		if (s.pending) {
+			char t[64];
+
+			tid_str(t, sizeof(t), me);
+			report("%s %s %s at byte offset %zu, which a cp.async not yet waited for "
+			       "(cp.async.wait_group) will write", t, write ? "writes" : "reads",
+			       r->name.c_str(), w * 4);
+		}
 		if (write) {
 			if (s.w_int == S.interval && s.writer != me)
 				race(r, w, "written", s.writer, "written", me);
@@ -742,6 +907,126 @@ void syncthreads(const char *file, int line)
 	me->line = line;
 	S.n_bar++;
 	yield_to_next();
+}
+
+void mma_m16n8k16(mma_type t, mma_frag *f, const char *file, int line)
+{
+	/* .aligned: every lane of the warp executes the same mma. */
+	collective(COLL_MMA, 0xffffffffu, (uint64_t)(uintptr_t)f, (int)t, 32, file, line);
+}
+
+void ldmatrix_x4(bool trans, ldm_frag *f, const char *file, int line)
+{
+	collective(COLL_LDMATRIX, 0xffffffffu, (uint64_t)(uintptr_t)f, trans, 32, file, line);
+}
+
+void cp_async(void *dst, const void *src, unsigned int bytes, unsigned int src_bytes,
+	      const char *file, int line)
+{
+	uintptr_t d = (uintptr_t)dst, lo;
+	size_t len, w;
+	cp_pend p;
+	srange *r;
+
+	if (!S.running)
+		die("cp.async called outside a kernel (%s:%d)", file, line);
+	if ((bytes != 4 && bytes != 8 && bytes != 16) || src_bytes > bytes || d % bytes ||
+	    (uintptr_t)src % bytes) {
+		report("cp.async at %s:%d: %u bytes (%u read) to %#lx from %#lx: the size must be 4, 8 or 16, "
+		       "the addresses aligned to it", file, line, bytes, src_bytes, (unsigned long)d,
+		       (unsigned long)(uintptr_t)src);
+		return;
+	}
+	r = classify(d);
+	if (!r->shared || d + bytes > r->hi) {
+		report("cp.async at %s:%d: destination %#lx is not in a __shared__ array", file, line,
+		       (unsigned long)d);
+		return;
+	}
+	if (src_bytes && !(device_range(src, &lo, &len) &&
+			   (uintptr_t)src - lo + src_bytes <= len)) {
+		report("illegal address: cp.async at %s:%d reads %u bytes at %#lx, in no device allocation",
+		       file, line, src_bytes, (unsigned long)(uintptr_t)src);
+		return;
+	}
+	/* As a write now: a race with this interval's other accesses. */
+	check_shared(r, d, bytes, true);
+	p.dst = (char *)dst;
+	p.n = bytes;
+	p.group = CP_OPEN;
+	memset(p.data, 0, sizeof(p.data));
+	memcpy(p.data, src, src_bytes);		/* the rest is zero-filled */
+	for (w = (d - r->lo) / 4; w <= (d + bytes - 1 - r->lo) / 4; w++)
+		r->sh[w].pending = true;
+	S.cur->cp.push_back(p);
+}
+
+void cp_async_commit(void)
+{
+	thr *me = S.cur;
+
+	if (!S.running)
+		die("cp.async.commit_group called outside a kernel");
+	for (cp_pend &p : me->cp)
+		if (p.group == CP_OPEN)
+			p.group = me->cp_groups;
+	me->cp_groups++;		/* an empty group is a group too */
+}
+
+void cp_async_wait(int n, const char *file, int line)
+{
+	thr *me = S.cur;
+	size_t i, keep = 0;
+
+	if (!S.running)
+		die("cp.async.wait_group called outside a kernel (%s:%d)", file, line);
+	if (n < 0) {
+		report("cp.async.wait_group %d at %s:%d: N must be >= 0", n, file, line);
+		return;
+	}
+	/* Retire, in issue order, every committed group but the newest n. */
+	for (i = 0; i < me->cp.size(); i++) {
+		cp_pend &p = me->cp[i];
+
+		if (p.group != CP_OPEN && p.group + (uint32_t)n < me->cp_groups) {
+			srange *r = classify((uintptr_t)p.dst);
+
+			cp_unmark(p);
+			memcpy(p.dst, p.data, p.n);
+			check_shared(r, (uintptr_t)p.dst, p.n, true);
+		} else {
+			me->cp[keep++] = p;
+		}
+	}
+	me->cp.resize(keep);
+}
+
+int occupancy(const void *kernel, int block_threads, size_t dyn_smem)
+{
+	const fsym *f = NULL;
+	std::string prefix;
+	size_t smem = dyn_smem;
+	int warps = (block_threads + 31) / 32, n = 32;
+
+	if (!S.symtab)
+		load_shared_ranges();
+	for (const fsym &x : S.funcs)
+		if (x.addr == (uintptr_t)kernel)
+			f = &x;
+	if (!f)
+		die("cudaOccupancyMaxActiveBlocksPerMultiprocessor: %p is no function of the executable",
+		    kernel);
+	/* A function's static locals are _ZZ<its encoding>E<name>. */
+	prefix = "_ZZ" + f->mangled.substr(2) + "E";
+	for (const srange *r : S.ranges)
+		if (!r->mangled.compare(0, prefix.size(), prefix))
+			smem += r->hi - r->lo;
+	if (smem > 227 * 1024)
+		return 0;
+	n = std::min(n, 64 / warps);				/* 2048 threads */
+	n = std::min(n, 65536 / (64 * 32 * warps));		/* 64 registers a thread */
+	n = std::min(n, (int)(228 * 1024 / (((smem + 127) & ~(size_t)127) + 1024)));
+	return n;
 }
 
 const char *launch_report(void)

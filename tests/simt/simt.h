@@ -182,7 +182,50 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b);
 namespace kv_simt {
 
 enum coll_kind { COLL_SHFL, COLL_SHFL_UP, COLL_SHFL_DOWN, COLL_SHFL_XOR,
-		 COLL_BALLOT, COLL_ANY, COLL_ALL, COLL_SYNCWARP };
+		 COLL_BALLOT, COLL_ANY, COLL_ALL, COLL_SYNCWARP, COLL_MMA, COLL_LDMATRIX };
+
+/* The operand types of mma.sync.aligned.m16n8k16.row.col.f32.<t>.<t>.f32. */
+enum mma_type { MMA_BF16, MMA_F16 };
+
+/*
+ * One lane's fragments of an m16n8k16 mma (PTX ISA, "Matrix Fragments for
+ * mma.m16n8k16 with floating point type"): a[4] and b[2] hold two 16-bit
+ * elements each (the lower-numbered one in the low half), c[4]/d[4] one
+ * f32 each.  The warp's 32 lanes together hold A (16x16), B (16x8), C and
+ * D (16x8); the collective gathers them, computes D = A B + C, scatters D.
+ */
+struct mma_frag {
+	uint32_t a[4], b[2];
+	float c[4], d[4];
+};
+void mma_m16n8k16(mma_type t, mma_frag *f, const char *file, int line);
+
+/*
+ * ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16: lanes 8i .. 8i+7 give
+ * the addresses of the 8 rows (16 bytes, 8 elements each) of matrix i;
+ * every lane gets in r[i] two elements of matrix i: row lane/4, columns
+ * 2 (lane%4) and 2 (lane%4) + 1; with .trans rows 2 (lane%4) and
+ * 2 (lane%4) + 1 of column lane/4 (the lower-numbered in the low half).
+ */
+struct ldm_frag {
+	const void *row;
+	uint32_t r[4];
+};
+void ldmatrix_x4(bool trans, ldm_frag *f, const char *file, int line);
+
+/*
+ * cp.async.{ca,cg}.shared.global [dst], [src], bytes, src_bytes: the
+ * source is read now (global memory does not change during a kernel), the
+ * shared destination is written only when cp.async.wait_group retires the
+ * copy's group; until then the checker reports any access to it.
+ */
+void cp_async(void *dst, const void *src, unsigned int bytes, unsigned int src_bytes,
+	      const char *file, int line);
+void cp_async_commit(void);
+void cp_async_wait(int n, const char *file, int line);
+
+/* cudaOccupancyMaxActiveBlocksPerMultiprocessor's model (simt.cc). */
+int occupancy(const void *kernel, int block_threads, size_t dyn_smem);
 
 /* A warp collective: this lane's @v in, the result out. */
 uint64_t collective(coll_kind kind, unsigned int mask, uint64_t v, int arg, int width,
@@ -312,6 +355,58 @@ static inline int __all_sync(unsigned int mask, int pred, KV_SIMT_SITE)
 static inline void __syncwarp(unsigned int mask = 0xffffffffu, KV_SIMT_SITE)
 {
 	kv_simt::collective(kv_simt::COLL_SYNCWARP, mask, 0, 0, 32, file, line);
+}
+
+/* ---- tensor cores and asynchronous copies (libkv/attn/cuda_internal.cuh wraps them) ---- */
+static inline void kv_simt_mma_m16n8k16(kv_simt::mma_type t, float d[4], const uint32_t a[4],
+					const uint32_t b[2], const float c[4], KV_SIMT_SITE)
+{
+	kv_simt::mma_frag f;
+
+	memcpy(f.a, a, sizeof(f.a));
+	memcpy(f.b, b, sizeof(f.b));
+	memcpy(f.c, c, sizeof(f.c));
+	kv_simt::mma_m16n8k16(t, &f, file, line);
+	memcpy(d, f.d, sizeof(f.d));
+}
+
+static inline void kv_simt_ldmatrix_x4(bool trans, uint32_t r[4], const void *row,
+				       KV_SIMT_SITE)
+{
+	kv_simt::ldm_frag f;
+
+	f.row = row;
+	kv_simt::ldmatrix_x4(trans, &f, file, line);
+	memcpy(r, f.r, sizeof(f.r));
+}
+
+static inline void kv_simt_cp_async(void *dst, const void *src, unsigned int bytes,
+				    unsigned int src_bytes, KV_SIMT_SITE)
+{
+	kv_simt::cp_async(dst, src, bytes, src_bytes, file, line);
+}
+
+static inline void kv_simt_cp_async_wait(int n, KV_SIMT_SITE)
+{
+	kv_simt::cp_async_wait(n, file, line);
+}
+
+/*
+ * The blocks of @kernel one SM holds at once, from its block size and its
+ * __shared__ arrays (found in the symbol table), as the driver computes
+ * it for an H100/H200 (2048 threads, 32 blocks, 64 K registers, 228 KiB
+ * shared memory with 1 KiB reserved per block).  The stand-in cannot know
+ * the registers ptxas gives a thread: it assumes 64.
+ */
+template <typename K>
+static inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, K kernel,
+									int block_threads,
+									size_t dyn_smem)
+{
+	if (!n || block_threads <= 0 || block_threads > 1024)
+		return cudaErrorInvalidValue;
+	*n = kv_simt::occupancy(reinterpret_cast<const void *>(kernel), block_threads, dyn_smem);
+	return cudaSuccess;
 }
 
 /* ---- loads, bit casts, arithmetic ---- */

@@ -16,6 +16,9 @@
 
 #include <kvshare/kv_layout.h>
 
+/* The kernels' own wrappers of mma.sync and cp.async. */
+#include "../../libkv/attn/cuda_internal.cuh"
+
 static int n_done, n_failed;
 
 static void result(bool ok, const char *name)
@@ -299,6 +302,238 @@ static void test_runtime(void)
 	result(ok, "cudaMalloc/Memcpy/Memset/Free check ranges and return the real codes");
 }
 
+/* ---- tensor cores: mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16} ---- */
+
+/*
+ * Every lane builds its fragments from row-major A (16x16), B (16x8), C
+ * (16x8) by the PTX ISA's table, written out here independently of the
+ * stand-in's, and stores its part of D where the table says.
+ */
+template <typename T>
+__global__ void k_mma(const float *A, const float *B, const float *C, float *D)
+{
+	unsigned int g = threadIdx.x >> 2, t = threadIdx.x & 3, i;
+	uint32_t a[4], b[2];
+	float c[4], d[4];
+
+	a[0] = kv_mma<T>::pack(A[g * 16 + 2 * t], A[g * 16 + 2 * t + 1]);
+	a[1] = kv_mma<T>::pack(A[(g + 8) * 16 + 2 * t], A[(g + 8) * 16 + 2 * t + 1]);
+	a[2] = kv_mma<T>::pack(A[g * 16 + 2 * t + 8], A[g * 16 + 2 * t + 9]);
+	a[3] = kv_mma<T>::pack(A[(g + 8) * 16 + 2 * t + 8], A[(g + 8) * 16 + 2 * t + 9]);
+	b[0] = kv_mma<T>::pack(B[(2 * t) * 8 + g], B[(2 * t + 1) * 8 + g]);
+	b[1] = kv_mma<T>::pack(B[(2 * t + 8) * 8 + g], B[(2 * t + 9) * 8 + g]);
+	for (i = 0; i < 4; i++)
+		c[i] = C[(g + (i / 2) * 8) * 8 + 2 * t + i % 2];
+	kv_mma<T>::run(d, a, b, c);
+	for (i = 0; i < 4; i++)
+		D[(g + (i / 2) * 8) * 8 + 2 * t + i % 2] = d[i];
+}
+
+template <typename T> static bool mma_matches(uint64_t seed)
+{
+	float *A = dev<float>(256), *B = dev<float>(128), *C = dev<float>(128), *D = dev<float>(128);
+	uint64_t rng = seed;
+	bool ok = true;
+	int i, r, c, k;
+
+	for (i = 0; i < 256 + 128 + 128; i++) {
+		float x;
+
+		rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+		x = (float)((int)(rng >> 40) % 4001 - 2000) / 997.0f;
+		/* A and B in the operand type (what the fragments carry exactly), C in f32. */
+		if (i < 256)
+			A[i] = (float)T(x);
+		else if (i < 384)
+			B[i - 256] = (float)T(x);
+		else
+			C[i - 384] = x;
+	}
+	LAUNCH(1, 32, k_mma<T>)(A, B, C, D);
+	ok = cudaGetLastError() == cudaSuccess;
+	for (r = 0; r < 16 && ok; r++)
+		for (c = 0; c < 8; c++) {
+			double want = C[r * 8 + c];
+
+			for (k = 0; k < 16; k++)
+				want += (double)A[r * 16 + k] * B[k * 8 + c];
+			if (fabs(D[r * 8 + c] - want) > 1e-6 * (1 + fabs(want))) {
+				printf("# mma: D[%d][%d] = %g, want %g\n", r, c, D[r * 8 + c], want);
+				ok = false;
+				break;
+			}
+		}
+	cudaFree(A);
+	cudaFree(B);
+	cudaFree(C);
+	cudaFree(D);
+	return ok;
+}
+
+__global__ void k_mma_partial(float *D)
+{
+	uint32_t a[4] = { 0, 0, 0, 0 }, b[2] = { 0, 0 };
+	float c[4] = { 0, 0, 0, 0 };
+
+	if (threadIdx.x == 5)
+		return;
+	kv_mma<__half>::run(D + threadIdx.x * 4, a, b, c);
+}
+
+static void test_mma(void)
+{
+	float *D = dev<float>(128);
+	bool ok = true;
+	int s;
+
+	for (s = 0; s < 4; s++)
+		ok &= mma_matches<__nv_bfloat16>(1000 + s);
+	result(ok, "mma m16n8k16 bf16: every lane's fragment of D = A B + C (PTX ISA layout)");
+	ok = true;
+	for (s = 0; s < 4; s++)
+		ok &= mma_matches<__half>(2000 + s);
+	result(ok, "mma m16n8k16 f16: every lane's fragment of D = A B + C (PTX ISA layout)");
+	LAUNCH(1, 32, k_mma_partial)(D);
+	result(cudaGetLastError() == cudaErrorLaunchFailure && strstr(err_text(), "has exited"),
+	       "mma.sync with a lane missing (exited) is reported");
+	cudaFree(D);
+}
+
+/* ---- ldmatrix.x4, plain and transposed ---- */
+
+/* Four 8x8 matrices of 16-bit values in shared memory, rows 32 bytes apart (16-byte aligned, as ldmatrix wants). */
+__global__ void k_ldmatrix(const uint16_t *in, uint32_t *out, int trans)
+{
+	__shared__ uint16_t s[4][8][16];
+	unsigned int l = threadIdx.x, i, k;
+	uint32_t r[4];
+
+	for (k = 0; k < 8; k++)
+		s[l / 8][l % 8][k] = in[(l / 8) * 64 + (l % 8) * 8 + k];
+	__syncthreads();
+	if (trans)
+		kv_ldmatrix_x4<true>(r, &s[l / 8][l % 8][0]);
+	else
+		kv_ldmatrix_x4<false>(r, &s[l / 8][l % 8][0]);
+	for (i = 0; i < 4; i++)
+		out[l * 4 + i] = r[i];
+}
+
+static void test_ldmatrix(void)
+{
+	uint16_t *in = dev<uint16_t>(256);
+	uint32_t *out = dev<uint32_t>(128);
+	bool ok = true;
+	int trans;
+	unsigned int l, i;
+
+	for (i = 0; i < 256; i++)
+		in[i] = (uint16_t)(i * 2654435761u >> 16);
+	for (trans = 0; trans < 2; trans++) {
+		LAUNCH(1, 32, k_ldmatrix)(in, out, trans);
+		ok &= cudaGetLastError() == cudaSuccess;
+		for (l = 0; l < 32 && ok; l++)
+			for (i = 0; i < 4; i++) {
+				/* PTX ISA: row l/4, columns 2 (l%4), +1; .trans: the transpose's. */
+				unsigned int g = l / 4, c = 2 * (l % 4);
+				uint32_t want = trans ? in[i * 64 + c * 8 + g] | (uint32_t)in[i * 64 + (c + 1) * 8 + g] << 16
+						      : in[i * 64 + g * 8 + c] | (uint32_t)in[i * 64 + g * 8 + c + 1] << 16;
+
+				ok &= out[l * 4 + i] == want;
+			}
+	}
+	result(ok, "ldmatrix.x4 and .x4.trans: every lane's registers as the PTX ISA lays them out");
+	cudaFree(in);
+	cudaFree(out);
+}
+
+/* ---- cp.async with commit and wait groups ---- */
+
+/*
+ * Two groups: s1 from in[0..], s2 from in[64..] (lanes >= 32 zero-filled).
+ * @mode 0: correct; 1: reads s1 before any wait; 2: waits for the first
+ * group only, then reads s2; 3: waits, reads the previous thread's copy
+ * with no barrier.
+ */
+__global__ void k_cp(const uint4 *in, uint4 *out, int mode)
+{
+	__shared__ uint4 s1[64], s2[64];
+	unsigned int i = threadIdx.x, j = (i + 1) % 64;
+
+	kv_cp_async16(&s1[i], &in[i], true);
+	kv_cp_async_commit();
+	kv_cp_async16(&s2[i], &in[64 + i], i < 32);
+	kv_cp_async_commit();
+	if (mode == 1)
+		out[i] = s1[i];
+	kv_cp_async_wait<1>();
+	if (mode == 2)
+		out[i] = s2[i];
+	if (mode == 3 && i)
+		out[i] = s1[i - 1];
+	__syncthreads();
+	out[i] = s1[j];
+	kv_cp_async_wait<0>();
+	__syncthreads();
+	out[64 + i] = s2[j];
+}
+
+static void test_cp_async(void)
+{
+	uint4 *in = dev<uint4>(128), *out = dev<uint4>(128);
+	bool ok = true;
+	unsigned int i;
+
+	for (i = 0; i < 128; i++)
+		in[i] = make_uint4(i, i * 3, ~i, 7);
+	LAUNCH(1, 64, k_cp)(in, out, 0);
+	ok = cudaGetLastError() == cudaSuccess;
+	for (i = 0; i < 64 && ok; i++) {
+		unsigned int j = (i + 1) % 64;
+
+		ok = out[i].x == j && out[i].y == j * 3 && out[i].z == ~j &&
+		     (j < 32 ? out[64 + i].x == 64 + j && out[64 + i].w == 7
+			     : !out[64 + i].x && !out[64 + i].y && !out[64 + i].z && !out[64 + i].w);
+	}
+	result(ok, "cp.async: groups land at their wait_group, src-size 0 zero-fills, no report");
+	LAUNCH(1, 64, k_cp)(in, out, 1);
+	ok = cudaGetLastError() == cudaErrorLaunchFailure &&
+	     strstr(err_text(), "a cp.async not yet waited for");
+	LAUNCH(1, 64, k_cp)(in, out, 2);
+	ok &= cudaGetLastError() == cudaErrorLaunchFailure &&
+	      strstr(err_text(), "k_cp(uint4 const*, uint4*, int)::s2") &&
+	      strstr(err_text(), "a cp.async not yet waited for");
+	result(ok, "a read before wait_group retires the copy's group is reported");
+	LAUNCH(1, 64, k_cp)(in, out, 3);
+	ok = cudaGetLastError() == cudaErrorLaunchFailure && strstr(err_text(), "race on") &&
+	     strstr(err_text(), "::s1");
+	result(ok, "a copy read by another thread with no barrier after the wait is reported");
+	cudaFree(in);
+	cudaFree(out);
+}
+
+/* ---- the occupancy model ---- */
+
+__global__ void k_smem40k(int *out)
+{
+	__shared__ char s[40000];
+
+	s[threadIdx.x] = 1;
+	out[0] = s[0];
+}
+
+static void test_occupancy(void)
+{
+	int n = -1, m = -1;
+
+	cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_smem40k, 128, 0);
+	cudaOccupancyMaxActiveBlocksPerMultiprocessor(&m, k_copy, 1024, 0);
+	/* 228 KiB / (40000 rounded to 128 + 1 KiB reserved) = 5; 64 regs x 1024 threads = 1. */
+	result(n == 5 && m == 1, "occupancy: blocks per SM from shared memory, threads, registers");
+	if (n != 5 || m != 1)
+		printf("# occupancy: %d (want 5), %d (want 1)\n", n, m);
+}
+
 /* ---- storage types ---- */
 
 static void test_conversions(void)
@@ -334,13 +569,17 @@ static void test_conversions(void)
 
 int main(void)
 {
-	printf("TAP version 13\n1..14\n");
+	printf("TAP version 13\n1..22\n");
 	test_shuffles();
 	test_barrier();
 	test_checker();
 	test_scheduling();
 	test_runtime();
 	test_conversions();
+	test_mma();
+	test_ldmatrix();
+	test_cp_async();
+	test_occupancy();
 	printf("# Totals: pass:%d fail:%d\n", n_done - n_failed, n_failed);
-	return n_failed || n_done != 14 ? 1 : 0;
+	return n_failed || n_done != 22 ? 1 : 0;
 }

@@ -1,0 +1,262 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Paged extend on tensor cores (sm_80 and later: mma.sync m16n8k16,
+ * ldmatrix, cp.async), for head dims 64 and 128 and power-of-two page
+ * sizes.  Included by cuda_extend.cu, which launches it.
+ *
+ * One block of 4 warps per (request, KV head, 64 query vectors), a query
+ * vector being one (new token, q head of the group) pair, token-major as
+ * in the SIMT kernel; each warp owns 16 of them, the 16 rows (M) of its
+ * mma.  Every KV tile (from token 0, so that a vector's arithmetic does
+ * not depend on how its request's new tokens were cut) is shared by the
+ * four warps:
+ *   S (16 vectors x TILE tokens) = Q K^T, K fragments by ldmatrix;
+ *   causal mask per row (token j is visible to the new token at position
+ *   pos when j <= pos), one online-softmax rescale per tile;
+ *   O (16 x D) += P V, P from S's accumulators as high and low 16-bit
+ *   parts, V fragments by ldmatrix.trans.
+ * K and V come through a two-stage cp.async pipeline (tile i + 1 in
+ * flight while tile i is computed), each tile's page indices staged in
+ * shared memory a tile ahead.  A warp skips the arithmetic of tiles none
+ * of its rows can see (a fully masked tile would leave its bits as they
+ * are anyway), never the barriers.
+ *
+ * KV_MUTATE (tests/simt only) breaks it on purpose: 4 drops the barrier
+ * after the wait for a tile's copies, 5 swaps two of the four 8x8 blocks
+ * of a V ldmatrix (wrong fragment registers).
+ */
+#if defined(KV_MUTATE) && !defined(KV_SIMT)
+#error "KV_MUTATE breaks the kernels on purpose: stand-in test builds only"
+#endif
+
+#define EXT_TC_WARPS	4
+#define EXT_TC_THREADS	(32 * EXT_TC_WARPS)
+#define EXT_TC_VECS	(16 * EXT_TC_WARPS)	/* query vectors a block */
+
+template <int D> struct ext_tc_shape {
+	static constexpr int TILE = 4096 / D;		/* KV tokens a tile: 64 or 32 */
+	static constexpr int ROW = D * 2 + 16;		/* padded: conflict-free ldmatrix */
+	static constexpr int PAGES = TILE + 1;		/* most pages a tile spans */
+};
+
+/* Page index @i of the tile from token @tb (0 past the tile's pages). */
+static __device__ __forceinline__ uint32_t ext_tc_page(const uint32_t *pt, uint32_t tb,
+						       uint32_t end, uint32_t shift, int tile,
+						       uint32_t i)
+{
+	uint32_t te = min(tb + (uint32_t)tile, end), p0 = tb >> shift;
+
+	if (tb >= end || i > ((te - 1) >> shift) - p0)
+		return 0;
+	return pt[p0 + i];
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(EXT_TC_THREADS)
+kv_extend_tc_kernel(const struct ext_args a)
+{
+	using SH = ext_tc_shape<D>;
+	constexpr int TILE = SH::TILE, ROW = SH::ROW;
+	constexpr int CH = D / 8;			/* 16-byte chunks a row */
+	constexpr int KSTEPS = D / 16, NTILES = D / 8;	/* QK k-steps, PV n-tiles */
+	constexpr int SN = TILE / 8, PK = TILE / 16;	/* S n-tiles, PV k-steps */
+	constexpr int PASS = EXT_TC_THREADS / CH;
+	constexpr int COPIES = TILE / PASS;
+	__shared__ uint4 sm_kv[2][2][TILE][ROW / 16];
+	__shared__ uint32_t sm_pg[2][SH::PAGES];
+	static_assert(EXT_TC_THREADS >= SH::PAGES, "a thread per staged page index");
+	static_assert(TILE % PASS == 0 && KSTEPS % 2 == 0 && NTILES % 2 == 0, "shapes");
+
+	const uint32_t req = blockIdx.z, kvh = blockIdx.y;
+	const uint32_t q0 = a.q_indptr ? a.q_indptr[req] : req;
+	const uint32_t n_new = a.q_indptr ? a.q_indptr[req + 1] - q0 : 1;
+	const uint32_t G = a.group, n_vecs = n_new * G;
+	const uint32_t v0 = blockIdx.x * EXT_TC_VECS;
+	const uint32_t seq = a.seq_lens[req], prefix = seq - n_new;
+	const uint32_t *pt = a.pages + a.page_indptr[req];
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int gid = lane >> 2, tig = lane & 3;
+	const uint32_t shift = a.tpp_shift, in_page = (1u << shift) - 1;
+
+	if (v0 >= n_vecs)
+		return;			/* the whole block: before any barrier */
+
+	/* The block needs tokens [0, kv_end); this warp's rows [0, w_end). */
+	const uint32_t kv_end = prefix + (min(v0 + EXT_TC_VECS, n_vecs) - 1) / G + 1;
+	const uint32_t wv = v0 + warp * 16;
+	const uint32_t w_end = wv < n_vecs ? prefix + (min(wv + 16, n_vecs) - 1) / G + 1 : 0;
+	const int n_tiles = (int)((kv_end + TILE - 1) / TILE);
+	const int ch = threadIdx.x % CH, r0 = threadIdx.x / CH;
+	const uint64_t head_off = (uint64_t)kvh * D * 2 + ch * 16;
+	uint32_t qa[KSTEPS][4], visible[2], pg_next;
+	size_t qrow[2];
+	bool row_ok[2];
+	float o[NTILES][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0, 0 };
+
+	/* Rows gid and gid + 8 of this warp: their query vectors, Q as A fragments. */
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		const uint32_t vi = wv + gid + 8 * r, tok = vi / G;
+
+		row_ok[r] = vi < n_vecs;
+		visible[r] = row_ok[r] ? prefix + tok + 1 : 0;
+		qrow[r] = ((size_t)(q0 + tok) * a.nq + kvh * G + vi % G) * D;
+	}
+#pragma unroll
+	for (int kk = 0; kk < KSTEPS; kk++)
+#pragma unroll
+		for (int f = 0; f < 4; f++) {
+			const int r = f & 1;
+			const uint32_t *qp = (const uint32_t *)((const char *)a.q + qrow[r] * 2);
+
+			qa[kk][f] = row_ok[r] ? qp[kk * 8 + (f >> 1) * 4 + tig] : 0;
+		}
+#pragma unroll
+	for (int j = 0; j < NTILES; j++)
+		o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0;
+
+	auto issue = [&](int k, int st) {
+		const uint32_t tb = (uint32_t)k * TILE, p0 = tb >> shift;
+
+#pragma unroll
+		for (int i = 0; i < COPIES; i++) {
+			const int r = r0 + i * PASS;
+			const uint32_t t = tb + r;
+			const bool ok = t < kv_end;
+			const uint64_t off = ok ? (uint64_t)sm_pg[st][(t >> shift) - p0] * a.L.page_bytes +
+						  (uint64_t)(t & in_page) * a.L.tok_stride + head_off : 0;
+
+			kv_cp_async16(&sm_kv[st][0][r][ch], a.L.base + a.L.k_off + off, ok);
+			kv_cp_async16(&sm_kv[st][1][r][ch], a.L.base + a.L.v_off + off, ok);
+		}
+	};
+
+	pg_next = ext_tc_page(pt, 0, kv_end, shift, TILE, threadIdx.x);
+	if (threadIdx.x < SH::PAGES)
+		sm_pg[0][threadIdx.x] = pg_next;
+	pg_next = ext_tc_page(pt, TILE, kv_end, shift, TILE, threadIdx.x);
+	__syncthreads();
+	issue(0, 0);
+	kv_cp_async_commit();
+
+	for (int it = 0; it < n_tiles; it++) {
+		const int st = it & 1;
+		const uint32_t tb = (uint32_t)it * TILE;
+
+		if (threadIdx.x < SH::PAGES)
+			sm_pg[st ^ 1][threadIdx.x] = pg_next;
+		pg_next = ext_tc_page(pt, tb + 2 * TILE, kv_end, shift, TILE, threadIdx.x);
+		__syncthreads();	/* stage st ^ 1 consumed (tile it - 1), its pages staged */
+		if (it + 1 < n_tiles)
+			issue(it + 1, st ^ 1);
+		kv_cp_async_commit();
+		kv_cp_async_wait<1>();	/* this thread's copies of tile it landed */
+#if KV_MUTATE != 4
+		__syncthreads();	/* and everyone's */
+#endif
+		if (tb >= w_end)
+			continue;	/* no row of this warp sees the tile: warp-uniform */
+
+		const char *ks = (const char *)sm_kv[st][0], *vs = (const char *)sm_kv[st][1];
+		float s[SN][4], mx[2] = { -INFINITY, -INFINITY }, c[2], mu[2];
+
+		/* S = Q K^T (fragments as in the decode kernel). */
+#pragma unroll
+		for (int nt = 0; nt < SN; nt++) {
+			const char *kr = ks + (nt * 8 + (lane & 7)) * ROW + (lane >> 3) * 16;
+
+			s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0;
+#pragma unroll
+			for (int kk = 0; kk < KSTEPS; kk += 2) {
+				uint32_t b[4];
+
+				kv_ldmatrix_x4<false>(b, kr + kk * 32);
+				kv_mma<T>::run(s[nt], qa[kk], b, s[nt]);
+				kv_mma<T>::run(s[nt], qa[kk + 1], b + 2, s[nt]);
+			}
+		}
+		/* Base-2 scores; the causal mask per row; one rescale per tile. */
+#pragma unroll
+		for (int nt = 0; nt < SN; nt++)
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				const uint32_t t = tb + nt * 8 + 2 * tig + (i & 1);
+
+				s[nt][i] = t < visible[i >> 1] ? s[nt][i] * a.scale2 : -INFINITY;
+				mx[i >> 1] = fmaxf(mx[i >> 1], s[nt][i]);
+			}
+#pragma unroll
+		for (int r = 0; r < 2; r++) {
+			float mn;
+
+			mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+			mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+			mn = fmaxf(m[r], mx[r]);
+			mu[r] = mn == -INFINITY ? 0.0f : mn;
+			c[r] = kv_ex2(m[r] - mu[r]);
+			m[r] = mn;
+			l[r] *= c[r];
+		}
+#pragma unroll
+		for (int j = 0; j < NTILES; j++) {
+			o[j][0] *= c[0];
+			o[j][1] *= c[0];
+			o[j][2] *= c[1];
+			o[j][3] *= c[1];
+		}
+		/* O += P V, 16 tokens a k-step. */
+#pragma unroll
+		for (int pk = 0; pk < PK; pk++) {
+			uint32_t ph[4], pl[4];
+#if KV_MUTATE == 5
+			/* wrong on purpose: blocks 1 and 2 of the x4 swapped */
+			const char *vr = vs + (pk * 16 + (lane >> 4) * 8 + (lane & 7)) * ROW +
+					 (lane >> 3 & 1) * 16;
+#else
+			const char *vr = vs + (pk * 16 + (lane >> 3 & 1) * 8 + (lane & 7)) * ROW +
+					 (lane >> 4) * 16;
+#endif
+
+#pragma unroll
+			for (int f = 0; f < 4; f++) {
+				const int nt = 2 * pk + (f >> 1), i = (f & 1) * 2, r = f & 1;
+				const float p0 = kv_ex2(s[nt][i] - mu[r]), p1 = kv_ex2(s[nt][i + 1] - mu[r]);
+
+				l[r] += p0 + p1;
+				ph[f] = kv_mma<T>::pack(p0, p1);
+				pl[f] = kv_mma<T>::pack(p0 - kv_mma<T>::elem(ph[f], 0),
+							p1 - kv_mma<T>::elem(ph[f], 1));
+			}
+#pragma unroll
+			for (int j = 0; j < NTILES; j += 2) {
+				uint32_t b[4];
+
+				kv_ldmatrix_x4<true>(b, vr + j * 16);
+#pragma unroll
+				for (int h = 0; h < 2; h++) {
+					kv_mma<T>::run(o[j + h], ph, b + 2 * h, o[j + h]);
+					kv_mma<T>::run(o[j + h], pl, b + 2 * h, o[j + h]);
+				}
+			}
+		}
+	}
+	kv_cp_async_wait<0>();
+
+	/* Each row is whole in its quad: O / l straight to global. */
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		float inv;
+
+		l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+		l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+		inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+		if (!row_ok[r])
+			continue;
+#pragma unroll
+		for (int j = 0; j < NTILES; j++)
+			*(uint32_t *)((char *)a.out + (qrow[r] + j * 8 + 2 * tig) * 2) =
+				kv_mma<T>::pack(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+		if (a.lse && !tig)
+			a.lse[qrow[r] / D] = l[r] > 0 ? (m[r] + log2f(l[r])) * KV_LN2 : -INFINITY;
+	}
+}
