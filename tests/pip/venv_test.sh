@@ -24,6 +24,9 @@ python=${PYTHON:-/usr/bin/python3}
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/kvshare-venv.XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
+# Readable by all, as an engine's venv is: the suite's attackers run as a
+# second uid (65534) with this venv's python and must import the package.
+chmod 0755 "$work"
 log=$work/setup.log
 
 setup_failed() {
