@@ -63,12 +63,12 @@ gpu-tests: $(GPU_RUNS)
 ifeq ($(shell uname -m),x86_64)
 $(BUILD)/tests/kvserve_gpu_test: tests/gpu/kvserve_gpu_test.sh $(CUDASTUB) $(BUILD)/kvshared \
 		$(BUILD)/kvserve $(BUILD)/tests/gpu/kvserve-simt \
-		$(BUILD)/tests/gpu/kvserve-simt-bad_shuffle $(BUILD)/kvctl
+		$(BUILD)/tests/gpu/kvserve-simt-mutate5 $(BUILD)/kvctl
 	@mkdir -p $(@D)
 	cp $< $@
 	chmod +x $@
 
-ALL_TARGETS += $(BUILD)/tests/gpu/kvserve-simt $(BUILD)/tests/gpu/kvserve-simt-bad_shuffle \
+ALL_TARGETS += $(BUILD)/tests/gpu/kvserve-simt $(BUILD)/tests/gpu/kvserve-simt-mutate5 \
                $(BUILD)/tests/kvserve_gpu_test
 HOST_TESTS  += $(BUILD)/tests/kvserve_gpu_test
 gpu-tests: $(BUILD)/tests/kvserve_gpu_test

@@ -10,7 +10,7 @@
 # checks on) on that mapping: pages one worker's kernels wrote are read by
 # another's.  Every request is recomputed from scratch by the C reference
 # and compared within tests/attn's tolerances.  The same run with the
-# extend kernel's shuffle broken on purpose must fail, and build/kvserve,
+# extend kernel broken on purpose must fail, and build/kvserve,
 # which has no kernels, must refuse and say why.
 set -uo pipefail
 
@@ -67,16 +67,18 @@ else
 	echo "not ok 4 kvserve --memory cuda: no word of the kernels' stand-in in its report"
 fi
 
-# The extend kernel with a wrong shuffle offset: the verification must see it
-# (in the first request: one is enough).
-serve "$build/tests/gpu/kvserve-simt-bad_shuffle" "${args[@]}" --workers 1 --requests 1
+# The extend kernel kvserve runs (tensor cores: head dim 64, 16-token pages)
+# with two blocks of a V fragment swapped (KV_MUTATE=5): the verification
+# must see it (in the first request: one is enough).  A mutant of a kernel
+# kvserve does not reach would prove nothing: the check names the one it runs.
+serve "$build/tests/gpu/kvserve-simt-mutate5" "${args[@]}" --workers 1 --requests 1
 st=$?
-if [ "$st" -ne 0 ] && grep -q 'differs from scratch' "$out"; then
-	echo "ok 5 a broken kernel (KV_SIMT_BAD_SHUFFLE) fails the verification"
+if [ "$st" -ne 0 ] && grep -q 'requests differ from a recompute' "$out"; then
+	echo "ok 5 a broken extend kernel (KV_MUTATE=5) fails the verification"
 else
 	sed 's/^/# /' "$out"
 	fail=1
-	echo "not ok 5 a broken kernel (KV_SIMT_BAD_SHUFFLE): exit status $st, no mismatch"
+	echo "not ok 5 a broken extend kernel (KV_MUTATE=5): exit status $st, no mismatch"
 fi
 
 serve "$build/kvserve" "${args[@]}"

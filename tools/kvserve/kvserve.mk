@@ -33,8 +33,9 @@ endif
 
 # Here rather than in tests/gpu/gpu-tests.mk: it needs the objects of
 # tests/simt/simt-tests.mk and of this file, included after that one.
-# kvserve-simt-bad_shuffle: the same with cuda_extend.cu broken on purpose
-# (tests/simt/simt-tests.mk), which the test must catch.
+# kvserve-simt-mutate5: the same with the extend kernel kvserve runs (the
+# tensor-core one) broken on purpose (KV_MUTATE=5 in tests/simt/simt-tests.mk:
+# two 8x8 blocks of a V fragment swapped), which the test must catch.
 $(BUILD)/tests/gpu/kvserve-simt: $(KVSERVE_OBJS) $(SIMT_KOBJS) $(SIMT_CORE) $(LIBKV) \
 		$(LIBKV_ATTN)
 	@mkdir -p $(@D)
