@@ -113,6 +113,7 @@ kv_decode_kernel(const struct dec_args a)
 		uint4 kr[UNROLL], vr[UNROLL];
 		bool ok[UNROLL];
 
+		KV_MAIN_LOOP();
 #pragma unroll
 		for (int u = 0; u < UNROLL; u++) {
 			uint32_t t = base + u * ROWS + slot;

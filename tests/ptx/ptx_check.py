@@ -36,12 +36,13 @@ has no cuobjdump/nvdisasm (ptxas's own figures are SASS-level).
 
 The main loop.  A kernel marks its main loop's body with
     asm volatile("// kvshare:main-loop");
-(nothing in the SASS: ptxas drops comments; under the CPU stand-in,
--DKV_SIMT, the macro that writes it must expand to nothing).  The main loop is then the
-innermost PTX loop (a label and the last branch back to it) around that
-marker.  Without a marker, the loop holding the most K/V loads (16-byte
-global loads and cp.async; of equals the outermost) is taken, and the
-table says "heur".
+(KV_MAIN_LOOP() of libkv/attn/cuda_internal.cuh: nothing in the SASS, as
+ptxas drops comments; nothing under the CPU stand-in, -DKV_SIMT).  The main
+loop is then the innermost PTX loop (a label and the last branch back to
+it) around that marker.  Every decode and extend kernel must carry it (the
+main_loop check).  Without a marker (other kernels), the loop holding the
+most K/V loads (16-byte global loads and cp.async; of equals the
+outermost) is taken, and the table says "heur".
 Counts are static: every instruction in the loop's basic blocks, once,
 "mov" excluded (register copies, which ptxas mostly folds).
   instructions per KiB = (instructions per thread per iteration x threads / 32)
@@ -517,6 +518,9 @@ def gate_kernel(tap, arch, sm, short, rl, res, occ, loop):
     if loop is None:
         tap.plain(False, "%s %s main_loop: no K/V main loop found in the PTX" % (arch, short))
         return
+    tap.plain(loop["method"] == "marker",
+              "%s %s main_loop: found by its KV_MAIN_LOOP() marker (%s)" % (
+                  arch, short, loop["method"]))
     tap.gate(arch, short, "int_div", loop["int_div"], loop["int_div"] == 0,
              "div/rem in the main loop, want 0", True)
     tap.gate(arch, short, "page_load", loop["dep_kv_loads"], loop["dep_kv_loads"] == 0,
