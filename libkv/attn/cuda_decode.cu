@@ -303,33 +303,49 @@ static int tc_blocks_per_sm(uint32_t dtype, uint32_t dim)
 
 /*
  * The tensor-core kernel's split, sized to whole waves: slots = blocks an
- * SM runs at once (occupancy API) x SMs.  Of the split counts that keep
- * chunks >= 128 tokens (a multiple of 64), take the smallest whose grid
- * fills its last wave to >= 85% (FA3's rule), else the best one; no split
- * when the unsplit grid already does.
+ * SM runs at once (occupancy API) x SMs, wave efficiency = CTAs / (waves x
+ * slots).  Chunks are multiples of the 16 tokens a warp takes (TC_GRAIN)
+ * and at least TC_MERGE_RATIO x group tokens: a split writes, and the
+ * merge reads back, group x D floats against the chunk's 4 x D bytes of
+ * K and V (2 x group / chunk of it), so splitting stays within a quarter
+ * of the K/V traffic.  Of the split counts 1, 2, ... (each with the
+ * smallest chunk that gives it: splits of equal length), take the first
+ * whose grid fills its last wave to >= 85% (FA3's rule, fewest splits:
+ * least merging), else the best one.  Where even one 16-token tile a CTA
+ * cannot fill 85% of a wave (batch 1, 1k context), the best is taken.
  */
+#define TC_GRAIN	16	/* tokens: a warp's share of a tile */
+#define TC_MERGE_RATIO	8	/* chunk >= 8 x group: merge <= 1/4 of K/V bytes */
+#define TC_MAX_SPLITS	256
+#define TC_WAVE_GOAL	0.85
+
 static void tc_plan_split(struct dec_plan *pl, const struct kv_attn_kv *kv,
-			  const struct kv_attn_batch *b, uint64_t blocks)
+			  const struct kv_attn_batch *b, uint64_t blocks, uint32_t group)
 {
-	uint32_t max_seq = b->max_seq_len, s, most = (max_seq + 127) / 128;
+	uint32_t max_seq = b->max_seq_len, s, prev = 0;
+	uint32_t rows = group < TC_ROWS ? group : TC_ROWS;	/* q heads a block */
+	uint32_t least = (TC_MERGE_RATIO * rows + TC_GRAIN - 1) / TC_GRAIN * TC_GRAIN;
 	uint64_t slots = (uint64_t)tc_blocks_per_sm(kv->geom.dtype, kv->geom.head_dim) *
 			 (kv_cuda_sm_count() ? kv_cuda_sm_count() : 132);
 	double best = 0;
 
-	if (most > 256)
-		most = 256;
-	for (s = 1; s <= most; s++) {
-		uint32_t chunk = ((max_seq + s - 1) / s + 63) / 64 * 64;
+	for (s = 1; s <= TC_MAX_SPLITS; s++) {
+		uint32_t chunk = ((max_seq + s - 1) / s + TC_GRAIN - 1) / TC_GRAIN * TC_GRAIN;
 		uint32_t n = (max_seq + chunk - 1) / chunk;
 		uint64_t ctas = blocks * n;
 		double eff = (double)ctas / (double)(((ctas + slots - 1) / slots) * slots);
 
+		if (s > 1 && chunk < least)
+			break;
+		if (n == prev)
+			continue;	/* the same split as a smaller s */
+		prev = n;
 		if (eff > best + 1e-9) {
 			best = eff;
 			pl->n_splits = n;
 			pl->chunk = chunk;
 		}
-		if (eff >= 0.85)
+		if (eff >= TC_WAVE_GOAL)
 			break;
 	}
 }
@@ -352,7 +368,7 @@ static struct dec_plan dec_plan_for(const struct kv_attn_kv *kv, const struct kv
 	if (p->kv_split) {
 		pl.chunk = p->kv_split;
 	} else if (pl.tc) {
-		tc_plan_split(&pl, kv, b, blocks);
+		tc_plan_split(&pl, kv, b, blocks, group);
 	} else {
 		target = 4ull * (kv_cuda_sm_count() ? kv_cuda_sm_count() : 132);
 		if (blocks >= target || max_seq <= 512)

@@ -89,6 +89,7 @@ SMS = {80: 108, 90: 132}
 AHEAD_GATES = [("h100", 32 << 10), ("h200", 40 << 10)]  # sm_90 only
 INSTR_PER_KIB_MAX = 100
 WAVE_EFF_MIN = 0.85
+TILE_TOKENS = 16     # the finest split: one warp's 16 tokens of a KV tile
 WARPS_MIN_SYNC, WARPS_MIN_ASYNC = 32, 8
 
 # ---------------------------------------------------------------- ptxas -v
@@ -615,12 +616,34 @@ def check(args, tap):
             e = wave_eff(ctas, slots)
             plan_rows.append((l["case"], short.get(l["kernel"], l["kernel"]), ctas, blocks,
                               slots, e))
+            why = ""
+            if e < WAVE_EFF_MIN:
+                why = "; " + best_split(l["case"], l["grid"][1], slots)
             tap.gate("sm_90", l["case"], "wave_eff", e, e >= WAVE_EFF_MIN,
-                     "%d CTAs on %d slots, want >= %.2f" % (ctas, slots, WAVE_EFF_MIN), False)
+                     "%d CTAs on %d slots, want >= %.2f%s" % (ctas, slots, WAVE_EFF_MIN, why),
+                     False)
         print_plan(plan_rows, bench)
         tap.plain(len(plan_rows) == len(bench["batches"]) * len(bench["ctxs"]),
                   "plan: one decode launch per grid point (%d of %d)" % (
                       len(plan_rows), len(bench["batches"]) * len(bench["ctxs"])))
+
+
+def best_split(case, per_req, slots):
+    """The best wave efficiency any split of a grid point could reach, as
+    arithmetic: each request's per_req blocks (KV heads x q-head blocks)
+    split into n chunks, n up to one 16-token tile (a warp's share) each."""
+    m = re.match(r"plan:B=(\d+),ctx=(\d+)", case)
+    b, ctx = int(m.group(1)), int(m.group(2))
+    tiles = -(-ctx // TILE_TOKENS)
+    most = b * per_req * tiles
+    if most < WAVE_EFF_MIN * slots:
+        return ("impossible: %d x %d blocks x %d tiles of %d tokens = %d CTAs at most "
+                "< %.2f x %d slots = %d" % (b, per_req, tiles, TILE_TOKENS, most,
+                                            WAVE_EFF_MIN, slots, WAVE_EFF_MIN * slots))
+    best = max(range(1, tiles + 1), key=lambda n: wave_eff(b * per_req * n, slots))
+    e = wave_eff(b * per_req * best, slots)
+    return "%s: %d splits (%d CTAs) reach %.2f" % (
+        "impossible" if e < WAVE_EFF_MIN else "possible", best, b * per_req * best, e)
 
 
 def print_table(rows):
@@ -726,6 +749,11 @@ def selftest(args, tap):
               "selftest: wave efficiency 32/528 = %.2f fails, 512/528 = %.2f passes, "
               "576/528 = %.2f (two waves)" % (wave_eff(32, 528), wave_eff(512, 528),
                                               wave_eff(576, 528)))
+    # The proof of a known plan gap: B1/1k cannot fill 0.85 of 792 slots, B1/4k can.
+    no, yes = best_split("plan:B=1,ctx=1024", 8, 792), best_split("plan:B=1,ctx=4096", 8, 792)
+    tap.plain(no.startswith("impossible: 1 x 8 blocks x 64 tiles") and "= 512 CTAs" in no
+              and yes.startswith("possible"),
+              "selftest: best split of B1/1k: %s; of B1/4k: %s" % (no, yes))
 
 
 def main():
