@@ -59,6 +59,25 @@ static __device__ __forceinline__ void merge_state(float &m, float &l, float a[8
 }
 
 /*
+ * Token rows a thread loads per step: 4 where registers allow, 2 for
+ * GMAX heads.  On sm_80 f16 at 4 heads takes 3: its conversions need a
+ * few more registers than 4 blocks an SM leave (128), and 4 rows spilled
+ * 24 bytes (ptxas; tests/ptx).  The stand-in (KV_SIMT) runs the 3 too, so
+ * that both step sizes are checked on the CPU (bf16 keeps the 4).
+ */
+template <typename T> struct dec_is_f16 { static constexpr bool value = false; };
+template <> struct dec_is_f16<__half> { static constexpr bool value = true; };
+
+template <typename T, int GC> __host__ __device__ constexpr int dec_unroll()
+{
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900) || defined(KV_SIMT)
+	if (GC == 4 && dec_is_f16<T>::value)
+		return 3;
+#endif
+	return GC <= 4 ? 4 : 2;
+}
+
+/*
  * GC: q heads per block (1, 2, 4 or GMAX), the smallest that holds the
  * group, so that registers go to loads in flight rather than to unused
  * heads; UNROLL token rows per thread per step where registers allow.
@@ -67,7 +86,7 @@ template <typename T, int D, int GC>
 __global__ void __launch_bounds__(DEC_THREADS, GC <= 4 ? 4 : 2)
 kv_decode_kernel(const struct dec_args a)
 {
-	constexpr int UNROLL = GC <= 4 ? 4 : 2;
+	constexpr int UNROLL = dec_unroll<T, GC>();
 	constexpr int LANES = D / 8;			/* threads per token row */
 	constexpr int ROWS = DEC_THREADS / LANES;	/* rows in flight per step */
 	constexpr int WARPS = DEC_THREADS / 32;
