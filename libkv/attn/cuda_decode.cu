@@ -59,6 +59,25 @@ static __device__ __forceinline__ void merge_state(float &m, float &l, float a[8
 }
 
 /*
+ * Token rows a thread loads per step: 4 where registers allow, 2 for
+ * GMAX heads.  On sm_80 f16 at 4 heads takes 3: its conversions need a
+ * few more registers than 4 blocks an SM leave (128), and 4 rows spilled
+ * 24 bytes (ptxas; tests/ptx).  The stand-in (KV_SIMT) runs the 3 too, so
+ * that both step sizes are checked on the CPU (bf16 keeps the 4).
+ */
+template <typename T> struct dec_is_f16 { static constexpr bool value = false; };
+template <> struct dec_is_f16<__half> { static constexpr bool value = true; };
+
+template <typename T, int GC> __host__ __device__ constexpr int dec_unroll()
+{
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900) || defined(KV_SIMT)
+	if (GC == 4 && dec_is_f16<T>::value)
+		return 3;
+#endif
+	return GC <= 4 ? 4 : 2;
+}
+
+/*
  * GC: q heads per block (1, 2, 4 or GMAX), the smallest that holds the
  * group, so that registers go to loads in flight rather than to unused
  * heads; UNROLL token rows per thread per step where registers allow.
@@ -67,7 +86,7 @@ template <typename T, int D, int GC>
 __global__ void __launch_bounds__(DEC_THREADS, GC <= 4 ? 4 : 2)
 kv_decode_kernel(const struct dec_args a)
 {
-	constexpr int UNROLL = GC <= 4 ? 4 : 2;
+	constexpr int UNROLL = dec_unroll<T, GC>();
 	constexpr int LANES = D / 8;			/* threads per token row */
 	constexpr int ROWS = DEC_THREADS / LANES;	/* rows in flight per step */
 	constexpr int WARPS = DEC_THREADS / 32;
@@ -113,6 +132,7 @@ kv_decode_kernel(const struct dec_args a)
 		uint4 kr[UNROLL], vr[UNROLL];
 		bool ok[UNROLL];
 
+		KV_MAIN_LOOP();
 #pragma unroll
 		for (int u = 0; u < UNROLL; u++) {
 			uint32_t t = base + u * ROWS + slot;
@@ -302,33 +322,49 @@ static int tc_blocks_per_sm(uint32_t dtype, uint32_t dim)
 
 /*
  * The tensor-core kernel's split, sized to whole waves: slots = blocks an
- * SM runs at once (occupancy API) x SMs.  Of the split counts that keep
- * chunks >= 128 tokens (a multiple of 64), take the smallest whose grid
- * fills its last wave to >= 85% (FA3's rule), else the best one; no split
- * when the unsplit grid already does.
+ * SM runs at once (occupancy API) x SMs, wave efficiency = CTAs / (waves x
+ * slots).  Chunks are multiples of the 16 tokens a warp takes (TC_GRAIN)
+ * and at least TC_MERGE_RATIO x group tokens: a split writes, and the
+ * merge reads back, group x D floats against the chunk's 4 x D bytes of
+ * K and V (2 x group / chunk of it), so splitting stays within a quarter
+ * of the K/V traffic.  Of the split counts 1, 2, ... (each with the
+ * smallest chunk that gives it: splits of equal length), take the first
+ * whose grid fills its last wave to >= 85% (FA3's rule, fewest splits:
+ * least merging), else the best one.  Where even one 16-token tile a CTA
+ * cannot fill 85% of a wave (batch 1, 1k context), the best is taken.
  */
+#define TC_GRAIN	16	/* tokens: a warp's share of a tile */
+#define TC_MERGE_RATIO	8	/* chunk >= 8 x group: merge <= 1/4 of K/V bytes */
+#define TC_MAX_SPLITS	256
+#define TC_WAVE_GOAL	0.85
+
 static void tc_plan_split(struct dec_plan *pl, const struct kv_attn_kv *kv,
-			  const struct kv_attn_batch *b, uint64_t blocks)
+			  const struct kv_attn_batch *b, uint64_t blocks, uint32_t group)
 {
-	uint32_t max_seq = b->max_seq_len, s, most = (max_seq + 127) / 128;
+	uint32_t max_seq = b->max_seq_len, s, prev = 0;
+	uint32_t rows = group < TC_ROWS ? group : TC_ROWS;	/* q heads a block */
+	uint32_t least = (TC_MERGE_RATIO * rows + TC_GRAIN - 1) / TC_GRAIN * TC_GRAIN;
 	uint64_t slots = (uint64_t)tc_blocks_per_sm(kv->geom.dtype, kv->geom.head_dim) *
 			 (kv_cuda_sm_count() ? kv_cuda_sm_count() : 132);
 	double best = 0;
 
-	if (most > 256)
-		most = 256;
-	for (s = 1; s <= most; s++) {
-		uint32_t chunk = ((max_seq + s - 1) / s + 63) / 64 * 64;
+	for (s = 1; s <= TC_MAX_SPLITS; s++) {
+		uint32_t chunk = ((max_seq + s - 1) / s + TC_GRAIN - 1) / TC_GRAIN * TC_GRAIN;
 		uint32_t n = (max_seq + chunk - 1) / chunk;
 		uint64_t ctas = blocks * n;
 		double eff = (double)ctas / (double)(((ctas + slots - 1) / slots) * slots);
 
+		if (s > 1 && chunk < least)
+			break;
+		if (n == prev)
+			continue;	/* the same split as a smaller s */
+		prev = n;
 		if (eff > best + 1e-9) {
 			best = eff;
 			pl->n_splits = n;
 			pl->chunk = chunk;
 		}
-		if (eff >= 0.85)
+		if (eff >= TC_WAVE_GOAL)
 			break;
 	}
 }
@@ -351,7 +387,7 @@ static struct dec_plan dec_plan_for(const struct kv_attn_kv *kv, const struct kv
 	if (p->kv_split) {
 		pl.chunk = p->kv_split;
 	} else if (pl.tc) {
-		tc_plan_split(&pl, kv, b, blocks);
+		tc_plan_split(&pl, kv, b, blocks, group);
 	} else {
 		target = 4ull * (kv_cuda_sm_count() ? kv_cuda_sm_count() : 132);
 		if (blocks >= target || max_seq <= 512)

@@ -141,6 +141,7 @@ kv_decode_tc_kernel(const struct dec_args a)
 		const int st = it & 1;
 		const uint32_t tb = t0 + (uint32_t)it * TILE;
 
+		KV_MAIN_LOOP();
 		/* Tile it + 1's page indices, loaded a tile ago; fetch tile it + 2's. */
 		if (threadIdx.x < SH::PAGES)
 			sm_pg[st ^ 1][threadIdx.x] = pg_next;

@@ -86,6 +86,7 @@ __global__ void __launch_bounds__(EXT_THREADS) kv_extend_kernel(const struct ext
 	for (uint32_t kt = 0; kt < kv_end; kt += EXT_BK) {
 		float s[EXT_BK], mt = -INFINITY;
 
+		KV_MAIN_LOOP();
 #if !(defined(KV_SIMT) && defined(KV_SIMT_DROP_BARRIER))
 		__syncthreads();	/* the previous tile is consumed */
 #endif

@@ -143,6 +143,7 @@ kv_extend_tc_kernel(const struct ext_args a)
 		const int st = it & 1;
 		const uint32_t tb = (uint32_t)it * TILE;
 
+		KV_MAIN_LOOP();
 		if (threadIdx.x < SH::PAGES)
 			sm_pg[st ^ 1][threadIdx.x] = pg_next;
 		pg_next = ext_tc_page(pt, tb + 2 * TILE, kv_end, shift, TILE, threadIdx.x);

@@ -45,6 +45,18 @@
 #define KV_SITE_ARGS
 #endif
 
+/*
+ * The first statement of a kernel's main loop (the one over KV tiles):
+ * a PTX comment that tests/ptx/ptx_check.py finds to count that loop's
+ * instructions and loads, rather than guess the loop.  ptxas drops
+ * comments, so nothing of it reaches the SASS; the stand-in has no PTX.
+ */
+#ifdef KV_SIMT
+#define KV_MAIN_LOOP()	do { } while (0)
+#else
+#define KV_MAIN_LOOP()	asm volatile("// kvshare:main-loop")
+#endif
+
 #define KV_LN2		0.69314718055994531f
 #define KV_LOG2E	1.4426950408889634f
 

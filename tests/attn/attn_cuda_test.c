@@ -15,16 +15,30 @@
  *
  * Without a CUDA device every GPU test skips with the reason; the argument
  * checks, which never reach the device, run everywhere.
+ *
+ * Under compute-sanitizer's racecheck and synccheck (KV_SANITIZER=1, set by
+ * tools/gpu/gpu-checks.sh; tens to hundreds of times slower) every case
+ * still runs, on shorter contexts (kv_sanitizer_cap(), tests/gpu/
+ * kv_sanitizer.h: several KV tiles, pages and splits each, so the same
+ * barriers, pipelines and merges), and each test gets SANITIZER_TIMEOUT
+ * seconds instead of the harness's 30.  Without KV_SANITIZER the shapes are
+ * the ones below, on a GPU and on the CPU stand-in (tests/simt) alike.
  */
 #include <errno.h>
 
 #include "kselftest_harness.h"
 #include "attn_test.h"
+#include "../gpu/kv_sanitizer.h"
+
+#define SANITIZER_TIMEOUT	120	/* seconds a test under KV_SANITIZER */
 
 #define NEED_GPU() do {							\
 	if (kv_cuda_available() <= 0)					\
 		SKIP(return, "no CUDA device (%s)", kv_cuda_error());	\
 } while (0)
+
+/* @n tokens (or requests), at most @small under racecheck/synccheck. */
+#define SAN(n, small)	kv_sanitizer_cap(n, small)
 
 #define TOL_LSE		1e-3
 #define ATOL		1e-4
@@ -257,9 +271,9 @@ static void edge_lengths(struct at_case *c, uint64_t *rng)
 	c->seq[2] = t;
 	c->seq[3] = t + 1;
 	c->seq[4] = 100;
-	c->seq[5] = 1000;
-	c->seq[6] = 4097;
-	c->seq[7] = 1 + at_below(rng, 3000);
+	c->seq[5] = SAN(1000, 200);
+	c->seq[6] = SAN(4097, 401);
+	c->seq[7] = 1 + at_below(rng, SAN(3000, 300));
 }
 
 TEST(device_or_skip)
@@ -280,7 +294,7 @@ TEST(write_matches_reference)
 	for (k = 0; k < 2; k++) {
 		struct at_case c = { .dtype = dtypes[k], .dim = 128, .tpp = 16, .n_kv = 4,
 				     .group = 1, .n_layers = 3, .layer = 1, .n_reqs = 5,
-				     .seq = { 1, 15, 16, 17, 1000 }, .seed = 71 };
+				     .seq = { 1, 15, 16, 17, SAN(1000, 200) }, .seed = 71 };
 		struct kv_attn_params p = { 0 };
 		struct kv_attn_batch wb;
 		struct dev_env d;
@@ -485,7 +499,8 @@ TEST(decode_splits)
 {
 	static const uint32_t splits[] = { 0, 1, 64, 100, 1000 };
 	struct at_case c = { .dtype = KVS_DTYPE_BF16, .dim = 128, .tpp = 16, .n_kv = 8,
-			     .group = 4, .n_reqs = 3, .seq = { 5000, 1, 777 },
+			     .group = 4, .n_reqs = 3,
+			     .seq = { SAN(5000, 1200), 1, SAN(777, 333) },
 			     .qscale = 4, .seed = 81 };
 	struct dev_env d;
 	struct at_env e;
@@ -529,7 +544,7 @@ TEST(decode_tensor_cores)
 		struct at_case c = { .dtype = dtypes[idx % 2], .dim = idx / 2 % 2 ? 128 : 64,
 				     .tpp = pages[idx % 4], .group = groups[idx / 2],
 				     .n_kv = idx / 2 == 3 ? 1 : 2, .n_reqs = 4,
-				     .seq = { 1, 33, 100 + 7 * idx, 700 },
+				     .seq = { 1, 33, 100 + 7 * idx, SAN(700, 300) },
 				     .qscale = idx % 2 ? 4.0f : 1.0f, .seed = 700 + idx };
 		struct dev_env d;
 		struct at_env e;
@@ -562,7 +577,8 @@ TEST(cuda_core_paths)
 	for (idx = 0; idx < 2; idx++) {
 		struct at_case c = { .dtype = dtypes[idx], .dim = idx ? 128 : 256,
 				     .tpp = idx ? 24 : 16, .n_kv = 2, .group = idx ? 8 : 4,
-				     .n_reqs = 3, .seq = { 40, 75, 600 }, .n_new = { 40, 9, 1 },
+				     .n_reqs = 3, .seq = { 40, 75, SAN(600, 300) },
+				     .n_new = { 40, 9, 1 },
 				     .qscale = 2, .seed = 720 + idx };
 		struct kv_attn_params p = { 0 };
 		struct dev_env d;
@@ -585,9 +601,10 @@ TEST(decode_long_and_wide)
 {
 	struct at_case cs[3] = {
 		{ .dtype = KVS_DTYPE_BF16, .dim = 128, .tpp = 16, .n_kv = 8, .group = 4,
-		  .n_reqs = 1, .seq = { 32768 }, .qscale = 4, .seed = 91 },
+		  .n_reqs = 1, .seq = { SAN(32768, 2048) }, .qscale = 4, .seed = 91 },
 		{ .dtype = KVS_DTYPE_F16, .dim = 128, .tpp = 64, .n_kv = 2, .group = 8,
-		  .n_reqs = 4, .seq = { 32768, 30001, 2, 16384 }, .seed = 92 },
+		  .n_reqs = 4, .seq = { SAN(32768, 2048), SAN(30001, 1901), 2, SAN(16384, 1024) },
+		  .seed = 92 },
 		{ .dtype = KVS_DTYPE_BF16, .dim = 64, .tpp = 16, .n_kv = 2, .group = 4,
 		  .n_reqs = 128, .seed = 93 },
 	};
@@ -596,7 +613,7 @@ TEST(decode_long_and_wide)
 
 	NEED_GPU();
 	for (r = 0; r < 128; r++)
-		cs[2].seq[r] = 1 + at_below(&rng, 600);
+		cs[2].seq[r] = 1 + at_below(&rng, SAN(600, 100));
 	for (i = 0; i < 3; i++) {
 		struct kv_attn_params p = { 0 };
 		struct dev_env d;
@@ -625,15 +642,15 @@ TEST(extend_grid)
 
 		grid_case(&c, idx, 4000);
 		c.n_reqs = 5;
-		c.seq[0] = 300;			/* prefill */
-		c.n_new[0] = 300;
+		c.seq[0] = SAN(300, 70);	/* prefill */
+		c.n_new[0] = c.seq[0];
 		c.seq[1] = c.tpp;		/* one new token */
 		c.n_new[1] = 1;
-		c.seq[2] = 9 + at_below(&rng, 2000);
+		c.seq[2] = 9 + at_below(&rng, SAN(2000, 300));
 		c.n_new[2] = 9;
 		c.seq[3] = c.tpp + 17;
 		c.n_new[3] = 17;
-		c.seq[4] = 2048 + 33;
+		c.seq[4] = SAN(2048, 256) + 33;
 		c.n_new[4] = 33;
 		ASSERT_EQ(0, at_env_init(&e, &c));
 		ASSERT_EQ(0, dev_env_init(&d, &e));
@@ -648,8 +665,8 @@ TEST(extend_grid)
 TEST(extend_long)
 {
 	struct at_case c = { .dtype = KVS_DTYPE_BF16, .dim = 128, .tpp = 16, .n_kv = 8,
-			     .group = 4, .n_reqs = 2, .seq = { 2048, 32768 },
-			     .n_new = { 2048, 64 }, .seed = 95 };
+			     .group = 4, .n_reqs = 2, .seq = { SAN(2048, 256), SAN(32768, 2048) },
+			     .n_new = { SAN(2048, 256), 64 }, .seed = 95 };
 	struct kv_attn_params p = { 0 };
 	struct dev_env d;
 	struct at_env e;
@@ -667,8 +684,9 @@ TEST(extend_long)
 TEST(shared_prefix_pages)
 {
 	struct at_case c = { .dtype = KVS_DTYPE_F16, .dim = 128, .tpp = 16, .n_kv = 8,
-			     .group = 4, .n_reqs = 4, .seq = { 2048, 2100, 4000, 2049 },
-			     .n_new = { 1, 52, 100, 1 }, .shared_pages = 128, .seed = 96 };
+			     .group = 4, .n_reqs = 4,
+			     .seq = { SAN(2048, 256), SAN(2100, 308), SAN(4000, 500), SAN(2049, 257) },
+			     .n_new = { 1, 52, 100, 1 }, .shared_pages = SAN(128, 16), .seed = 96 };
 	struct kv_attn_params p = { 0 };
 	struct dev_env d;
 	struct at_env e;
@@ -722,4 +740,25 @@ TEST(bad_arguments)
 	ASSERT_EQ(0, kv_attn_decode_cuda_workspace(&k2, &b, &p));
 }
 
-TEST_HARNESS_MAIN
+#ifndef ATTN_CUDA_TEST_OWN_MAIN
+/* TEST_HARNESS_MAIN's, with the sanitizer's limit per test. */
+static void __attribute__((constructor)) __constructor_order_last(void)
+{
+	if (!__constructor_order)
+		__constructor_order = _CONSTRUCTOR_ORDER_BACKWARD;
+}
+
+int main(int argc, char **argv)
+{
+	struct __test_metadata *t;
+
+	if (kv_under_sanitizer()) {
+		fprintf(stderr, "# KV_SANITIZER: shorter contexts, %d s a test\n",
+			SANITIZER_TIMEOUT);
+		for (t = _fixture_global.tests; t; t = t->next)
+			if (t->timeout < SANITIZER_TIMEOUT)
+				t->timeout = SANITIZER_TIMEOUT;
+	}
+	return test_harness_run(argc, argv);
+}
+#endif

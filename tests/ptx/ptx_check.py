@@ -36,12 +36,13 @@ has no cuobjdump/nvdisasm (ptxas's own figures are SASS-level).
 
 The main loop.  A kernel marks its main loop's body with
     asm volatile("// kvshare:main-loop");
-(nothing in the SASS: ptxas drops comments; under the CPU stand-in,
--DKV_SIMT, the macro that writes it must expand to nothing).  The main loop is then the
-innermost PTX loop (a label and the last branch back to it) around that
-marker.  Without a marker, the loop holding the most K/V loads (16-byte
-global loads and cp.async; of equals the outermost) is taken, and the
-table says "heur".
+(KV_MAIN_LOOP() of libkv/attn/cuda_internal.cuh: nothing in the SASS, as
+ptxas drops comments; nothing under the CPU stand-in, -DKV_SIMT).  The main
+loop is then the innermost PTX loop (a label and the last branch back to
+it) around that marker.  Every decode and extend kernel must carry it (the
+main_loop check).  Without a marker (other kernels), the loop holding the
+most K/V loads (16-byte global loads and cp.async; of equals the
+outermost) is taken, and the table says "heur".
 Counts are static: every instruction in the loop's basic blocks, once,
 "mov" excluded (register copies, which ptxas mostly folds).
   instructions per KiB = (instructions per thread per iteration x threads / 32)
@@ -64,6 +65,9 @@ tests/ptx/known-gaps.txt, one a line:
     ARCH KERNEL CHECK LIMIT REASON...
 ARCH and KERNEL are shell patterns (fnmatch) over "sm_90" and the short
 kernel name (or "plan:B=1,ctx=1024"); LIMIT is the worst value accepted.
+A plan point below 0.85 that some split could lift to it fails whatever
+the list says; only points no split can fill (the checker prints the
+arithmetic) may be listed.
 A failing gate that an entry covers, within its limit, prints
 "ok ... # SKIP known gap"; past its limit it fails (a regression inside a
 known gap); an entry that covers no failing gate fails too, so the list
@@ -88,6 +92,7 @@ SMS = {80: 108, 90: 132}
 AHEAD_GATES = [("h100", 32 << 10), ("h200", 40 << 10)]  # sm_90 only
 INSTR_PER_KIB_MAX = 100
 WAVE_EFF_MIN = 0.85
+TILE_TOKENS = 16     # the finest split: one warp's 16 tokens of a KV tile
 WARPS_MIN_SYNC, WARPS_MIN_ASYNC = 32, 8
 
 # ---------------------------------------------------------------- ptxas -v
@@ -517,6 +522,9 @@ def gate_kernel(tap, arch, sm, short, rl, res, occ, loop):
     if loop is None:
         tap.plain(False, "%s %s main_loop: no K/V main loop found in the PTX" % (arch, short))
         return
+    tap.plain(loop["method"] == "marker",
+              "%s %s main_loop: found by its KV_MAIN_LOOP() marker (%s)" % (
+                  arch, short, loop["method"]))
     tap.gate(arch, short, "int_div", loop["int_div"], loop["int_div"] == 0,
              "div/rem in the main loop, want 0", True)
     tap.gate(arch, short, "page_load", loop["dep_kv_loads"], loop["dep_kv_loads"] == 0,
@@ -611,12 +619,39 @@ def check(args, tap):
             e = wave_eff(ctas, slots)
             plan_rows.append((l["case"], short.get(l["kernel"], l["kernel"]), ctas, blocks,
                               slots, e))
+            why = ""
+            if e < WAVE_EFF_MIN:
+                why = "; " + best_split(l["case"], l["grid"][1], slots)
+            if why.startswith("; possible"):
+                # A split would do: the plan must, no known gap excuses it.
+                tap.plain(False, "sm_90 %s wave_eff: %.2f (%d CTAs on %d slots%s)" % (
+                    l["case"], e, ctas, slots, why))
+                continue
             tap.gate("sm_90", l["case"], "wave_eff", e, e >= WAVE_EFF_MIN,
-                     "%d CTAs on %d slots, want >= %.2f" % (ctas, slots, WAVE_EFF_MIN), False)
+                     "%d CTAs on %d slots, want >= %.2f%s" % (ctas, slots, WAVE_EFF_MIN, why),
+                     False)
         print_plan(plan_rows, bench)
         tap.plain(len(plan_rows) == len(bench["batches"]) * len(bench["ctxs"]),
                   "plan: one decode launch per grid point (%d of %d)" % (
                       len(plan_rows), len(bench["batches"]) * len(bench["ctxs"])))
+
+
+def best_split(case, per_req, slots):
+    """The best wave efficiency any split of a grid point could reach, as
+    arithmetic: each request's per_req blocks (KV heads x q-head blocks)
+    split into n chunks, n up to one 16-token tile (a warp's share) each."""
+    m = re.match(r"plan:B=(\d+),ctx=(\d+)", case)
+    b, ctx = int(m.group(1)), int(m.group(2))
+    tiles = -(-ctx // TILE_TOKENS)
+    most = b * per_req * tiles
+    if most < WAVE_EFF_MIN * slots:
+        return ("impossible: %d x %d blocks x %d tiles of %d tokens = %d CTAs at most "
+                "< %.2f x %d slots = %d" % (b, per_req, tiles, TILE_TOKENS, most,
+                                            WAVE_EFF_MIN, slots, WAVE_EFF_MIN * slots))
+    best = max(range(1, tiles + 1), key=lambda n: wave_eff(b * per_req * n, slots))
+    e = wave_eff(b * per_req * best, slots)
+    return "%s: %d splits (%d CTAs) reach %.2f" % (
+        "impossible" if e < WAVE_EFF_MIN else "possible", best, b * per_req * best, e)
 
 
 def print_table(rows):
@@ -722,6 +757,11 @@ def selftest(args, tap):
               "selftest: wave efficiency 32/528 = %.2f fails, 512/528 = %.2f passes, "
               "576/528 = %.2f (two waves)" % (wave_eff(32, 528), wave_eff(512, 528),
                                               wave_eff(576, 528)))
+    # The proof of a known plan gap: B1/1k cannot fill 0.85 of 792 slots, B1/4k can.
+    no, yes = best_split("plan:B=1,ctx=1024", 8, 792), best_split("plan:B=1,ctx=4096", 8, 792)
+    tap.plain(no.startswith("impossible: 1 x 8 blocks x 64 tiles") and "= 512 CTAs" in no
+              and yes.startswith("possible"),
+              "selftest: best split of B1/1k: %s; of B1/4k: %s" % (no, yes))
 
 
 def main():

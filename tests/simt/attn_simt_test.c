@@ -29,8 +29,7 @@ static const char *simt_error(void);
 /* The suite asks whether there is a device: the stand-in answers per test. */
 #define kv_cuda_available()	simt_gate(_metadata->name)
 #define kv_cuda_error()		simt_error()
-#undef TEST_HARNESS_MAIN
-#define TEST_HARNESS_MAIN	/* ours is at the end */
+#define ATTN_CUDA_TEST_OWN_MAIN	/* ours is at the end */
 #include "../attn/attn_cuda_test.c"
 #undef kv_cuda_available
 #undef kv_cuda_error
