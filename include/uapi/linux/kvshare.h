@@ -342,6 +342,16 @@ struct kvs_publish {
  *        after the run are in flight (claimed by another file's
  *        ALLOC with KVS_ALLOC_CLAIM and not yet published), and if there
  *        are any arms this file's wait on the first of them (below).
+ *        KVS_LOOKUP_PEEK only counts: n_hit is the run's length, and
+ *        nothing else changes.  No reference is taken (so no quota or
+ *        limit applies), pages is neither read nor written (it may be
+ *        0), a CACHED page keeps its place in the eviction order, the
+ *        pool's lookups and hits counters stay as they were, and the
+ *        file's wait stays armed or disarmed as it was.  It answers for
+ *        the same files, namespaces and keys as LOOKUP, no more.  With
+ *        KVS_LOOKUP_WAIT it is refused (EINVAL), as the parked io_uring
+ *        form is.  An arbiter older than the flag refuses it (EINVAL):
+ *        LOOKUP, then PUT the run, counts the same.
  * Errors: EBADFD not attached; EDQUOT the run would exceed the file's
  *         quota or a per-user limit (nothing is taken; a shorter chain may
  *         fit).  Through io_uring KVS_LOOKUP_WAIT parks (see there).
@@ -381,7 +391,8 @@ struct kvs_lookup {
 };
 
 #define KVS_LOOKUP_WAIT		(1u << 0)
-#define KVS_LOOKUP_VALID	(KVS_LOOKUP_WAIT)
+#define KVS_LOOKUP_PEEK		(1u << 1)	/* count the run, take nothing */
+#define KVS_LOOKUP_VALID	(KVS_LOOKUP_WAIT | KVS_LOOKUP_PEEK)
 
 /*
  * KVS_IOC_PUT: give back holdings.  For each page: an OWNED page of this
