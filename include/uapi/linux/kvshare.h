@@ -531,9 +531,10 @@ struct kvs_pages {
  * the arbiter copies it once before looking at it.  ALLOC, PUBLISH,
  * LOOKUP and PUT are carried; the arrays they point to are read and
  * written as for the ioctl, and cqe->res is the negative errno or:
- * LOOKUP n_hit, PUBLISH n_dup, ALLOC and PUT 0.  Commands complete before
- * the submission returns, except a LOOKUP that waits (below).  Holdings
- * taken this way belong to the device file, exactly as the ioctl's do.
+ * LOOKUP n_hit (with KVS_LOOKUP_PEEK too), PUBLISH n_dup, ALLOC and PUT 0.
+ * Commands complete before the submission returns, except a LOOKUP that
+ * waits (below).  Holdings taken this way belong to the device file,
+ * exactly as the ioctl's do.
  * Errors besides the command's own: EINVAL the ring lacks SQE128, a
  * sqe->uring_cmd_flags bit is set (IORING_URING_CMD_FIXED: no command
  * addresses a registered buffer), or a payload byte past the struct (as
