@@ -543,6 +543,50 @@ static u32 kvs_lookup_inflight(struct kvs_client *cl, const struct kvs_key *keys
 	return k;
 }
 
+/*
+ * The longest run of @keys, from the first, published in namespace @ns;
+ * their pages go to pages[0..run), and the rest of @pages is scratch.
+ * Only reads the pool.
+ */
+static u32 kvs_lookup_run(struct kvs_pool *pool, u64 ns,
+			  const struct kvs_key *keys, u32 count, u32 *pages)
+{
+	u32 k, hits;
+
+	for (k = 0; k < min(count, KVS_SLOT_AHEAD); k++)
+		kvs_lookup_slot_ahead(pool, ns, keys, pages, k);
+	for (hits = 0; hits < count; hits++) {
+		u32 i;
+
+		if (hits + KVS_SLOT_AHEAD < count)
+			kvs_lookup_slot_ahead(pool, ns, keys, pages,
+					      hits + KVS_SLOT_AHEAD);
+		if (hits + KVS_PAGE_AHEAD < count) {
+			u32 ahead = pages[hits + KVS_PAGE_AHEAD] & pool->index_mask;
+
+			i = READ_ONCE(pool->index[ahead].page);
+			if (i != KVS_NO_PAGE)
+				prefetch(&pool->pages[i]);
+		}
+		i = kvs_index_find_hashed(pool, pages[hits], ns, &keys[hits]);
+		/* A claimed page is in flight, not published: a miss. */
+		if (i == KVS_NO_PAGE || pool->pages[i].state == KVS_PAGE_OWNED)
+			break;
+		pages[hits] = i;
+	}
+	return hits;
+}
+
+u32 kvs_arb_peek(struct kvs_client *cl, const struct kvs_key *keys,
+		 u32 count, u32 *scratch)
+{
+	/*
+	 * Side-effect free: no reference, no charge, no counter, and the
+	 * file's wait is left as it is (a peek is not "a LOOKUP" for it).
+	 */
+	return kvs_lookup_run(cl->pool, cl->ns, keys, count, scratch);
+}
+
 int kvs_arb_lookup(struct kvs_client *cl, const struct kvs_key *keys,
 		   u32 count, u32 *pages, u32 *n_hit, u32 *n_inflight,
 		   u32 *park_ms)
@@ -556,27 +600,7 @@ int kvs_arb_lookup(struct kvs_client *cl, const struct kvs_key *keys,
 		kvs_arb_unpark(cl);
 	else
 		kvs_wait_disarm(cl);
-	for (k = 0; k < min(count, KVS_SLOT_AHEAD); k++)
-		kvs_lookup_slot_ahead(pool, cl->ns, keys, pages, k);
-	for (hits = 0; hits < count; hits++) {
-		u32 i;
-
-		if (hits + KVS_SLOT_AHEAD < count)
-			kvs_lookup_slot_ahead(pool, cl->ns, keys, pages,
-					      hits + KVS_SLOT_AHEAD);
-		if (hits + KVS_PAGE_AHEAD < count) {
-			u32 ahead = pages[hits + KVS_PAGE_AHEAD] & pool->index_mask;
-
-			i = READ_ONCE(pool->index[ahead].page);
-			if (i != KVS_NO_PAGE)
-				prefetch(&pool->pages[i]);
-		}
-		i = kvs_index_find_hashed(pool, pages[hits], cl->ns, &keys[hits]);
-		/* A claimed page is in flight, not published: a miss. */
-		if (i == KVS_NO_PAGE || pool->pages[i].state == KVS_PAGE_OWNED)
-			break;
-		pages[hits] = i;
-	}
+	hits = kvs_lookup_run(pool, cl->ns, keys, count, pages);
 	pool->lookups += count;
 	pool->hits += hits;
 	ret = kvs_charge(cl, hits);

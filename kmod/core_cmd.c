@@ -366,9 +366,12 @@ static int kvs_cmd_lookup(struct kvs_client *cl, void *arg, struct kvs_call *cal
 	struct kvs_pool *pool;
 	struct kvs_key *keys;
 	u32 *pages, n_hit = 0, n_inflight = 0;
+	bool peek = req->flags & KVS_LOOKUP_PEEK;
 	int ret;
 
+	/* A peek takes nothing, so it has nothing to wait for either. */
 	pool = kvs_batch_start(cl, !(req->flags & ~KVS_LOOKUP_VALID) &&
+			       !(peek && (req->flags & KVS_LOOKUP_WAIT)) &&
 			       !req->n_hit && !req->n_inflight &&
 			       kvs_zero(req->reserved, sizeof(req->reserved)),
 			       req->count, &ret);
@@ -380,7 +383,8 @@ static int kvs_cmd_lookup(struct kvs_client *cl, void *arg, struct kvs_call *cal
 	if (!keys || !pages)
 		goto out;
 	ret = call->copy_in(call, keys, req->keys, (u64)req->count * sizeof(*keys));
-	if (!ret)
+	/* A peek's caller may have no pages array: never touch it. */
+	if (!ret && !peek)
 		ret = kvs_probe_out(call, req->pages, pages,
 				    (u64)req->count * sizeof(*pages));
 	if (ret)
@@ -388,6 +392,11 @@ static int kvs_cmd_lookup(struct kvs_client *cl, void *arg, struct kvs_call *cal
 	ret = kvs_lock_pool(pool, call);
 	if (ret)
 		goto out;
+	if (peek) {
+		n_hit = kvs_arb_peek(cl, keys, req->count, pages);
+		mutex_unlock(&pool->lock);
+		goto out;
+	}
 	ret = kvs_arb_lookup(cl, keys, req->count, pages, &n_hit,
 			     req->flags & KVS_LOOKUP_WAIT ? &n_inflight : NULL,
 			     call->park ? &call->park_ms : NULL);

@@ -189,6 +189,12 @@ int kvs_arb_publish(struct kvs_client *cl, struct kvs_publish_entry *ents,
 int kvs_arb_lookup(struct kvs_client *cl, const struct kvs_key *keys,
 		   u32 count, u32 *pages, u32 *n_hit, u32 *n_inflight,
 		   u32 *park_ms);
+/*
+ * KVS_LOOKUP_PEEK: the length of the run LOOKUP would hit, changing
+ * nothing; @scratch holds @count entries and is overwritten.
+ */
+u32 kvs_arb_peek(struct kvs_client *cl, const struct kvs_key *keys,
+		 u32 count, u32 *scratch);
 void kvs_arb_unpark(struct kvs_client *cl);
 int kvs_arb_put(struct kvs_client *cl, const u32 *pages, u32 count);
 void kvs_arb_release_all(struct kvs_client *cl);

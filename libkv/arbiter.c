@@ -249,6 +249,45 @@ int kv_put(struct kv_arbiter *arb, const uint32_t *pages, uint32_t count)
 	return kv_page_cmd(arb, KVS_IOC_PUT, &req, sizeof(req), NULL);
 }
 
+/* An arbiter without KVS_LOOKUP_PEEK: take the run, then give it back. */
+static int kv_lookup_then_put(struct kv_arbiter *arb, const struct kvs_key *keys,
+			      uint32_t count)
+{
+	uint32_t *pages;
+	int ret, put;
+
+	if (!count || count > KVS_MAX_BATCH)
+		return count ? -E2BIG : -EINVAL;
+	pages = malloc((size_t)count * sizeof(*pages));
+	if (!pages)
+		return -ENOMEM;
+	ret = kv_lookup(arb, keys, count, pages);
+	if (ret > 0) {
+		put = kv_put(arb, pages, (uint32_t)ret);
+		if (put)
+			ret = put;
+	}
+	free(pages);
+	return ret;
+}
+
+int kv_lookup_peek(struct kv_arbiter *arb, const struct kvs_key *keys,
+		   uint32_t count)
+{
+	struct kvs_lookup req = {
+		.count = count,
+		.flags = KVS_LOOKUP_PEEK,
+		.keys = (uintptr_t)keys,
+	};
+	int ret;
+
+	ret = kv_page_cmd(arb, KVS_IOC_LOOKUP, &req, sizeof(req), &req.n_hit);
+	/* Only the flag can be new to it: count is checked here first. */
+	if (ret == -EINVAL && count && count <= KVS_MAX_BATCH)
+		ret = kv_lookup_then_put(arb, keys, count);
+	return ret;
+}
+
 int kv_alloc_claim(struct kv_arbiter *arb, const struct kvs_key *keys,
 		   uint32_t count, uint32_t *pages)
 {

@@ -134,6 +134,17 @@ int kv_publish(struct kv_arbiter *arb, struct kvs_publish_entry *entries,
 int kv_lookup(struct kv_arbiter *arb, const struct kvs_key *keys,
 	      uint32_t count, uint32_t *pages);
 int kv_put(struct kv_arbiter *arb, const uint32_t *pages, uint32_t count);
+/*
+ * kv_lookup_peek: the number of leading keys kv_lookup() would hit, and
+ * nothing else (KVS_LOOKUP_PEEK): no reference, no page numbers, no change
+ * to the eviction order or the pool's counters, one round trip.  An
+ * arbiter older than the flag refuses it with EINVAL; then this looks up
+ * and puts the run back, which counts the same but is two calls, takes
+ * the references for a moment (EDQUOT if they do not fit the quota) and
+ * counts as hits.
+ */
+int kv_lookup_peek(struct kv_arbiter *arb, const struct kvs_key *keys,
+		   uint32_t count);
 
 /*
  * In-flight dedupe (<linux/kvshare.h>, "In-flight dedupe").

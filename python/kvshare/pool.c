@@ -412,6 +412,42 @@ static PyObject *Pool_lookup(PoolObject *self, PyObject *args, PyObject *kw)
 	return out;
 }
 
+PyDoc_STRVAR(Pool_contains__doc__,
+"contains(keys) -> int\n"
+"\n"
+"How many keys of a chain ((n, 4) uint64, 1..65536 keys), from the first,\n"
+"lookup() would hit now, without taking anything: no reference, no page\n"
+"numbers, no change to the eviction order or to the pool's lookups and\n"
+"hits (KVS_LOOKUP_PEEK, one call).  The answer may be stale by the time\n"
+"the pages are looked up: lookup() is what holds them.  It answers for\n"
+"this handle's namespace, as lookup() does.  Against an arbiter older\n"
+"than the peek it looks up and puts back, which counts the same.  The\n"
+"GIL is released meanwhile; errors as for lookup().");
+
+static PyObject *Pool_contains(PoolObject *self, PyObject *keys_o)
+{
+	Py_buffer kb;
+	Py_ssize_t n;
+	int ret;
+
+	POOL_OPEN(self, NULL);
+	if (keys_from(keys_o, &kb, &n))
+		return NULL;
+	if (check_batch(n, "contains")) {
+		PyBuffer_Release(&kb);
+		return NULL;
+	}
+	self->busy++;
+	Py_BEGIN_ALLOW_THREADS
+	ret = kv_lookup_peek(self->arb, kb.buf, (uint32_t)n);
+	Py_END_ALLOW_THREADS
+	self->busy--;
+	PyBuffer_Release(&kb);
+	if (ret < 0)
+		return KV_RAISE(ret, "contains of %zd keys", n);
+	return PyLong_FromLong(ret);
+}
+
 PyDoc_STRVAR(Pool_put__doc__,
 "put(pages)\n"
 "\n"
@@ -641,6 +677,7 @@ static PyMethodDef Pool_methods[] = {
 	  Pool_publish__doc__ },
 	{ "lookup", (PyCFunction)(void (*)(void))Pool_lookup, METH_VARARGS | METH_KEYWORDS,
 	  Pool_lookup__doc__ },
+	{ "contains", (PyCFunction)Pool_contains, METH_O, Pool_contains__doc__ },
 	{ "put", (PyCFunction)Pool_put, METH_O, Pool_put__doc__ },
 	{ "quota", (PyCFunction)(void (*)(void))Pool_quota, METH_VARARGS | METH_KEYWORDS,
 	  Pool_quota__doc__ },

@@ -560,10 +560,8 @@ class KVShareStorage(HiCacheStorage):
         return n
 
     def _exists(self, h, keys):
-        pages = h.pool.lookup(self._keys(keys))
-        if len(pages):
-            h.pool.put(pages)
-        return len(pages)
+        # A peek: one call, no reference, no eviction-order change.
+        return h.pool.contains(self._keys(keys))
 
     def exists(self, key: str) -> bool:
         return self.batch_exists([key]) == 1

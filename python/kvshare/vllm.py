@@ -264,8 +264,8 @@ class KVShareConnector(KVConnectorBase_V1):
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         """Tokens loadable beyond the local hit (always leaving the last
-        prompt token to compute); no state changes: the LOOKUP's references
-        are given back at once."""
+        prompt token to compute); no state changes: the pool is peeked
+        (Pool.contains), which takes nothing."""
         pool = self._get()
         keys = self._request_keys(request) if pool is not None else None
         if not keys:
@@ -275,15 +275,13 @@ class KVShareConnector(KVConnectorBase_V1):
         if n * self._block_size <= num_computed_tokens:
             return 0, False
         try:
-            hits = pool.lookup(numpy.frombuffer(keys[:n * KEY_BYTES], numpy.uint64)
-                               .reshape(n, 4))
-            if len(hits):
-                pool.put(hits)
+            hits = pool.contains(numpy.frombuffer(keys[:n * KEY_BYTES], numpy.uint64)
+                                 .reshape(n, 4))
         except kvshare.Error as e:
             self._failed(e)
             return 0, False
         self.stats["lookups"] += 1
-        ext = max(0, len(hits) * self._block_size - num_computed_tokens)
+        ext = max(0, hits * self._block_size - num_computed_tokens)
         self.stats["hit_tokens"] += ext
         return ext, False
 

@@ -261,7 +261,9 @@ TEST_F(bi, lookup_bad_input)
 	BAD(-EINVAL, lookup_raw(self->a, 0, 0, KT_PTR(k), KT_PTR(p), 0, 0, 0));
 	BAD(-E2BIG, lookup_raw(self->a, KVS_MAX_BATCH + 1, 0, KT_PTR(k), KT_PTR(p), 0, 0, 0));
 	BAD(-E2BIG, lookup_raw(self->a, 0xffffffff, 0, KT_PTR(k), KT_PTR(p), 0, 0, 0));
-	BAD(-EINVAL, lookup_raw(self->a, 3, 2, KT_PTR(k), KT_PTR(p), 0, 0, 0));
+	BAD(-EINVAL, lookup_raw(self->a, 3, 4, KT_PTR(k), KT_PTR(p), 0, 0, 0));
+	BAD(-EINVAL, lookup_raw(self->a, 3, KVS_LOOKUP_PEEK | KVS_LOOKUP_WAIT,
+				 KT_PTR(k), KT_PTR(p), 0, 0, 0));
 	BAD(-EINVAL, lookup_raw(self->a, 3, 1u << 31, KT_PTR(k), KT_PTR(p), 0, 0, 0));
 	BAD(-EINVAL, lookup_raw(self->a, 3, 0, KT_PTR(k), KT_PTR(p), 1, 0, 0));
 	BAD(-EINVAL, lookup_raw(self->a, 3, 0, KT_PTR(k), KT_PTR(p), 0, 1, 0));

@@ -200,6 +200,96 @@ TEST_F(client, share_a_chain)
 	ASSERT_EQ(N_PAGES - CHAIN, st.n_free);
 }
 
+/*
+ * kv_lookup_peek (KVS_LOOKUP_PEEK) counts kv_lookup()'s run on either
+ * transport and changes nothing: no reference, no holding, a CACHED page
+ * stays CACHED, lookups and hits stay as they were.  A uid that may not
+ * attach the pool cannot peek, as it cannot look up.
+ */
+TEST_F(client, peek_counts_the_run_and_takes_nothing)
+{
+	struct kvs_publish_entry ents[CHAIN];
+	struct kvs_pool_stats before, after;
+	struct kvs_key keys[CHAIN + 2];
+	struct kv_arbiter *a, *b;
+	__u32 pages[CHAIN], got[CHAIN + 2];
+	unsigned int i;
+	int status;
+	pid_t pid;
+
+	if (self->skip)
+		SKIP(return, "no arbiter");
+	ASSERT_EQ(0, kv_arbiter_open(NULL, variant->flags, &a));
+	ASSERT_EQ(0, kv_arbiter_open(NULL, variant->flags, &b));
+	ASSERT_EQ(0, kv_arbiter_attach(a, self->name, 7, NULL));
+	ASSERT_EQ(0, kv_arbiter_attach(b, self->name, 7, NULL));
+	ASSERT_EQ(0, kv_alloc(a, CHAIN, pages));
+	memset(ents, 0, sizeof(ents));
+	for (i = 0; i < CHAIN; i++) {
+		ents[i].page = pages[i];
+		ents[i].parent = i ? KVS_PARENT_PREV : KVS_NO_PAGE;
+		chain_key(&ents[i].key, i);
+	}
+	ASSERT_EQ(0, kv_publish(a, ents, CHAIN));
+	/* The last two pages CACHED: a peek must not make them SHARED. */
+	ASSERT_EQ(0, kv_put(a, pages + CHAIN - 2, 2));
+	for (i = 0; i < CHAIN + 2; i++)
+		chain_key(&keys[i], i);
+
+	pool_stats(_metadata, self->ctl, self->pool_id, &before);
+	ASSERT_EQ(2, before.n_cached);
+	ASSERT_EQ(CHAIN, kv_lookup_peek(b, keys, CHAIN + 2));
+	ASSERT_EQ(3, kv_lookup_peek(b, keys, 3));
+	ASSERT_EQ(0, kv_lookup_peek(b, keys + CHAIN, 2));
+	pool_stats(_metadata, self->ctl, self->pool_id, &after);
+	EXPECT_EQ(before.n_refs, after.n_refs);
+	EXPECT_EQ(before.n_held, after.n_held);
+	EXPECT_EQ(before.n_cached, after.n_cached);
+	EXPECT_EQ(before.n_evictable, after.n_evictable);
+	EXPECT_EQ(before.lookups, after.lookups);
+	EXPECT_EQ(before.hits, after.hits);
+	/* Bad input is refused as for kv_lookup(), and takes nothing. */
+	EXPECT_EQ(-EINVAL, kv_lookup_peek(b, keys, 0));
+	EXPECT_EQ(-E2BIG, kv_lookup_peek(b, keys, KVS_MAX_BATCH + 1));
+	EXPECT_EQ(-EFAULT, kv_lookup_peek(b, NULL, 2));
+
+	/* kv_lookup() agrees, and does take the run. */
+	ASSERT_EQ(CHAIN, kv_lookup(b, keys, CHAIN + 2, got));
+	pool_stats(_metadata, self->ctl, self->pool_id, &after);
+	EXPECT_EQ(before.n_refs + CHAIN, after.n_refs);
+	EXPECT_EQ(before.hits + CHAIN, after.hits);
+	ASSERT_EQ(0, kv_put(b, got, CHAIN));
+
+	/* uid 65534 may not attach root's 0600 pool: no peek either. */
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		struct kv_arbiter *n;
+		int code = 0;
+
+		if (become_nobody() || kv_arbiter_open(NULL, variant->flags, &n))
+			_exit(10);
+		if (kv_arbiter_attach_owner(n, 0, self->name, 7, NULL) != -EACCES)
+			code |= 1;
+		if (kv_lookup_peek(n, keys, CHAIN) != -EBADFD)
+			code |= 2;
+		if (kv_lookup(n, keys, CHAIN, got) != -EBADFD)
+			code |= 4;
+		kv_arbiter_close(n);
+		_exit(code);
+	}
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	ASSERT_TRUE(WIFEXITED(status));
+	EXPECT_EQ(0, WEXITSTATUS(status));
+
+	ASSERT_EQ(0, kv_put(a, pages, CHAIN - 2));
+	kv_arbiter_close(b);
+	kv_arbiter_close(a);
+	pool_stats(_metadata, self->ctl, self->pool_id, &after);
+	ASSERT_EQ(0, after.n_refs);
+	ASSERT_EQ(0, after.n_held);
+}
+
 static long long now_ms(void)
 {
 	struct timespec ts;

@@ -137,6 +137,9 @@ def test_lookup_has_no_side_effects(daemon, mkpool, arbiter):
     after = arbiter.stats(name)
     assert after["n_refs"] == before["n_refs"] == 0
     assert after["n_held"] == 0 and eng.sched._reqs == {}
+    # A peek: not counted as lookups or hits, no page revived from CACHED.
+    for k in ("lookups", "hits", "n_cached", "n_evictable"):
+        assert after[k] == before[k], k
     eng.close()
 
 

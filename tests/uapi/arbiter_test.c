@@ -1216,6 +1216,104 @@ TEST_F(arb, evict_lru_order)
 	ARB_END();
 }
 
+/* KVS_LOOKUP_PEEK of @count keys: 0 and the run in *@n, or -errno. */
+static int peek_keys(struct kvs_conn *c, const struct kvs_key *keys, __u32 count,
+		     __u32 flags, __u64 pages, __u32 *n)
+{
+	struct kvs_lookup l;
+	int ret;
+
+	memset(&l, 0, sizeof(l));
+	l.count = count;
+	l.flags = KVS_LOOKUP_PEEK | flags;
+	l.keys = KVS_PTR(keys);
+	l.pages = pages;
+	ret = kvs_call(c, KVS_IOC_LOOKUP, &l);
+	*n = ret ? 0xdead : l.n_hit;
+	return ret;
+}
+
+/*
+ * A peek counts LOOKUP's run and changes nothing: no reference, no
+ * holding, pages[] untouched (or absent), no lookups or hits counted, a
+ * CACHED page stays CACHED.  With WAIT it is refused.
+ */
+TEST_F(arb, lookup_peek_counts_and_takes_nothing)
+{
+	struct kvs_pool_stats st0, st;
+	struct kvs_key k[6];
+	__u32 pa[4], q[6], n;
+	int i;
+
+	ARB_BEGIN();
+	publish_new_chain(_metadata, self->a, 23, 4, pa);
+	ASSERT_EQ(0, kvs_put1(self->a, pa[3]));
+	for (i = 0; i < 6; i++) {
+		k[i] = make_key(23, i);
+		q[i] = 0xdead0000u + i;
+	}
+	STATS(self->b, &st0);
+	ASSERT_EQ(0, peek_keys(self->b, k, 6, 0, KVS_PTR(q), &n));
+	ASSERT_EQ(4, n);
+	ASSERT_EQ(0, peek_keys(self->b, k, 2, 0, 0, &n));
+	ASSERT_EQ(2, n);
+	ASSERT_EQ(0, peek_keys(self->b, k + 4, 2, 0, 0, &n));
+	ASSERT_EQ(0, n);
+	for (i = 0; i < 6; i++) {
+		ASSERT_EQ(0xdead0000u + i, q[i]) TH_LOG("peek wrote pages[%d]", i);
+	}
+	STATS(self->b, &st);
+	ASSERT_EQ(st0.lookups, st.lookups);
+	ASSERT_EQ(st0.hits, st.hits);
+	ASSERT_EQ(st0.n_refs, st.n_refs);
+	ASSERT_EQ(st0.n_cached, st.n_cached);
+	ASSERT_EQ(0, kvs_held(self->b));
+	ASSERT_PAGE(self->b, 0, pa[0], KVS_PAGE_SHARED, 1);
+	ASSERT_PAGE(self->b, 0, pa[3], KVS_PAGE_CACHED, 0);
+
+	/* The same run as LOOKUP's. */
+	ASSERT_EQ(0, kvs_lookup(self->b, k, 6, q, &n));
+	ASSERT_EQ(4, n);
+	ASSERT_EQ(0, kvs_put(self->b, q, 4));
+
+	/* Refused: with WAIT, an unknown flag, no keys; nothing taken. */
+	ASSERT_EQ(-EINVAL, peek_keys(self->b, k, 6, KVS_LOOKUP_WAIT, 0, &n));
+	ASSERT_EQ(-EINVAL, peek_keys(self->b, k, 6, 1u << 2, 0, &n));
+	ASSERT_EQ(-EINVAL, peek_keys(self->b, k, 0, 0, 0, &n));
+	ASSERT_EQ(-EFAULT, peek_keys(self->b, NULL, 6, 0, 0, &n));
+	ASSERT_EQ(-EBADFD, peek_keys(&self->env.ctl, k, 6, 0, 0, &n));
+	ASSERT_EQ(0, kvs_held(self->b));
+	ASSERT_EQ(0, kvs_put(self->a, pa, 3));
+	ARB_END();
+}
+
+/*
+ * A peek leaves a CACHED page where it is in the eviction order: x, y
+ * CACHED in that order; peeking x keeps x the first to go.  (LOOKUP and
+ * PUT of x would make y go first: evict_lru_order.)
+ */
+TEST_F(arb, lookup_peek_keeps_lru_order)
+{
+	__u32 x, y, e1, fill[ARB_PAGES], nf, n;
+	struct kvs_key kx = make_key(24, 0);
+
+	ARB_BEGIN();
+	publish_new_chain(_metadata, self->a, 24, 1, &x);
+	publish_new_chain(_metadata, self->a, 25, 1, &y);
+	ASSERT_EQ(0, kvs_put1(self->a, x));
+	ASSERT_EQ(0, kvs_put1(self->a, y));
+	ASSERT_EQ(0, peek_keys(self->b, &kx, 1, 0, 0, &n));
+	ASSERT_EQ(1, n);
+	nf = fill_free(_metadata, self->a, fill);
+	ASSERT_EQ(ARB_PAGES - 2, nf);
+	ASSERT_EQ(0, kvs_alloc(self->a, 1, &e1));
+	ASSERT_NE(KVS_PAGE_CACHED, kvs_page_state(self->a, 0, x));
+	ASSERT_EQ(KVS_PAGE_CACHED, kvs_page_state(self->a, 0, y));
+	ASSERT_EQ(0, kvs_put(self->a, fill, nf));
+	ASSERT_EQ(0, kvs_put1(self->a, e1));
+	ARB_END();
+}
+
 TEST_F(arb, evict_leaf_first)
 {
 	struct kvs_pool_stats st;

@@ -1265,6 +1265,63 @@ TEST_F(uring, mixed_ioctl_and_uring)
 	finish(_metadata, self, fds, 2);
 }
 
+/*
+ * KVS_LOOKUP_PEEK through io_uring: cqe->res is the run, as for LOOKUP,
+ * and nothing is taken or written; with KVS_LOOKUP_WAIT (the parked
+ * form's flag) on a plain payload it is refused.
+ */
+TEST_F(uring, lookup_peek_takes_nothing)
+{
+	char name[KVS_NAME_MAX];
+	struct kvs_publish_entry e[3];
+	struct kvs_pool_stats st0, st;
+	struct kvs_lookup q;
+	struct kvs_key k[5];
+	struct io_uring ring;
+	__u32 pool, a[3], got[5];
+	int fds[2], A, B, i;
+
+	REQUIRE();
+	pool = new_pool(_metadata, self, "peek", 16, 0, name);
+	A = fds[0] = open_attached(_metadata, name, 1);
+	B = fds[1] = open_attached(_metadata, name, 1);
+	ring_init(_metadata, &ring, 16, IORING_SETUP_SQE128);
+	ASSERT_EQ(0, io_alloc(A, 3, a));
+	ents_chain(e, a, 3, KVS_NO_PAGE, 6, 0);
+	ASSERT_EQ(0, io_publish(A, e, 3));
+	ASSERT_EQ(0, io_put(A, &a[2], 1));
+	keys_of(k, 6, 0, 5);
+	memset(got, 0xff, sizeof(got));
+	check_pool(_metadata, self->ctl, pool, &st0);
+
+	q = req_lookup(k, 5, got);
+	q.flags = KVS_LOOKUP_PEEK;
+	ASSERT_EQ(3, ucmd(&ring, B, KVS_IOC_LOOKUP, &q, sizeof(q)));
+	q = req_lookup(k, 5, NULL);
+	q.flags = KVS_LOOKUP_PEEK;
+	ASSERT_EQ(3, ucmd(&ring, B, KVS_IOC_LOOKUP, &q, sizeof(q)));
+	for (i = 0; i < 5; i++)
+		ASSERT_EQ(0xffffffffu, got[i]);
+	ASSERT_EQ(0, held_of(B));
+	ASSERT_PAGE(self->ctl, pool, a[2], KVS_PAGE_CACHED, 0);
+	check_pool(_metadata, self->ctl, pool, &st);
+	ASSERT_EQ(st0.lookups, st.lookups);
+	ASSERT_EQ(st0.hits, st.hits);
+	ASSERT_EQ(st0.n_refs, st.n_refs);
+
+	q.flags = KVS_LOOKUP_PEEK | KVS_LOOKUP_WAIT;
+	ASSERT_EQ(-EINVAL, ucmd(&ring, B, KVS_IOC_LOOKUP, &q, sizeof(q)));
+	ASSERT_EQ(0, held_of(B));
+	/* LOOKUP by uring agrees, and takes the run. */
+	ASSERT_EQ(3, u_lookup(&ring, B, k, 5, got));
+	ASSERT_EQ(3, held_of(B));
+	ASSERT_EQ(0, u_put(&ring, B, got, 3));
+	ASSERT_EQ(0, io_put(A, a, 2));
+	check_pool(_metadata, self->ctl, pool, NULL);
+	io_uring_queue_exit(&ring);
+	finish(_metadata, self, fds, 2);
+}
+
 /* ------------------------------------------------------------------ */
 /* A failed batch changes nothing                                     */
 /* ------------------------------------------------------------------ */

@@ -405,6 +405,7 @@ TEST_F(uw, bad_waits_are_refused)
 		{ "last byte after the struct", -EINVAL },
 		{ "first byte after the struct", -EINVAL },
 		{ "IORING_URING_CMD_FIXED", -EINVAL },
+		{ "PEEK, which has nothing to wait for", -EINVAL },
 	};
 	static char fixed[4096] __attribute__((aligned(4096)));
 	struct iovec iov = { .iov_base = fixed, .iov_len = sizeof(fixed) };
@@ -456,6 +457,9 @@ TEST_F(uw, bad_waits_are_refused)
 		case 10:
 			/* A registered buffer, which no command uses. */
 			cmd_flags = IORING_URING_CMD_FIXED;
+			break;
+		case 11:
+			w.req.lookup.flags |= KVS_LOOKUP_PEEK;
 			break;
 		}
 		memcpy(raw, &w.req, sizeof(w.req));

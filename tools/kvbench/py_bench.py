@@ -7,6 +7,9 @@
                  called from C in the same process, on the same tree;
   lookup+put     Pool.lookup + Pool.put of a 256-page chain, against
                  kv_lookup() + kv_put() from C on the same handle;
+  contains       Pool.contains (KVS_LOOKUP_PEEK) of 128 cached keys, as
+                 SGLang's batch_exists asks, against the Pool.lookup +
+                 Pool.put it replaced, interleaved;
   tensor view    Pool.tensor() of 1 page .. the whole pool: the time does
                  not grow with the size, and data_ptr is the mapping's
                  address (no copy).
@@ -79,6 +82,23 @@ def bench_lookup_put(pool, reps):
     return statistics.median(py), statistics.median(c)
 
 
+def bench_contains(pool, reps):
+    h = kvshare.BlockHasher(pool.tokens_per_page, "bench-contains")
+    keys = h.hash(np.arange(128 * pool.tokens_per_page, dtype=np.uint32))
+    res, _ = pool.publish(pool.alloc(128), keys)
+    pool.put(res)                       # CACHED, as stored pages mostly are
+
+    def lookup_put():
+        pool.put(pool.lookup(keys))
+
+    assert pool.contains(keys) == 128
+    peek, lp = [], []
+    for _ in range(reps):
+        peek.append(median_ns(lambda: pool.contains(keys), 100, 1))
+        lp.append(median_ns(lookup_put, 100, 1))
+    return statistics.median(peek), statistics.median(lp)
+
+
 def bench_views(pool, reps):
     import torch  # noqa: F401 - imported before timing
     rows = []
@@ -123,6 +143,11 @@ def main():
             print("%-42s %10.2f %10.2f %6.2fx" % ("lookup+put 256 pages (%s)" % where,
                                                   py / 1e3, c / 1e3, py / c))
             ratios.append(py / c)
+            peek, lp = bench_contains(pool, o.reps)
+            print("%-42s %10.2f %10s %7s" % ("contains 128 keys (%s)" % where, peek / 1e3,
+                                             "", ""))
+            print("%-42s %10.2f %10s %6.2fx" % ("  lookup+put of the same, it replaced", lp / 1e3,
+                                                "", lp / peek))
             print("\n# torch view over pool memory (Pool.tensor): time vs size, "
                   "data_ptr == mapping")
             print("%-12s %14s %10s %8s" % ("# pages", "bytes", "us", "no copy"))

@@ -342,6 +342,16 @@ struct kvs_publish {
  *        after the run are in flight (claimed by another file's
  *        ALLOC with KVS_ALLOC_CLAIM and not yet published), and if there
  *        are any arms this file's wait on the first of them (below).
+ *        KVS_LOOKUP_PEEK only counts: n_hit is the run's length, and
+ *        nothing else changes.  No reference is taken (so no quota or
+ *        limit applies), pages is neither read nor written (it may be
+ *        0), a CACHED page keeps its place in the eviction order, the
+ *        pool's lookups and hits counters stay as they were, and the
+ *        file's wait stays armed or disarmed as it was.  It answers for
+ *        the same files, namespaces and keys as LOOKUP, no more.  With
+ *        KVS_LOOKUP_WAIT it is refused (EINVAL), as the parked io_uring
+ *        form is.  An arbiter older than the flag refuses it (EINVAL):
+ *        LOOKUP, then PUT the run, counts the same.
  * Errors: EBADFD not attached; EDQUOT the run would exceed the file's
  *         quota or a per-user limit (nothing is taken; a shorter chain may
  *         fit).  Through io_uring KVS_LOOKUP_WAIT parks (see there).
@@ -381,7 +391,8 @@ struct kvs_lookup {
 };
 
 #define KVS_LOOKUP_WAIT		(1u << 0)
-#define KVS_LOOKUP_VALID	(KVS_LOOKUP_WAIT)
+#define KVS_LOOKUP_PEEK		(1u << 1)	/* count the run, take nothing */
+#define KVS_LOOKUP_VALID	(KVS_LOOKUP_WAIT | KVS_LOOKUP_PEEK)
 
 /*
  * KVS_IOC_PUT: give back holdings.  For each page: an OWNED page of this
@@ -520,9 +531,10 @@ struct kvs_pages {
  * the arbiter copies it once before looking at it.  ALLOC, PUBLISH,
  * LOOKUP and PUT are carried; the arrays they point to are read and
  * written as for the ioctl, and cqe->res is the negative errno or:
- * LOOKUP n_hit, PUBLISH n_dup, ALLOC and PUT 0.  Commands complete before
- * the submission returns, except a LOOKUP that waits (below).  Holdings
- * taken this way belong to the device file, exactly as the ioctl's do.
+ * LOOKUP n_hit (with KVS_LOOKUP_PEEK too), PUBLISH n_dup, ALLOC and PUT 0.
+ * Commands complete before the submission returns, except a LOOKUP that
+ * waits (below).  Holdings taken this way belong to the device file,
+ * exactly as the ioctl's do.
  * Errors besides the command's own: EINVAL the ring lacks SQE128, a
  * sqe->uring_cmd_flags bit is set (IORING_URING_CMD_FIXED: no command
  * addresses a registered buffer), or a payload byte past the struct (as
