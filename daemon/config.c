@@ -27,6 +27,7 @@
 #include <kvshare/kv_layout.h>
 
 #include "kvshared.h"
+#include "remote_config.h"
 
 #define KVSD_DIM_MAX		65536
 #define KVSD_PAGE_BYTES_MAX	(1ull << 30)
@@ -351,6 +352,9 @@ static int pool_set(struct pool_parse *pp, const char *where, const char *key,
 {
 	int k;
 
+	/* The remote tier's keys are remote_config.c's. */
+	if (!strncmp(key, "remote", 6))
+		return kvsd_remote_cfg_set(&pp->pc->remote, where, key, val);
 	for (k = 0; k < PK_COUNT; k++)
 		if (!strcmp(pool_keys[k], key))
 			break;
@@ -445,7 +449,9 @@ static int pool_finish(struct pool_parse *pp)
 		cfg_err(pc->where, "pool '%s': cuda_device needs memory=cuda", pc->name);
 		return -EINVAL;
 	}
-	return 0;
+	return kvsd_remote_cfg_finish(pc->remote, pc->where, pc->name,
+				      pc->mem == KVSD_MEM_HOST ||
+				      pc->mem == KVSD_MEM_HUGETLB);
 }
 
 /* --pool NAME:key=val,key=val */
@@ -1023,12 +1029,16 @@ int kvsd_config_load(int argc, char **argv, struct kvsd_config **out)
 
 void kvsd_config_free(struct kvsd_config *cfg)
 {
+	unsigned int i;
+
 	if (!cfg)
 		return;
 	free(cfg->config_file);
 	free(cfg->socket);
 	free(cfg->metrics);
 	free(cfg->device);
+	for (i = 0; i < cfg->n_pools; i++)
+		kvsd_remote_cfg_free(cfg->pools[i].remote);
 	free(cfg->pools);
 	free(cfg);
 }

@@ -1,0 +1,1019 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The remote tier (remote.h): the loop's side (hooks, jobs, completions,
+ * the tier's own arbiter clients) and the thread's side (Redis I/O and
+ * page copies).  Shared between the two: the job lists, under the tier's
+ * mutex, the health flag and the counters (atomics).  The pool memory is
+ * mapped once; the thread touches only pages the tier holds: references
+ * for writes, claimed (OWNED) pages for fetches.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+
+#include <hiredis/hiredis.h>
+#include <xxhash.h>
+
+#include "core.h"
+#include "kvshared.h"
+#include "remote.h"
+#include "remote_cluster.h"
+#include "remote_config.h"
+#include "remote_page.h"
+
+#define MAX_NS		64	/* client namespaces with a tier client, per pool */
+#define MAX_FETCHES	32	/* fetches out at once, per tier */
+#define NEG_SLOTS	4096	/* keys that just missed */
+#define NEG_TTL_MS	500
+#define WRITE_BATCH	128	/* pages of one write pipeline */
+#define PROBE_MS	500	/* a down tier is probed this often */
+#define PROBE_START_MS	2000	/* the startup check's deadline */
+
+static const unsigned int lat_ms[] = { 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000 };
+#define N_LAT	(sizeof(lat_ms) / sizeof(lat_ms[0]))
+
+struct tier_stats {
+	atomic_ullong fetches, fetch_pages, hit_pages, miss_pages, error_fetches;
+	atomic_ullong dropped[KVSD_RPAGE_N_BAD];
+	atomic_ullong bytes_in, bytes_out;
+	atomic_ullong written, write_errors, write_dropped;
+	atomic_ullong skip_down, skip_busy, skip_claimed, skip_neg;
+	atomic_ullong lat[N_LAT + 1], lat_sum_us;
+	atomic_ullong redirects, map_loads;
+};
+
+struct tier;
+
+/* One namespace of a pool, with the tier's own client in it. */
+struct tns {
+	struct tier *t;
+	uint64_t ns;
+	struct kvs_client *cl;
+	struct kvsd_rpage_id id;
+	struct tns *next;
+};
+
+struct job {
+	struct job *next;
+	bool fetch;
+	bool failed;			/* fetch: Redis did not answer */
+	struct tns *tns;
+	uint32_t n, n_ok;
+	uint32_t parent;		/* fetch: a reference, or KVS_NO_PAGE */
+	uint64_t t0_ms;
+	uint32_t *pages;
+	struct kvs_key keys[];
+};
+
+struct tier {
+	struct tier *next;
+	char name[KVS_NAME_MAX];
+	const struct kvsd_remote_cfg *rc;
+	uint32_t pool_id, owner;
+	bool per_uid;
+	struct kvs_geometry geom;
+	uint8_t *mem;
+	size_t mem_len;
+	uint64_t n_pages;
+	struct tns *nss;
+	unsigned int n_ns;
+	struct kvsd_rcluster rcl;	/* the thread's, once it runs */
+	struct kvsd_rtls *tls;
+	pthread_t th;
+	bool th_started;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct job *todo, **todo_tail, *done;
+	bool stop;
+	struct kvsd_watch w;		/* eventfd: jobs done */
+	atomic_bool up;
+	uint32_t write_queued;		/* loop: pages in write jobs */
+	uint32_t fetching;		/* loop: fetch jobs out */
+	struct { uint64_t h, until; } neg[NEG_SLOTS];
+	char last_err[300];		/* thread: logged when it changes */
+	struct tier_stats st;
+};
+
+static struct tier *tiers;
+
+static void count(atomic_ullong *c, uint64_t n)
+{
+	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+static unsigned long long get(atomic_ullong *c)
+{
+	return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+/* ---- the loop's side: arbiter calls of the tier's clients ------------------------ */
+
+static int own_copy_in(struct kvs_call *call, void *dst, __u64 src, __u64 len)
+{
+	(void)call;
+	if (len && !src)
+		return -EFAULT;
+	memcpy(dst, (const void *)(uintptr_t)src, len);
+	return 0;
+}
+
+static int own_copy_out(struct kvs_call *call, __u64 dst, const void *src, __u64 len)
+{
+	(void)call;
+	if (len && !dst)
+		return -EFAULT;
+	memcpy((void *)(uintptr_t)dst, src, len);
+	return 0;
+}
+
+/* A command of one of the tier's clients: admin, as the pool's owner. */
+static int tier_cmd(struct tier *t, struct kvs_client *cl, uint32_t uid,
+		    unsigned int cmd, void *arg, void **mem_out)
+{
+	struct kvs_cred cred = { .uid = uid, .gid = uid, .admin = 1 };
+	struct kvs_call call = {
+		.cred = &cred,
+		.copy_in = own_copy_in,
+		.copy_out = own_copy_out,
+	};
+	int ret;
+
+	(void)t;
+	ret = kvs_cmd(cl, cmd, arg, &call);
+	if (mem_out)
+		*mem_out = call.mem_out;
+	else if (call.mem_out)
+		kvs_host_mem_put(call.mem_out);
+	return ret;
+}
+
+static int put_pages(struct tns *s, const uint32_t *pages, uint32_t n)
+{
+	struct kvs_put put = { .count = n, .pages = (uintptr_t)pages };
+	int ret;
+
+	if (!n)
+		return 0;
+	ret = tier_cmd(s->t, s->cl, s->t->owner, KVS_IOC_PUT, &put, NULL);
+	if (ret)
+		kvsd_log("pool '%s': remote tier: PUT of %u pages failed: %s",
+			 s->t->name, n, strerror(-ret));
+	return ret;
+}
+
+static int attach(struct tier *t, struct kvs_client *cl, uint32_t uid, uint64_t ns,
+		  uint32_t flags, struct kvs_pool_attach *at, void **mem)
+{
+	memset(at, 0, sizeof(*at));
+	snprintf(at->name, sizeof(at->name), "%s", t->name);
+	at->owner = t->owner;
+	at->ns = ns;
+	at->flags = flags;
+	return tier_cmd(t, cl, uid, KVS_IOC_POOL_ATTACH, at, mem);
+}
+
+/* The tier's client of a client namespace, attached on first use. */
+static struct tns *ns_get(struct tier *t, uint64_t ns, uint32_t uid)
+{
+	struct kvs_pool_attach at;
+	struct tns *s;
+	int ret;
+
+	if (t->per_uid)
+		ns = uid;	/* the core's namespace on such a pool */
+	for (s = t->nss; s; s = s->next)
+		if (s->ns == ns)
+			return s;
+	if (t->n_ns == MAX_NS)
+		return NULL;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	s->t = t;
+	s->ns = ns;
+	s->cl = kvs_client_new();
+	ret = s->cl ? attach(t, s->cl, t->per_uid ? uid : t->owner,
+			     t->per_uid ? 0 : ns, 0, &at, NULL) : -ENOMEM;
+	if (ret) {
+		kvsd_log("pool '%s': remote tier: attaching for namespace %llu: %s",
+			 t->name, (unsigned long long)ns, strerror(-ret));
+		if (s->cl)
+			kvs_client_free(s->cl);
+		free(s);
+		return NULL;
+	}
+	kvsd_rpage_id_init(&s->id, t->rc->ns, t->owner, ns, &t->geom);
+	s->next = t->nss;
+	t->nss = s;
+	t->n_ns++;
+	return s;
+}
+
+static struct tier *tier_of(uint32_t pool_id)
+{
+	struct tier *t;
+
+	for (t = tiers; t; t = t->next)
+		if (t->pool_id == pool_id)
+			return t;
+	return NULL;
+}
+
+static struct job *job_new(uint32_t n, bool fetch)
+{
+	struct job *j = calloc(1, sizeof(*j) + n * (sizeof(struct kvs_key) + 4));
+
+	if (!j)
+		return NULL;
+	j->n = n;
+	j->fetch = fetch;
+	j->parent = KVS_NO_PAGE;
+	j->pages = (uint32_t *)(j->keys + n);
+	return j;
+}
+
+static void job_queue(struct tier *t, struct job *j)
+{
+	pthread_mutex_lock(&t->mu);
+	*t->todo_tail = j;
+	t->todo_tail = &j->next;
+	pthread_cond_signal(&t->cv);
+	pthread_mutex_unlock(&t->mu);
+}
+
+/* The negative cache: a key of a namespace that missed a moment ago. */
+static uint64_t neg_hash(const struct tns *s, const struct kvs_key *key)
+{
+	uint64_t buf[5] = { s->ns, key->w[0], key->w[1], key->w[2], key->w[3] };
+
+	return XXH3_64bits(buf, sizeof(buf)) | 1;
+}
+
+static bool neg_hit(struct tier *t, const struct tns *s, const struct kvs_key *key)
+{
+	uint64_t h = neg_hash(s, key);
+
+	return t->neg[h % NEG_SLOTS].h == h &&
+	       t->neg[h % NEG_SLOTS].until > kvsd_now_ms();
+}
+
+static void neg_add(struct tier *t, const struct tns *s, const struct kvs_key *key)
+{
+	uint64_t h = neg_hash(s, key);
+
+	t->neg[h % NEG_SLOTS].h = h;
+	t->neg[h % NEG_SLOTS].until = kvsd_now_ms() + NEG_TTL_MS;
+}
+
+void kvsd_remote_published(uint32_t pool_id, uint64_t ns, uint32_t uid,
+			   struct kvs_call *call, const struct kvs_publish *pub)
+{
+	struct tier *t = tier_of(pool_id);
+	struct kvs_publish_entry *e;
+	struct kvs_lookup lk;
+	struct tns *s;
+	struct job *j;
+	uint32_t i, m = 0, room;
+
+	if (!t || t->rc->write != KVSD_REMOTE_WRITE_PUBLISH || !pub->count)
+		return;
+	e = malloc((size_t)pub->count * sizeof(*e));
+	if (!e)
+		return;
+	if (call->copy_in(call, e, pub->entries, (uint64_t)pub->count * sizeof(*e)))
+		goto out;
+	for (i = 0; i < pub->count; i++)
+		m += !(e[i].flags & KVS_PUBLISHED_DUP);
+	room = t->rc->queue - t->write_queued;
+	if (!atomic_load(&t->up) || m > room) {
+		count(&t->st.write_dropped, atomic_load(&t->up) ? m - room : m);
+		m = atomic_load(&t->up) ? room : 0;
+	}
+	if (!m)
+		goto out;
+	s = ns_get(t, ns, uid);
+	j = s ? job_new(m, false) : NULL;
+	if (!j)
+		goto out;
+	for (i = 0, m = 0; i < pub->count && m < j->n; i++)
+		if (!(e[i].flags & KVS_PUBLISHED_DUP))
+			j->keys[m++] = e[i].key;
+	/* A reference on each, so that no page is reused under the copy. */
+	memset(&lk, 0, sizeof(lk));
+	lk.count = j->n;
+	lk.keys = (uintptr_t)j->keys;
+	lk.pages = (uintptr_t)j->pages;
+	if (tier_cmd(t, s->cl, t->owner, KVS_IOC_LOOKUP, &lk, NULL) || !lk.n_hit) {
+		free(j);
+		goto out;
+	}
+	j->n = lk.n_hit;
+	j->tns = s;
+	t->write_queued += j->n;
+	job_queue(t, j);
+out:
+	free(e);
+}
+
+/* Claim what the client missed; the parent's reference first. */
+static int fetch_claim(struct tier *t, struct tns *s, struct job *j,
+		       const struct kvs_key *parent_key)
+{
+	struct kvs_alloc al = { 0 };
+	struct kvs_lookup lk = { 0 };
+	int ret;
+
+	if (parent_key) {
+		lk.count = 1;
+		lk.keys = (uintptr_t)parent_key;
+		lk.pages = (uintptr_t)&j->parent;
+		if (tier_cmd(t, s->cl, t->owner, KVS_IOC_LOOKUP, &lk, NULL) || !lk.n_hit)
+			j->parent = KVS_NO_PAGE;
+	}
+	al.count = j->n;
+	al.flags = KVS_ALLOC_CLAIM;
+	al.pages = (uintptr_t)j->pages;
+	al.keys = (uintptr_t)j->keys;
+	ret = tier_cmd(t, s->cl, t->owner, KVS_IOC_ALLOC, &al, NULL);
+	if (ret && j->parent != KVS_NO_PAGE)
+		put_pages(s, &j->parent, 1);
+	return ret;
+}
+
+void kvsd_remote_lookup(struct kvs_client *cl, uint32_t pool_id, uint64_t ns,
+			uint32_t uid, struct kvs_call *call, struct kvs_lookup *lk)
+{
+	struct tier *t = tier_of(pool_id);
+	struct kvs_key parent_key;
+	struct kvs_lookup again;
+	struct tns *s;
+	struct job *j;
+	uint32_t m;
+
+	if (!t || !t->rc->fetch || lk->n_hit >= lk->count || lk->n_inflight)
+		return;
+	if (!atomic_load(&t->up)) {
+		count(&t->st.skip_down, 1);
+		return;
+	}
+	if (t->fetching >= MAX_FETCHES) {
+		count(&t->st.skip_busy, 1);
+		return;
+	}
+	m = lk->count - lk->n_hit;
+	if (m > t->rc->fetch_max)
+		m = t->rc->fetch_max;
+	s = ns_get(t, ns, uid);
+	j = s ? job_new(m, true) : NULL;
+	if (!j)
+		return;
+	j->tns = s;
+	if (call->copy_in(call, j->keys, lk->keys + (uint64_t)lk->n_hit * sizeof(struct kvs_key),
+			  (uint64_t)m * sizeof(struct kvs_key)) ||
+	    (lk->n_hit && call->copy_in(call, &parent_key, lk->keys +
+					(uint64_t)(lk->n_hit - 1) * sizeof(parent_key),
+					sizeof(parent_key))))
+		goto drop;
+	if (neg_hit(t, s, &j->keys[0])) {
+		count(&t->st.skip_neg, 1);
+		goto drop;
+	}
+	if (fetch_claim(t, s, j, lk->n_hit ? &parent_key : NULL)) {
+		count(&t->st.skip_claimed, 1);
+		goto drop;
+	}
+	j->t0_ms = kvsd_now_ms();
+	t->fetching++;
+	job_queue(t, j);
+	if (!(lk->flags & KVS_LOOKUP_WAIT))
+		return;
+	/* The client sees the claimed keys in flight and waits for them. */
+	again = *lk;
+	again.keys += (uint64_t)lk->n_hit * sizeof(struct kvs_key);
+	again.pages += (uint64_t)lk->n_hit * sizeof(uint32_t);
+	again.count -= lk->n_hit;
+	again.n_hit = again.n_inflight = 0;
+	if (!kvs_cmd(cl, KVS_IOC_LOOKUP, &again, call)) {
+		lk->n_hit += again.n_hit;
+		lk->n_inflight = again.n_inflight;
+	}
+	return;
+drop:
+	free(j);
+}
+
+/* A fetch came back: publish the valid run, give the rest back. */
+static void fetch_done(struct tier *t, struct job *j)
+{
+	struct tns *s = j->tns;
+	struct kvs_publish_entry *e = NULL;
+	struct kvs_publish pub = { 0 };
+	uint32_t i, n_ok = j->n_ok;
+
+	if (n_ok)
+		e = calloc(n_ok, sizeof(*e));
+	if (!e)
+		n_ok = 0;
+	for (i = 0; i < n_ok; i++) {
+		e[i].page = j->pages[i];
+		e[i].parent = i ? KVS_PARENT_PREV : j->parent;
+		e[i].key = j->keys[i];
+	}
+	pub.count = n_ok;
+	pub.entries = (uintptr_t)e;
+	if (n_ok && tier_cmd(t, s->cl, t->owner, KVS_IOC_PUBLISH, &pub, NULL)) {
+		kvsd_log("pool '%s': remote tier: publishing %u fetched pages failed",
+			 t->name, n_ok);
+		n_ok = 0;
+	}
+	/* The references PUBLISH left us: the pages stay, CACHED. */
+	for (i = 0; i < n_ok; i++)
+		e[i].page = e[i].result;
+	for (i = 0; i < n_ok; i++)
+		j->pages[i] = e[i].page;
+	put_pages(s, j->pages, j->n);	/* references, then the unfilled claims */
+	if (j->parent != KVS_NO_PAGE)
+		put_pages(s, &j->parent, 1);
+	if (!j->failed && n_ok < j->n)
+		neg_add(t, s, &j->keys[n_ok]);
+	free(e);
+	t->fetching--;
+}
+
+static void tier_done(struct kvsd_watch *w, uint32_t events)
+{
+	struct tier *t = (struct tier *)((char *)w - offsetof(struct tier, w));
+	struct job *j, *next;
+	uint64_t v;
+
+	(void)events;
+	if (read(w->fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		return;
+	pthread_mutex_lock(&t->mu);
+	j = t->done;
+	t->done = NULL;
+	pthread_mutex_unlock(&t->mu);
+	for (; j; j = next) {
+		next = j->next;
+		if (j->fetch) {
+			fetch_done(t, j);
+		} else {
+			put_pages(j->tns, j->pages, j->n);
+			t->write_queued -= j->n;
+		}
+		free(j);
+	}
+}
+
+/* ---- the thread's side: Redis ------------------------------------------------------ */
+
+static void set_up(struct tier *t, bool up)
+{
+	const char *err = t->rcl.err;
+
+	if (atomic_exchange(&t->up, up) != up || (!up && strcmp(err, t->last_err)))
+		kvsd_log("pool '%s': remote tier %s%s%s", t->name, up ? "up" : "down",
+			 up ? "" : ": ", up ? "" : err);
+	snprintf(t->last_err, sizeof(t->last_err), "%s", up ? "" : err);
+	atomic_store_explicit(&t->st.redirects, t->rcl.redirects, memory_order_relaxed);
+	atomic_store_explicit(&t->st.map_loads, t->rcl.map_loads, memory_order_relaxed);
+}
+
+static void lat_count(struct tier *t, uint64_t us)
+{
+	unsigned int b;
+
+	for (b = 0; b < N_LAT && us > lat_ms[b] * 1000ull; b++)
+		;
+	count(&t->st.lat[b], 1);
+	count(&t->st.lat_sum_us, us);
+}
+
+static void do_fetch(struct tier *t, struct job *j)
+{
+	const struct tns *s = j->tns;
+	size_t page_bytes = t->geom.page_bytes;
+	struct kvsd_rcmd *cmds = calloc(j->n, sizeof(*cmds));
+	char key[KVSD_RPAGE_KEY_MAX];
+	unsigned int i, left;
+	struct timespec ts;
+	uint64_t t0;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	t0 = (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	count(&t->st.fetches, 1);
+	count(&t->st.fetch_pages, j->n);
+	if (!cmds) {
+		j->failed = true;
+		return;
+	}
+	for (i = 0; i < j->n; i++) {
+		const char *argv[2] = { "GET", key };
+		size_t lens[2] = { 3, kvsd_rpage_key(key, &s->id, &j->keys[i]) };
+
+		if (kvsd_rcmd_format(&cmds[i], 2, argv, lens))
+			break;
+		cmds[i].slot = kvsd_rcl_slot(key, lens[1]);
+	}
+	left = i < j->n ? j->n :
+	       kvsd_rcl_exec(&t->rcl, cmds, j->n, KVSD_RPAGE_HDR + page_bytes + 64,
+			     j->t0_ms + t->rc->timeout_ms);
+	set_up(t, left < j->n);
+	for (i = 0; i < j->n; i++) {
+		redisReply *r = cmds[i].reply;
+		enum kvsd_rpage_bad bad;
+
+		if (!r || r->type == REDIS_REPLY_ERROR) {
+			j->failed = true;
+			count(&t->st.error_fetches, 1);
+			break;
+		}
+		if (r->type == REDIS_REPLY_NIL) {
+			count(&t->st.miss_pages, 1);
+			break;
+		}
+		bad = r->type == REDIS_REPLY_STRING ?
+		      kvsd_rpage_check(r->str, r->len, &s->id, &j->keys[i]) :
+		      KVSD_RPAGE_BAD_FORMAT;
+		if (bad) {
+			count(&t->st.dropped[bad], 1);
+			break;
+		}
+		memcpy(t->mem + (size_t)j->pages[i] * page_bytes, r->str + KVSD_RPAGE_HDR,
+		       page_bytes);
+		count(&t->st.bytes_in, r->len);
+		j->n_ok++;
+	}
+	count(&t->st.hit_pages, j->n_ok);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	lat_count(t, (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000 - t0);
+	for (i = 0; i < j->n; i++)
+		kvsd_rcmd_free(&cmds[i]);
+	free(cmds);
+}
+
+/*
+ * SET key <header><page> [EX ttl], formatted here so that the page is
+ * copied once, and sealed from that copy: the checksum covers exactly the
+ * bytes sent, whatever a client writes to the page meanwhile.
+ */
+static int set_cmd(struct tier *t, const struct tns *s, const struct kvs_key *key,
+		   uint32_t page, struct kvsd_rcmd *c)
+{
+	size_t pb = t->geom.page_bytes, klen, vlen = KVSD_RPAGE_HDR + pb, off;
+	char k[KVSD_RPAGE_KEY_MAX], ttl[16], head[KVSD_RPAGE_KEY_MAX + 64];
+	int hlen;
+
+	klen = kvsd_rpage_key(k, &s->id, key);
+	snprintf(ttl, sizeof(ttl), "%u", t->rc->ttl_s);
+	hlen = snprintf(head, sizeof(head), "*%d\r\n$3\r\nSET\r\n$%zu\r\n%s\r\n$%zu\r\n",
+			t->rc->ttl_s ? 5 : 3, klen, k, vlen);
+	memset(c, 0, sizeof(*c));
+	c->len = hlen + vlen + 2 + (t->rc->ttl_s ? 8 + 4 + (int)strlen(ttl) + 2 : 0);
+	c->buf = malloc(c->len + 1);
+	if (!c->buf)
+		return -ENOMEM;
+	memcpy(c->buf, head, hlen);
+	off = hlen + KVSD_RPAGE_HDR;
+	memcpy(c->buf + off, t->mem + (size_t)page * pb, pb);
+	kvsd_rpage_seal((uint8_t *)c->buf + hlen, &s->id, key, c->buf + off);
+	off += pb;
+	if (t->rc->ttl_s)
+		sprintf(c->buf + off, "\r\n$2\r\nEX\r\n$%zu\r\n%s\r\n", strlen(ttl), ttl);
+	else
+		memcpy(c->buf + off, "\r\n", 3);
+	c->node = -1;
+	c->slot = kvsd_rcl_slot(k, klen);
+	return 0;
+}
+
+/* Write every page of the write jobs in @list, WRITE_BATCH at a time. */
+static void do_writes(struct tier *t, struct job *list)
+{
+	struct kvsd_rcmd *cmds = calloc(WRITE_BATCH, sizeof(*cmds));
+	struct job *j = list;
+	uint32_t at = 0;
+
+	if (!cmds) {
+		for (; j; j = j->next)
+			count(&t->st.write_errors, j->n);
+		return;
+	}
+	while (j) {
+		unsigned int n = 0, i, left;
+		uint64_t deadline = kvsd_rnow_ms() + t->rc->timeout_ms;
+
+		for (; j && n < WRITE_BATCH; ) {
+			if (set_cmd(t, j->tns, &j->keys[at], j->pages[at], &cmds[n]))
+				count(&t->st.write_errors, 1);
+			else
+				n++;
+			if (++at == j->n) {
+				j = j->next;
+				at = 0;
+			}
+		}
+		left = n ? kvsd_rcl_exec(&t->rcl, cmds, n, 4096, deadline) : 0;
+		if (n)
+			set_up(t, left < n);
+		for (i = 0; i < n; i++) {
+			redisReply *r = cmds[i].reply;
+
+			if (r && r->type == REDIS_REPLY_STATUS) {
+				count(&t->st.written, 1);
+				count(&t->st.bytes_out, KVSD_RPAGE_HDR + t->geom.page_bytes);
+			} else {
+				count(&t->st.write_errors, 1);	/* OOM, READONLY, down */
+			}
+			kvsd_rcmd_free(&cmds[i]);
+		}
+	}
+	free(cmds);
+}
+
+/* Hand finished jobs back to the loop. */
+static void post_done(struct tier *t, struct job *list)
+{
+	uint64_t one = 1;
+	struct job *last;
+
+	if (!list)
+		return;
+	for (last = list; last->next; last = last->next)
+		;
+	pthread_mutex_lock(&t->mu);
+	last->next = t->done;
+	t->done = list;
+	pthread_mutex_unlock(&t->mu);
+	if (write(t->w.fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		kvsd_log("pool '%s': remote tier: eventfd: %s", t->name, strerror(errno));
+}
+
+/* Wait for jobs; a tier that is down is probed every PROBE_MS meanwhile. */
+static struct job *take_jobs(struct tier *t)
+{
+	struct job *list;
+
+	pthread_mutex_lock(&t->mu);
+	while (!t->todo && !t->stop) {
+		struct timespec ts;
+
+		if (atomic_load(&t->up)) {
+			pthread_cond_wait(&t->cv, &t->mu);
+			continue;
+		}
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += PROBE_MS * 1000000l;
+		ts.tv_sec += ts.tv_nsec / 1000000000l;
+		ts.tv_nsec %= 1000000000l;
+		pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+		if (!t->todo && !t->stop) {
+			pthread_mutex_unlock(&t->mu);
+			set_up(t, !kvsd_rcl_probe(&t->rcl, kvsd_rnow_ms() +
+						   t->rc->timeout_ms));
+			pthread_mutex_lock(&t->mu);
+		}
+	}
+	list = t->stop ? NULL : t->todo;
+	if (list) {
+		t->todo = NULL;
+		t->todo_tail = &t->todo;
+	}
+	pthread_mutex_unlock(&t->mu);
+	return list;
+}
+
+static void *tier_main(void *arg)
+{
+	struct tier *t = arg;
+	struct job *list, *j, *next, *fetches, *writes, **ft, **wt;
+
+	while ((list = take_jobs(t))) {
+		fetches = writes = NULL;
+		ft = &fetches;
+		wt = &writes;
+		for (j = list; j; j = next) {
+			next = j->next;
+			j->next = NULL;
+			if (j->fetch) {
+				*ft = j;
+				ft = &j->next;
+			} else {
+				*wt = j;
+				wt = &j->next;
+			}
+		}
+		/* Fetches first: someone waits for them. */
+		for (j = fetches; j; j = j->next)
+			do_fetch(t, j);
+		post_done(t, fetches);
+		do_writes(t, writes);
+		post_done(t, writes);
+	}
+	return NULL;
+}
+
+/* ---- start, stop ------------------------------------------------------------------- */
+
+/* The pool's memory, mapped through an attach of our own. */
+static int tier_map(struct tier *t)
+{
+	struct kvs_client *cl = kvs_client_new();
+	struct kvs_pool_attach at;
+	void *mem = NULL;
+	int ret;
+
+	if (!cl)
+		return -ENOMEM;
+	ret = attach(t, cl, t->owner, 0, KVS_ATTACH_MEM_FD, &at, &mem);
+	if (!ret) {
+		t->geom = at.geom;
+		t->n_pages = at.n_pages;
+		t->mem_len = (size_t)at.n_pages * at.geom.page_bytes;
+		t->mem = mmap(NULL, t->mem_len, PROT_READ | PROT_WRITE, MAP_SHARED,
+			      kvs_host_mem_fd(mem), 0);
+		if (t->mem == MAP_FAILED) {
+			ret = -errno;
+			t->mem = NULL;
+		}
+	}
+	if (mem)
+		kvs_host_mem_put(mem);
+	kvs_client_free(cl);
+	return ret;
+}
+
+static int tier_probe(struct tier *t)
+{
+	int ret = kvsd_rcl_probe(&t->rcl, kvsd_rnow_ms() + PROBE_START_MS);
+
+	if (ret == -EACCES) {
+		kvsd_log("pool '%s': remote tier: %s (check remote_user and "
+			 "remote_password_file)", t->name, t->rcl.err);
+		return ret;
+	}
+	atomic_store(&t->up, !ret);
+	if (ret)
+		kvsd_log("pool '%s': remote tier down at start: %s; retrying every "
+			 "%d ms", t->name, t->rcl.err, PROBE_MS);
+	else
+		kvsd_log("pool '%s': remote tier up: %s%s%u node%s, namespace '%s', "
+			 "write %s, fetch %s", t->name, t->rc->cluster ? "cluster of " : "",
+			 t->rc->tls ? "TLS, " : "", t->rcl.n_nodes,
+			 t->rcl.n_nodes == 1 ? "" : "s", t->rc->ns,
+			 t->rc->write == KVSD_REMOTE_WRITE_PUBLISH ? "behind publish" : "off",
+			 t->rc->fetch ? "on lookup miss" : "off");
+	snprintf(t->last_err, sizeof(t->last_err), "%s", ret ? t->rcl.err : "");
+	return 0;
+}
+
+static void tier_free(struct tier *t)
+{
+	struct tns *s, *sn;
+	struct job *j, *jn;
+
+	if (t->th_started) {
+		pthread_mutex_lock(&t->mu);
+		t->stop = true;
+		pthread_cond_signal(&t->cv);
+		pthread_mutex_unlock(&t->mu);
+		pthread_join(t->th, NULL);
+	}
+	/* Jobs never run or never collected: the clients' close releases them. */
+	for (j = t->todo; j; j = jn) {
+		jn = j->next;
+		free(j);
+	}
+	for (j = t->done; j; j = jn) {
+		jn = j->next;
+		free(j);
+	}
+	for (s = t->nss; s; s = sn) {
+		sn = s->next;
+		kvs_client_free(s->cl);
+		free(s);
+	}
+	if (t->w.fd >= 0) {
+		kvsd_watch_del(&t->w);
+		close(t->w.fd);
+	}
+	if (t->mem)
+		munmap(t->mem, t->mem_len);
+	kvsd_rcl_close(&t->rcl);
+	kvsd_rtls_free(t->tls);
+	pthread_mutex_destroy(&t->mu);
+	pthread_cond_destroy(&t->cv);
+	free(t);
+}
+
+static int tier_start(struct kvsd *d, const struct kvsd_pool_cfg *pc, uint32_t pool_id)
+{
+	const struct kvsd_remote_cfg *rc = pc->remote;
+	struct kvsd_rauth auth = { 0 };
+	struct tier *t = calloc(1, sizeof(*t));
+	char err[200];
+	int ret;
+
+	(void)d;
+	if (!t)
+		return -ENOMEM;
+	snprintf(t->name, sizeof(t->name), "%s", pc->name);
+	t->rc = rc;
+	t->pool_id = pool_id;
+	t->owner = pc->uid >= 0 ? (uint32_t)pc->uid : getuid();
+	t->per_uid = pc->flags & KVS_POOL_NS_PER_UID;
+	t->todo_tail = &t->todo;
+	t->w.fd = -1;
+	t->w.fn = tier_done;
+	pthread_mutex_init(&t->mu, NULL);
+	pthread_cond_init(&t->cv, NULL);
+	ret = tier_map(t);
+	if (ret) {
+		kvsd_log("pool '%s': remote tier: mapping the pool: %s", t->name,
+			 strerror(-ret));
+		goto fail;
+	}
+	if (rc->tls) {
+		t->tls = kvsd_rtls_new(rc->tls_ca, rc->tls_cert, rc->tls_key, err,
+				       sizeof(err));
+		if (!t->tls) {
+			kvsd_log("pool '%s': remote tier: %s", t->name, err);
+			ret = -EINVAL;
+			goto fail;
+		}
+	}
+	auth.user = rc->user;
+	auth.password = rc->password;
+	auth.tls = t->tls;
+	ret = kvsd_rcl_init(&t->rcl, rc->cluster, (const char *const *)rc->nodes,
+			    rc->n_nodes, &auth);
+	if (!ret)
+		ret = tier_probe(t);
+	if (ret)
+		goto fail;
+	t->w.fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (t->w.fd < 0 || kvsd_watch_add(&t->w, EPOLLIN)) {
+		ret = -errno;
+		goto fail;
+	}
+	ret = -pthread_create(&t->th, NULL, tier_main, t);
+	if (ret)
+		goto fail;
+	t->th_started = true;
+	t->next = tiers;
+	tiers = t;
+	return 0;
+fail:
+	tier_free(t);
+	return ret;
+}
+
+int kvsd_remote_start(struct kvsd *d)
+{
+	const struct kvsd_config *cfg = d->cfg;
+	const struct kvsd_pool *p;
+	unsigned int i;
+	int ret;
+
+	for (i = 0; i < cfg->n_pools; i++) {
+		const struct kvsd_pool_cfg *pc = &cfg->pools[i];
+
+		if (!pc->remote)
+			continue;
+		if (d->mode != KVSD_MODE_SOCKET) {
+			kvsd_log("pool '%s': the remote tier needs socket mode (the "
+				 "module's clients never pass through kvshared); off",
+				 pc->name);
+			continue;
+		}
+		for (p = d->pools; p && strcmp(p->name, pc->name); p = p->next)
+			;
+		if (!p)
+			continue;	/* not created: logged already */
+		ret = tier_start(d, pc, p->pool_id);
+		if (ret == -EACCES)
+			return ret;
+		if (ret)
+			kvsd_log("pool '%s': remote tier off: %s", pc->name, strerror(-ret));
+	}
+	return 0;
+}
+
+void kvsd_remote_stop(void)
+{
+	struct tier *t, *next;
+
+	for (t = tiers; t; t = next) {
+		next = t->next;
+		tier_free(t);
+	}
+	tiers = NULL;
+}
+
+/* ---- metrics ------------------------------------------------------------------------ */
+
+static void family(FILE *f, const char *name, const char *type, const char *help)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+#define EACH_TIER(t) for (t = tiers; t; t = t->next)
+
+static void counter(FILE *f, const char *name, const char *help, size_t off)
+{
+	struct tier *t;
+
+	family(f, name, "counter", help);
+	EACH_TIER(t)
+		fprintf(f, "%s{pool=\"%s\"} %llu\n", name, t->name,
+			get((atomic_ullong *)((char *)&t->st + off)));
+}
+
+#define COUNTER(f, name, help, field) \
+	counter(f, name, help, offsetof(struct tier_stats, field))
+
+static void latency(FILE *f)
+{
+	const char *name = "kvshare_remote_fetch_seconds";
+	struct tier *t;
+	unsigned int b;
+
+	family(f, name, "histogram", "Time of one fetch (a pipeline of GETs).");
+	EACH_TIER(t) {
+		uint64_t cum = 0;
+
+		for (b = 0; b <= N_LAT; b++) {
+			cum += get(&t->st.lat[b]);
+			if (b < N_LAT)
+				fprintf(f, "%s_bucket{pool=\"%s\",le=\"%g\"} %llu\n", name,
+					t->name, lat_ms[b] / 1000.0, (unsigned long long)cum);
+			else
+				fprintf(f, "%s_bucket{pool=\"%s\",le=\"+Inf\"} %llu\n",
+					name, t->name, (unsigned long long)cum);
+		}
+		fprintf(f, "%s_sum{pool=\"%s\"} %.6f\n%s_count{pool=\"%s\"} %llu\n", name,
+			t->name, get(&t->st.lat_sum_us) / 1e6, name, t->name,
+			(unsigned long long)cum);
+	}
+}
+
+char *kvsd_remote_metrics(void)
+{
+	struct tier *t;
+	char *buf = NULL;
+	size_t len = 0;
+	unsigned int b;
+	FILE *f;
+
+	if (!tiers)
+		return NULL;
+	f = open_memstream(&buf, &len);
+	if (!f)
+		return NULL;
+	family(f, "kvshare_remote_up", "gauge", "1: the pool's Redis answers.");
+	EACH_TIER(t)
+		fprintf(f, "kvshare_remote_up{pool=\"%s\"} %d\n", t->name,
+			atomic_load(&t->up) ? 1 : 0);
+	family(f, "kvshare_remote_write_queue", "gauge", "Pages waiting to be written.");
+	EACH_TIER(t)
+		fprintf(f, "kvshare_remote_write_queue{pool=\"%s\"} %u\n", t->name,
+			t->write_queued);
+	COUNTER(f, "kvshare_remote_fetches_total", "Fetches (LOOKUP misses sent on).", fetches);
+	COUNTER(f, "kvshare_remote_fetch_pages_total", "Pages asked of Redis.", fetch_pages);
+	COUNTER(f, "kvshare_remote_hit_pages_total", "Pages fetched, checked and published.", hit_pages);
+	COUNTER(f, "kvshare_remote_miss_pages_total", "Fetches that found no page.", miss_pages);
+	COUNTER(f, "kvshare_remote_fetch_errors_total", "Fetches Redis did not answer.", error_fetches);
+	COUNTER(f, "kvshare_remote_fetch_bytes_total", "Bytes of valid pages fetched.", bytes_in);
+	COUNTER(f, "kvshare_remote_written_pages_total", "Pages written.", written);
+	COUNTER(f, "kvshare_remote_write_bytes_total", "Bytes written.", bytes_out);
+	COUNTER(f, "kvshare_remote_write_errors_total", "Pages Redis refused or did not answer.", write_errors);
+	COUNTER(f, "kvshare_remote_write_dropped_total", "Pages not queued: queue full or Redis down.", write_dropped);
+	COUNTER(f, "kvshare_remote_redirects_total", "MOVED, ASK and retries followed.", redirects);
+	COUNTER(f, "kvshare_remote_slot_map_loads_total", "CLUSTER SLOTS maps loaded.", map_loads);
+	family(f, "kvshare_remote_dropped_pages_total", "counter",
+	       "Fetched values refused by the check, by reason.");
+	EACH_TIER(t)
+		for (b = 1; b < KVSD_RPAGE_N_BAD; b++)
+			fprintf(f, "kvshare_remote_dropped_pages_total{pool=\"%s\",reason=\"%s\"} %llu\n",
+				t->name, kvsd_rpage_bad_names[b], get(&t->st.dropped[b]));
+	family(f, "kvshare_remote_fetch_skipped_total", "counter",
+	       "LOOKUP misses not sent on, by reason.");
+	EACH_TIER(t)
+		fprintf(f, "kvshare_remote_fetch_skipped_total{pool=\"%s\",why=\"down\"} %llu\n"
+			"kvshare_remote_fetch_skipped_total{pool=\"%s\",why=\"busy\"} %llu\n"
+			"kvshare_remote_fetch_skipped_total{pool=\"%s\",why=\"claimed\"} %llu\n"
+			"kvshare_remote_fetch_skipped_total{pool=\"%s\",why=\"recent_miss\"} %llu\n",
+			t->name, get(&t->st.skip_down), t->name, get(&t->st.skip_busy),
+			t->name, get(&t->st.skip_claimed), t->name, get(&t->st.skip_neg));
+	latency(f);
+	fclose(f);
+	return buf;
+}
