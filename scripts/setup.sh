@@ -31,6 +31,9 @@ set -euo pipefail
 #   python3-dev python3-numpy           the Python binding (python/): headers, numpy arrays
 #   python3-torch python3-pytest        its demo (kvshare.demo) and its test suite (tests/python)
 #   gnuplot-nox                         tools/kvserve/scale.sh: the throughput and memory plot (make bench)
+#   libhiredis-dev                      kvshared's remote tier: RESP parsing and formatting
+#   redis-server redis-tools            tests/remote: real Redis servers, a cluster, redis-cli
+#   openssl curl                        tests/remote: TLS certificates, the metrics endpoint
 PACKAGES=(
 	build-essential gcc make libc6-dev pkg-config
 	liburing-dev libxxhash-dev libssl-dev
@@ -40,6 +43,7 @@ PACKAGES=(
 	systemd udev
 	python3-dev python3-numpy python3-torch python3-pytest
 	gnuplot-nox
+	libhiredis-dev redis-server redis-tools openssl curl
 )
 
 die() {

@@ -1,0 +1,11 @@
+# SPDX-License-Identifier: GPL-2.0
+# The remote tier end to end: real redis-server processes (one server, a
+# 3-master cluster with replicas, a TLS server) and two kvshared hosts.
+$(BUILD)/tests/remote_test: tests/remote/remote_test.sh tests/remote/lib.sh \
+		$(BUILD)/kvshared $(BUILD)/kvserve
+	@mkdir -p $(@D)
+	cp $< $@
+	chmod +x $@
+
+ALL_TARGETS += $(BUILD)/tests/remote_test
+HOST_TESTS  += $(BUILD)/tests/remote_test
