@@ -9,3 +9,7 @@ $(BUILD)/tests/remote_test: tests/remote/remote_test.sh tests/remote/lib.sh \
 
 ALL_TARGETS += $(BUILD)/tests/remote_test
 HOST_TESTS  += $(BUILD)/tests/remote_test
+
+# make bench: remote fetch of a 256-page chain against the local arbiter
+# and recomputing; two hosts' prefill with and without the tier.
+BENCH_CMDS  += BUILD=$(BUILD) tests/remote/remote_bench.sh;
