@@ -312,6 +312,7 @@ void kvsd_remote_published(uint32_t pool_id, uint64_t ns, uint32_t uid,
 	lk.keys = (uintptr_t)j->keys;
 	lk.pages = (uintptr_t)j->pages;
 	if (tier_cmd(t, s->cl, t->owner, KVS_IOC_LOOKUP, &lk, NULL) || !lk.n_hit) {
+		count(&t->st.write_dropped, j->n);	/* EDQUOT: the pool's quota */
 		free(j);
 		goto out;
 	}

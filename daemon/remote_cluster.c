@@ -203,7 +203,7 @@ int kvsd_rcl_probe(struct kvsd_rcluster *c, uint64_t deadline_ms)
 static int redirect_node(struct kvsd_rcluster *c, const char *msg, uint16_t *slot)
 {
 	const char *sp = strchr(msg, ' '), *addr, *colon;
-	long s;
+	long s, port;
 
 	if (!sp)
 		return -1;
@@ -213,10 +213,11 @@ static int redirect_node(struct kvsd_rcluster *c, const char *msg, uint16_t *slo
 		return -1;
 	addr++;
 	colon = strrchr(addr, ':');
-	if (!colon)
+	port = colon ? strtol(colon + 1, NULL, 10) : 0;
+	if (port < 1 || port > 65535)
 		return -1;
 	*slot = (uint16_t)s;
-	return node_find(c, addr, colon - addr, atoi(colon + 1));
+	return node_find(c, addr, colon - addr, (int)port);
 }
 
 static bool is_err(const redisReply *r, const char *prefix)

@@ -29,7 +29,7 @@ W=(--workers 2 --requests 4 --system-tokens 256 --doc-tokens 256 --docs 2
    --question-tokens 20 --verify 1)
 
 echo "TAP version 13"
-echo "1..23"
+echo "1..24"
 
 # ---- one redis-server -----------------------------------------------------------
 
@@ -65,6 +65,27 @@ else
 	notok "a group-readable password file was accepted"; show "$tmp/bad2.log"
 fi
 
+# Configuration errors name the key and stop kvshared (exit 2).
+cfg_bad=0
+base="kvserve:pages=64,layers=2,kv_heads=2,head_dim=64,tokens_per_page=16,dtype=bf16,mode=0600"
+for bad in "remote_namespace=x@remote_\* keys without remote=" \
+	   "remote=127.0.0.1:$r1,remote_tls_ca=/x@remote_tls=yes" \
+	   "remote=127.0.0.1:0@is not HOST:PORT" \
+	   "remote=127.0.0.1:$r1,remote_namespace=a{b}@A-Za-z0-9" \
+	   "remote=127.0.0.1:$r1,remote_user=kvshare@remote_password_file" \
+	   "remote=127.0.0.1:$r1,memory=none@memory=host or hugetlb" \
+	   "remote=127.0.0.1:$r1,remote_password_file=/etc/passwd@belongs to uid\|mode 0644"; do
+	"$build/kvshared" --mode socket --socket "$tmp/cfg.sock" --pool "$base,${bad%%@*}" \
+		>"$tmp/cfg.out" 2>&1
+	st=$?
+	if [ "$st" != 2 ] || ! grep -q "${bad#*@}" "$tmp/cfg.out"; then
+		echo "# --pool ...,${bad%%@*}: status $st, wanted 2 and '${bad#*@}':"
+		show "$tmp/cfg.out"
+		cfg_bad=$((cfg_bad + 1))
+	fi
+done
+check "bad remote_* keys are refused at startup, naming what is wrong" test "$cfg_bad" = 0
+
 # Cross-host sharing.
 serve A "$tmp/a1" "${W[@]}"
 serve B "$tmp/b1" "${W[@]}"
@@ -80,8 +101,10 @@ fi
 wa=$(metric A '^kvshare_remote_written_pages_total')
 hb=$(metric B '^kvshare_remote_hit_pages_total')
 db=$(metric B '^kvshare_remote_dropped_pages_total')
-check "metrics: A wrote $wa pages, B fetched $hb, dropped $db" \
-	test "$wa" -ge "$ca" -a "$hb" -ge "$ca" -a "$db" = 0
+# The password is in no log and no metrics.
+leak=$(cat "$tmp"/*.log; curl -s --unix-socket "$tmp/A.met" http://kvshared/metrics)
+check "metrics: A wrote $wa pages, B fetched $hb, dropped $db; no log or metric shows the password" \
+	eval '[ "$wa" -ge "$ca" ] && [ "$hb" -ge "$ca" ] && [ "$db" = 0 ] && ! grep -q "$tier_pw" <<<"$leak"'
 keys=$(rcli "$r1" --scan --pattern 'kvs1:t1:*' | wc -l)
 check "Redis holds the $ca computed pages under namespace t1 ($keys keys)" \
 	test "$keys" -eq "$ca"
@@ -130,8 +153,7 @@ kill -CONT "${redis_pid[r1]}"
 check "a stopped Redis: host B serves new prompts anyway, equal to the bit ($ms ms)" \
 	verified "$tmp/b2"
 # A killed Redis: serving goes on; the tier says it is down.
-kill -9 "${redis_pid[r1]}"
-{ wait "${redis_pid[r1]}"; } 2>/dev/null
+{ kill -9 "${redis_pid[r1]}"; wait "${redis_pid[r1]}"; } 2>/dev/null
 serve A "$tmp/a3" "${W[@]}" --seed 3
 serve B "$tmp/b3" "${W[@]}" --seed 3
 check "a killed Redis: both hosts serve, equal to the bit, tier down in the metrics" \
@@ -222,8 +244,7 @@ sp=$!
 sleep 0.2
 for i in 0 1 2 3 4 5; do
 	if [ "${cp[$i]}" = "$victim" ]; then
-		kill -9 "${redis_pid[c$i]}"
-		{ wait "${redis_pid[c$i]}"; } 2>/dev/null
+		{ kill -9 "${redis_pid[c$i]}"; wait "${redis_pid[c$i]}"; } 2>/dev/null
 	fi
 done
 serve B "$tmp/cb3" "${W[@]}" --seed 3 --requests 8
