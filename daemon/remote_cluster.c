@@ -3,7 +3,7 @@
  * Routing of the remote tier's commands (remote_cluster.h).  A plain
  * server list is a failover list: commands go to the first node that
  * answers.  A cluster is routed by slot, each node's share pipelined in
- * one go, nodes one after another; redirects are followed for up to
+ * one go, all nodes at once; redirects are followed for up to
  * MAX_PASSES passes, all under the caller's deadline.
  */
 #include <errno.h>
@@ -266,35 +266,51 @@ static int target(const struct kvsd_rcluster *c, const struct kvsd_rcmd *cmd,
 	return c->cluster ? c->slot_node[cmd->slot] : (int)plain;
 }
 
-/* Send node i's share of the pending commands in one pipeline. */
-static void run_node(struct kvsd_rcluster *c, unsigned int i, struct kvsd_rcmd *cmds,
+/*
+ * One pass: every node's share of the pending commands in one pipeline,
+ * all nodes at once.  batch and idx have room for 2 * count (an ASKING
+ * before each command at most), xs for every node.
+ */
+static void run_pass(struct kvsd_rcluster *c, struct kvsd_rcmd *cmds,
 		     unsigned int count, unsigned int plain, size_t max_reply,
-		     uint64_t deadline_ms, struct kvsd_rcmd *batch, unsigned int *idx)
+		     uint64_t deadline_ms, struct kvsd_rcmd *batch, unsigned int *idx,
+		     struct kvsd_rexec *xs)
 {
 	static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
-	unsigned int k, n = 0, j;
-	int ret;
+	unsigned int i, k, j, n = 0, n_x = 0;
 
-	for (k = 0; k < count; k++) {
-		if (cmds[k].reply || target(c, &cmds[k], plain) != (int)i)
-			continue;
-		if (cmds[k].asking) {
-			memset(&batch[n], 0, sizeof(batch[n]));
-			batch[n].buf = (char *)asking;
-			batch[n].len = sizeof(asking) - 1;
-			idx[n++] = UINT32_MAX;
+	for (i = 0; i < c->n_nodes; i++) {
+		unsigned int first = n;
+
+		for (k = 0; k < count; k++) {
+			if (cmds[k].reply || target(c, &cmds[k], plain) != (int)i)
+				continue;
+			if (cmds[k].asking) {
+				memset(&batch[n], 0, sizeof(batch[n]));
+				batch[n].buf = (char *)asking;
+				batch[n].len = sizeof(asking) - 1;
+				idx[n++] = UINT32_MAX;
+			}
+			batch[n] = cmds[k];
+			idx[n++] = k;
 		}
-		batch[n] = cmds[k];
-		idx[n++] = k;
+		if (n == first)
+			continue;
+		if (kvsd_rnode_connect(&c->nodes[i], &c->auth, deadline_ms)) {
+			note(c, &c->nodes[i]);
+			c->map_stale = c->cluster;
+			n = first;	/* unanswered: the next pass */
+			continue;
+		}
+		kvsd_rexec_init(&xs[n_x++], &c->nodes[i], batch + first, n - first,
+				max_reply);
 	}
-	if (!n)
-		return;
-	ret = kvsd_rnode_connect(&c->nodes[i], &c->auth, deadline_ms);
-	if (!ret)
-		ret = kvsd_rnode_exec(&c->nodes[i], batch, n, max_reply, deadline_ms);
-	if (ret) {
-		note(c, &c->nodes[i]);
-		c->map_stale = c->cluster;
+	kvsd_rexec_run(xs, n_x, deadline_ms);
+	for (i = 0; i < n_x; i++) {
+		if (xs[i].ret) {
+			note(c, xs[i].n);
+			c->map_stale = c->cluster;
+		}
 	}
 	for (j = 0; j < n; j++) {
 		if (idx[j] == UINT32_MAX) {
@@ -322,9 +338,10 @@ unsigned int kvsd_rcl_exec(struct kvsd_rcluster *c, struct kvsd_rcmd *cmds,
 {
 	struct kvsd_rcmd *batch = malloc(2 * count * sizeof(*batch));
 	unsigned int *idx = malloc(2 * count * sizeof(*idx));
-	unsigned int pass, i, plain = 0, left = count;
+	struct kvsd_rexec *xs = malloc(KVSD_RCL_MAX_NODES * sizeof(*xs));
+	unsigned int pass, plain = 0, left = count;
 
-	if (!batch || !idx) {
+	if (!batch || !idx || !xs) {
 		snprintf(c->err, sizeof(c->err), "out of memory");
 		goto out;
 	}
@@ -343,9 +360,7 @@ unsigned int kvsd_rcl_exec(struct kvsd_rcluster *c, struct kvsd_rcmd *cmds,
 				break;
 			}
 		}
-		for (i = 0; i < c->n_nodes; i++)
-			run_node(c, i, cmds, count, plain, max_reply, deadline_ms,
-				 batch, idx);
+		run_pass(c, cmds, count, plain, max_reply, deadline_ms, batch, idx, xs);
 		left = unanswered(cmds, count);
 		if (kvsd_rnow_ms() >= deadline_ms)
 			break;
@@ -353,5 +368,6 @@ unsigned int kvsd_rcl_exec(struct kvsd_rcluster *c, struct kvsd_rcmd *cmds,
 out:
 	free(batch);
 	free(idx);
+	free(xs);
 	return unanswered(cmds, count);
 }

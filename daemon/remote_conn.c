@@ -370,90 +370,130 @@ static int exec_fail(struct kvsd_rnode *n, int ret, const char *what)
 	return ret;
 }
 
-int kvsd_rnode_exec(struct kvsd_rnode *n, struct kvsd_rcmd *cmds, unsigned int count,
-		    size_t max_reply, uint64_t deadline_ms)
+/*
+ * Move what the socket allows: write until it would block, read and take
+ * every whole reply until it would block.  1 when every reply is in, 0
+ * when it must wait (x->events says for what), or -errno (the node is
+ * closed).
+ */
+static int exec_step(struct kvsd_rexec *x, char *buf)
 {
-	unsigned int sent = 0, got = 0;
-	size_t off = 0, budget = max_reply * count, read_total = 0;
-	char *buf;
-	int ret = 0;
+	struct kvsd_rnode *n = x->n;
+	short w_want = POLLOUT, r_want = POLLIN;
+	ssize_t r;
 
-	if (n->fd < 0)
-		return -ENOTCONN;
-	buf = malloc(READ_CHUNK);
-	if (!buf)
-		return -ENOMEM;
-	while (got < count) {
-		short want = POLLIN, w_want = POLLOUT;
-		ssize_t r;
+	while (x->got < x->count) {
+		while (x->sent < x->count) {
+			struct kvsd_rcmd *c = &x->cmds[x->sent];
 
-		/* Write what the socket takes. */
-		while (sent < count) {
-			r = io_write(n, cmds[sent].buf + off, cmds[sent].len - off, &w_want);
+			r = io_write(n, c->buf + x->off, c->len - x->off, &w_want);
 			if (r == -EAGAIN)
 				break;
-			if (r < 0) {
-				ret = exec_fail(n, (int)r, "sending");
-				goto out;
-			}
-			off += r;
-			if (off == (size_t)cmds[sent].len) {
-				sent++;
-				off = 0;
+			if (r < 0)
+				return exec_fail(n, (int)r, "sending");
+			x->off += r;
+			if (x->off == (size_t)c->len) {
+				x->sent++;
+				x->off = 0;
 			}
 		}
-		/* Read what has come, and take every whole reply. */
-		r = io_read(n, buf, READ_CHUNK, &want);
-		if (r > 0) {
+		r = io_read(n, buf, READ_CHUNK, &r_want);
+		if (r == -EAGAIN) {
+			x->events = r_want | (x->sent < x->count ? w_want : 0);
+			return 0;
+		}
+		if (r < 0)
+			return exec_fail(n, (int)r, "reading");
+		x->read_total += r;
+		if (x->read_total > x->budget ||
+		    redisReaderFeed(n->reader, buf, r) != REDIS_OK)
+			return exec_fail(n, -EPROTO, "reading");
+		for (;;) {
 			void *reply;
 
-			read_total += r;
-			if (read_total > budget ||
-			    redisReaderFeed(n->reader, buf, r) != REDIS_OK) {
-				ret = exec_fail(n, -EPROTO, "reading");
-				goto out;
+			if (redisReaderGetReply(n->reader, &reply) != REDIS_OK)
+				return exec_fail(n, -EPROTO, "reading");
+			if (!reply)
+				break;
+			if (x->got >= x->count) {	/* an answer nobody asked */
+				freeReplyObject(reply);
+				return exec_fail(n, -EPROTO, "reading");
 			}
-			for (;;) {
-				if (redisReaderGetReply(n->reader, &reply) != REDIS_OK) {
-					ret = exec_fail(n, -EPROTO, "reading");
-					goto out;
-				}
-				if (!reply)
-					break;
-				if (got >= count) {	/* an answer nobody asked */
-					freeReplyObject(reply);
-					ret = exec_fail(n, -EPROTO, "reading");
-					goto out;
-				}
-				cmds[got++].reply = reply;
-			}
-			continue;
+			x->cmds[x->got++].reply = reply;
 		}
-		if (r != -EAGAIN) {
-			ret = exec_fail(n, (int)r, "reading");
-			goto out;
-		}
-		{
-			struct pollfd p = {
-				.fd = n->fd,
-				.events = want | (sent < count ? w_want : 0),
-			};
-			int left = ms_left(deadline_ms), pr;
+	}
+	return 1;
+}
 
-			if (!left) {
-				ret = exec_fail(n, -ETIMEDOUT, "waiting for Redis");
-				goto out;
+void kvsd_rexec_init(struct kvsd_rexec *x, struct kvsd_rnode *n,
+		     struct kvsd_rcmd *cmds, unsigned int count, size_t max_reply)
+{
+	memset(x, 0, sizeof(*x));
+	x->n = n;
+	x->cmds = cmds;
+	x->count = count;
+	x->budget = max_reply * count;
+	x->ret = n->fd < 0 ? -ENOTCONN : 1;	/* 1: running */
+}
+
+void kvsd_rexec_run(struct kvsd_rexec *xs, unsigned int n_x, uint64_t deadline_ms)
+{
+	struct pollfd *p = calloc(n_x, sizeof(*p));
+	unsigned int *idx = calloc(n_x, sizeof(*idx));
+	char *buf = malloc(READ_CHUNK);
+	unsigned int i, n_p;
+	int left, r;
+
+	if (!p || !idx || !buf) {
+		for (i = 0; i < n_x; i++)
+			if (xs[i].ret == 1)
+				xs[i].ret = -ENOMEM;
+		goto out;
+	}
+	for (;;) {
+		n_p = 0;
+		for (i = 0; i < n_x; i++) {
+			if (xs[i].ret != 1)
+				continue;
+			r = exec_step(&xs[i], buf);
+			if (r) {
+				xs[i].ret = r < 0 ? r : 0;
+				continue;
 			}
-			pr = poll(&p, 1, left);
-			if (pr < 0 && errno != EINTR) {
-				ret = exec_fail(n, -errno, "poll");
-				goto out;
-			}
+			p[n_p].fd = xs[i].n->fd;
+			p[n_p].events = xs[i].events;
+			p[n_p].revents = 0;
+			idx[n_p++] = i;
+		}
+		if (!n_p)
+			break;
+		left = ms_left(deadline_ms);
+		if (!left) {
+			for (i = 0; i < n_p; i++)
+				xs[idx[i]].ret = exec_fail(xs[idx[i]].n, -ETIMEDOUT,
+							   "waiting for Redis");
+			break;
+		}
+		if (poll(p, n_p, left) < 0 && errno != EINTR) {
+			for (i = 0; i < n_p; i++)
+				xs[idx[i]].ret = exec_fail(xs[idx[i]].n, -errno, "poll");
+			break;
 		}
 	}
 out:
+	free(p);
+	free(idx);
 	free(buf);
-	return ret;
+}
+
+int kvsd_rnode_exec(struct kvsd_rnode *n, struct kvsd_rcmd *cmds, unsigned int count,
+		    size_t max_reply, uint64_t deadline_ms)
+{
+	struct kvsd_rexec x;
+
+	kvsd_rexec_init(&x, n, cmds, count, max_reply);
+	kvsd_rexec_run(&x, 1, deadline_ms);
+	return x.ret;
 }
 
 int kvsd_rcmd_format(struct kvsd_rcmd *c, int argc, const char **argv,

@@ -81,6 +81,23 @@ int kvsd_rnode_connect(struct kvsd_rnode *n, const struct kvsd_rauth *a,
 int kvsd_rnode_exec(struct kvsd_rnode *n, struct kvsd_rcmd *cmds, unsigned int count,
 		    size_t max_reply, uint64_t deadline_ms);
 
+/*
+ * Several pipelines at once, one per node, under one deadline: init each,
+ * then run them all; each one's ret is 0 or its node's -errno.
+ */
+struct kvsd_rexec {
+	struct kvsd_rnode *n;
+	struct kvsd_rcmd *cmds;
+	unsigned int count, sent, got;
+	size_t off, budget, read_total;
+	short events;			/* what it waits for */
+	int ret;			/* 1 while running */
+};
+
+void kvsd_rexec_init(struct kvsd_rexec *x, struct kvsd_rnode *n,
+		     struct kvsd_rcmd *cmds, unsigned int count, size_t max_reply);
+void kvsd_rexec_run(struct kvsd_rexec *xs, unsigned int n_x, uint64_t deadline_ms);
+
 /* A command from argv; 0 or -ENOMEM.  kvsd_rcmd_free() frees buf and reply. */
 int kvsd_rcmd_format(struct kvsd_rcmd *c, int argc, const char **argv,
 		     const size_t *lens);
