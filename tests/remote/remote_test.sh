@@ -29,7 +29,7 @@ W=(--workers 2 --requests 4 --system-tokens 256 --doc-tokens 256 --docs 2
    --question-tokens 20 --verify 1)
 
 echo "TAP version 13"
-echo "1..24"
+echo "1..25"
 
 # ---- one redis-server -----------------------------------------------------------
 
@@ -168,6 +168,22 @@ serve A "$tmp/a4" "${W[@]}" --seed 4
 serve B "$tmp/b4" "${W[@]}" --seed 4
 check "a restarted Redis: the tiers reconnect, B computes nothing A computed ($(computed "$tmp/b4") pages)" \
 	eval 'verified "$tmp/b4" && [ "$(computed "$tmp/b4")" = 0 ]'
+# A crash of kvshared on host B mid-run: B's workers finish in private
+# pages; restarted, B's empty pool refills from Redis.
+serve A "$tmp/a7" "${W[@]}" --seed 7 --requests 16
+serve B "$tmp/b7" "${W[@]}" --seed 7 --requests 16 &
+sp=$!
+sleep 0.15
+{ kill -9 "${kvsd_pid[B]}"; wait "${kvsd_pid[B]}"; } 2>/dev/null
+wait "$sp"
+start_kvshared B "$spec"
+serve B "$tmp/b8" "${W[@]}" --seed 7 --requests 16
+if verified "$tmp/b7" && verified "$tmp/b8" && [ "$(computed "$tmp/b8")" = 0 ]; then
+	ok "kvshared killed mid-run: B's requests are all served, and B restarted refills from Redis"
+else
+	notok "kvshared killed: b7 status $(cat "$tmp/b7.st"), restarted B computed $(computed "$tmp/b8")"
+	show "$tmp/b7"
+fi
 # A full Redis.  allkeys-lru: writes go on, old pages are evicted.
 rcli "$r1" config set maxmemory 2mb >/dev/null
 rcli "$r1" config set maxmemory-policy allkeys-lru >/dev/null
