@@ -31,6 +31,7 @@
 
 #define MAX_NS		64	/* client namespaces with a tier client, per pool */
 #define MAX_FETCHES	32	/* fetches out at once, per tier */
+#define MAX_UID_FETCHES	8	/* of them for one uid: a quarter */
 #define NEG_SLOTS	4096	/* keys that just missed */
 #define NEG_TTL_MS	500
 #define WRITE_BATCH	128	/* pages of one write pipeline */
@@ -65,6 +66,7 @@ struct job {
 	struct job *next;
 	bool fetch;
 	bool failed;			/* fetch: Redis did not answer */
+	uint32_t uid;			/* fetch: whose LOOKUP missed */
 	struct tns *tns;
 	uint32_t n, n_ok;
 	uint32_t parent;		/* fetch: a reference, or KVS_NO_PAGE */
@@ -97,6 +99,7 @@ struct tier {
 	atomic_bool up;
 	uint32_t write_queued;		/* loop: pages in write jobs */
 	uint32_t fetching;		/* loop: fetch jobs out */
+	struct { uint32_t uid, n; } uid_fetching[MAX_FETCHES]; /* loop: by uid */
 	struct { uint64_t h, until; } neg[NEG_SLOTS];
 	char last_err[300];		/* thread: logged when it changes */
 	struct tier_stats st;
@@ -349,6 +352,34 @@ static int fetch_claim(struct tier *t, struct tns *s, struct job *j,
 	return ret;
 }
 
+/*
+ * Fetches out for @uid, changed by @delta; false (nothing changed) when
+ * adding one would pass MAX_UID_FETCHES.  A client's misses make the
+ * tier claim pages, which may evict cached ones: one user may not take
+ * every fetch, and with them the pool, for itself.
+ */
+static bool uid_fetching(struct tier *t, uint32_t uid, int delta)
+{
+	unsigned int i, free_slot = MAX_FETCHES;
+
+	for (i = 0; i < MAX_FETCHES; i++) {
+		if (t->uid_fetching[i].n && t->uid_fetching[i].uid == uid)
+			break;
+		if (!t->uid_fetching[i].n && free_slot == MAX_FETCHES)
+			free_slot = i;
+	}
+	if (i == MAX_FETCHES) {
+		if (delta < 0 || free_slot == MAX_FETCHES)
+			return false;
+		i = free_slot;
+		t->uid_fetching[i].uid = uid;
+	}
+	if (delta > 0 && t->uid_fetching[i].n >= MAX_UID_FETCHES)
+		return false;
+	t->uid_fetching[i].n += delta;
+	return true;
+}
+
 void kvsd_remote_lookup(struct kvs_client *cl, uint32_t pool_id, uint64_t ns,
 			uint32_t uid, struct kvs_call *call, struct kvs_lookup *lk)
 {
@@ -365,7 +396,7 @@ void kvsd_remote_lookup(struct kvs_client *cl, uint32_t pool_id, uint64_t ns,
 		count(&t->st.skip_down, 1);
 		return;
 	}
-	if (t->fetching >= MAX_FETCHES) {
+	if (t->fetching >= MAX_FETCHES || !uid_fetching(t, uid, 1)) {
 		count(&t->st.skip_busy, 1);
 		return;
 	}
@@ -374,9 +405,12 @@ void kvsd_remote_lookup(struct kvs_client *cl, uint32_t pool_id, uint64_t ns,
 		m = t->rc->fetch_max;
 	s = ns_get(t, ns, uid);
 	j = s ? job_new(m, true) : NULL;
-	if (!j)
+	if (!j) {
+		uid_fetching(t, uid, -1);
 		return;
+	}
 	j->tns = s;
+	j->uid = uid;
 	if (call->copy_in(call, j->keys, lk->keys + (uint64_t)lk->n_hit * sizeof(struct kvs_key),
 			  (uint64_t)m * sizeof(struct kvs_key)) ||
 	    (lk->n_hit && call->copy_in(call, &parent_key, lk->keys +
@@ -408,6 +442,7 @@ void kvsd_remote_lookup(struct kvs_client *cl, uint32_t pool_id, uint64_t ns,
 	}
 	return;
 drop:
+	uid_fetching(t, uid, -1);
 	free(j);
 }
 
@@ -447,6 +482,7 @@ static void fetch_done(struct tier *t, struct job *j)
 		neg_add(t, s, &j->keys[n_ok]);
 	free(e);
 	t->fetching--;
+	uid_fetching(t, j->uid, -1);
 }
 
 static void tier_done(struct kvsd_watch *w, uint32_t events)
@@ -966,6 +1002,18 @@ static void latency(FILE *f)
 	}
 }
 
+static void skipped(FILE *f, struct tier *t)
+{
+	static const char *const why[] = { "down", "busy", "claimed", "recent_miss" };
+	atomic_ullong *c[] = { &t->st.skip_down, &t->st.skip_busy,
+			       &t->st.skip_claimed, &t->st.skip_neg };
+	unsigned int i;
+
+	for (i = 0; i < 4; i++)
+		fprintf(f, "kvshare_remote_fetch_skipped_total{pool=\"%s\",why=\"%s\"} %llu\n",
+			t->name, why[i], get(c[i]));
+}
+
 char *kvsd_remote_metrics(void)
 {
 	struct tier *t;
@@ -987,33 +1035,39 @@ char *kvsd_remote_metrics(void)
 	EACH_TIER(t)
 		fprintf(f, "kvshare_remote_write_queue{pool=\"%s\"} %u\n", t->name,
 			t->write_queued);
-	COUNTER(f, "kvshare_remote_fetches_total", "Fetches (LOOKUP misses sent on).", fetches);
-	COUNTER(f, "kvshare_remote_fetch_pages_total", "Pages asked of Redis.", fetch_pages);
-	COUNTER(f, "kvshare_remote_hit_pages_total", "Pages fetched, checked and published.", hit_pages);
-	COUNTER(f, "kvshare_remote_miss_pages_total", "Fetches that found no page.", miss_pages);
-	COUNTER(f, "kvshare_remote_fetch_errors_total", "Fetches Redis did not answer.", error_fetches);
-	COUNTER(f, "kvshare_remote_fetch_bytes_total", "Bytes of valid pages fetched.", bytes_in);
+	COUNTER(f, "kvshare_remote_fetches_total",
+		"Fetches (LOOKUP misses sent on).", fetches);
+	COUNTER(f, "kvshare_remote_fetch_pages_total", "Pages asked of Redis.",
+		fetch_pages);
+	COUNTER(f, "kvshare_remote_hit_pages_total",
+		"Pages fetched, checked and published.", hit_pages);
+	COUNTER(f, "kvshare_remote_miss_pages_total", "Fetches that found no page.",
+		miss_pages);
+	COUNTER(f, "kvshare_remote_fetch_errors_total",
+		"Fetches Redis did not answer.", error_fetches);
+	COUNTER(f, "kvshare_remote_fetch_bytes_total",
+		"Bytes of valid pages fetched.", bytes_in);
 	COUNTER(f, "kvshare_remote_written_pages_total", "Pages written.", written);
 	COUNTER(f, "kvshare_remote_write_bytes_total", "Bytes written.", bytes_out);
-	COUNTER(f, "kvshare_remote_write_errors_total", "Pages Redis refused or did not answer.", write_errors);
-	COUNTER(f, "kvshare_remote_write_dropped_total", "Pages not queued: queue full or Redis down.", write_dropped);
-	COUNTER(f, "kvshare_remote_redirects_total", "MOVED, ASK and retries followed.", redirects);
-	COUNTER(f, "kvshare_remote_slot_map_loads_total", "CLUSTER SLOTS maps loaded.", map_loads);
+	COUNTER(f, "kvshare_remote_write_errors_total",
+		"Pages Redis refused or did not answer.", write_errors);
+	COUNTER(f, "kvshare_remote_write_dropped_total",
+		"Pages not queued: queue full, quota, or Redis down.", write_dropped);
+	COUNTER(f, "kvshare_remote_redirects_total",
+		"MOVED, ASK and retries followed.", redirects);
+	COUNTER(f, "kvshare_remote_slot_map_loads_total",
+		"CLUSTER SLOTS maps loaded.", map_loads);
 	family(f, "kvshare_remote_dropped_pages_total", "counter",
 	       "Fetched values refused by the check, by reason.");
 	EACH_TIER(t)
 		for (b = 1; b < KVSD_RPAGE_N_BAD; b++)
-			fprintf(f, "kvshare_remote_dropped_pages_total{pool=\"%s\",reason=\"%s\"} %llu\n",
-				t->name, kvsd_rpage_bad_names[b], get(&t->st.dropped[b]));
+			fprintf(f, "kvshare_remote_dropped_pages_total{pool=\"%s\","
+				"reason=\"%s\"} %llu\n", t->name,
+				kvsd_rpage_bad_names[b], get(&t->st.dropped[b]));
 	family(f, "kvshare_remote_fetch_skipped_total", "counter",
 	       "LOOKUP misses not sent on, by reason.");
 	EACH_TIER(t)
-		fprintf(f, "kvshare_remote_fetch_skipped_total{pool=\"%s\",why=\"down\"} %llu\n"
-			"kvshare_remote_fetch_skipped_total{pool=\"%s\",why=\"busy\"} %llu\n"
-			"kvshare_remote_fetch_skipped_total{pool=\"%s\",why=\"claimed\"} %llu\n"
-			"kvshare_remote_fetch_skipped_total{pool=\"%s\",why=\"recent_miss\"} %llu\n",
-			t->name, get(&t->st.skip_down), t->name, get(&t->st.skip_busy),
-			t->name, get(&t->st.skip_claimed), t->name, get(&t->st.skip_neg));
+		skipped(f, t);
 	latency(f);
 	fclose(f);
 	return buf;

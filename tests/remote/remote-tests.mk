@@ -2,7 +2,7 @@
 # The remote tier end to end: real redis-server processes (one server, a
 # 3-master cluster with replicas, a TLS server) and two kvshared hosts.
 $(BUILD)/tests/remote_test: tests/remote/remote_test.sh tests/remote/lib.sh \
-		$(BUILD)/kvshared $(BUILD)/kvserve
+		$(BUILD)/kvshared $(BUILD)/kvserve $(BUILD)/tests/remote_lookup_storm
 	@mkdir -p $(@D)
 	cp $< $@
 	chmod +x $@
@@ -23,3 +23,10 @@ $(BUILD)/tests/remote_unit_test: tests/remote/remote_unit_test.c $(REMOTE_UNIT_O
 
 ALL_TARGETS += $(BUILD)/tests/remote_unit_test
 HOST_TESTS  += $(BUILD)/tests/remote_unit_test
+
+# A client that misses everything, for the per-uid fetch cap.
+$(BUILD)/tests/remote_lookup_storm: tests/remote/lookup_storm.c $(LIBKV)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LIBKV_CFLAGS) -o $@ $^ $(LIBKV_LDLIBS)
+
+ALL_TARGETS += $(BUILD)/tests/remote_lookup_storm

@@ -29,7 +29,7 @@ W=(--workers 2 --requests 4 --system-tokens 256 --doc-tokens 256 --docs 2
    --question-tokens 20 --verify 1)
 
 echo "TAP version 13"
-echo "1..25"
+echo "1..26"
 
 # ---- one redis-server -----------------------------------------------------------
 
@@ -152,6 +152,17 @@ ms=$((($(date +%s%N) - t0) / 1000000))
 kill -CONT "${redis_pid[r1]}"
 check "a stopped Redis: host B serves new prompts anyway, equal to the bit ($ms ms)" \
 	verified "$tmp/b2"
+# One user missing everything cannot take every fetch: while Redis does
+# not answer, its 20 LOOKUPs of new chains start 8 fetches (each claims
+# pages, which may evict others' cached ones), and the other 12 are not
+# sent on.
+busy0=$(metric A 'why="busy"')
+kill -STOP "${redis_pid[r1]}"
+"$build/tests/remote_lookup_storm" "$tmp/A.sock" kvserve 20 >"$tmp/storm" 2>&1
+busy=$(($(metric A 'why="busy"') - busy0))
+kill -CONT "${redis_pid[r1]}"
+check "one uid's 20 LOOKUP misses start at most 8 fetches ($busy not sent on)" \
+	test "$busy" = 12
 # A killed Redis: serving goes on; the tier says it is down.
 { kill -9 "${redis_pid[r1]}"; wait "${redis_pid[r1]}"; } 2>/dev/null
 serve A "$tmp/a3" "${W[@]}" --seed 3
