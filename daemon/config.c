@@ -82,6 +82,12 @@ static void usage(FILE *f)
 	      "  [tokens_per_page=16] [dtype=f16|bf16|f32|fp8] [mode=0660]\n"
 	      "  [quota=0] [ns_per_uid=no] [memory=host|hugetlb|cuda|none]\n"
 	      "  [cuda_device=0] [uid=USER|UID] [gid=GROUP|GID]\n"
+	      "  a remote tier (docs/remote.md): remote=HOST:PORT[+HOST:PORT...]\n"
+	      "  [remote_cluster=no] [remote_user=U remote_password_file=F]\n"
+	      "  [remote_tls=no remote_tls_ca=F remote_tls_cert=F remote_tls_key=F]\n"
+	      "  [remote_namespace=POOL] [remote_write=publish|none] [remote_fetch=yes]\n"
+	      "  [remote_timeout_ms=200] [remote_queue=4096] [remote_fetch_max=256]\n"
+	      "  [remote_ttl_s=0]\n"
 	      "\n"
 	      "Exit status: 0 after SIGTERM/SIGINT, 1 on a runtime failure,\n"
 	      "2 on a usage or configuration error.\n", f);
