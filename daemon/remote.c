@@ -35,6 +35,8 @@
 #define NEG_SLOTS	4096	/* keys that just missed */
 #define NEG_TTL_MS	500
 #define WRITE_BATCH	128	/* pages of one write pipeline */
+#define WRITE_BYTES	(16u << 20) /* bytes of one, unless one page is more */
+#define FETCH_BYTES	(64u << 20) /* bytes of one fetch, unless one page is more */
 #define PROBE_MS	500	/* a down tier is probed this often */
 #define PROBE_START_MS	2000	/* the startup check's deadline */
 
@@ -403,6 +405,8 @@ void kvsd_remote_lookup(struct kvs_client *cl, uint32_t pool_id, uint64_t ns,
 	m = lk->count - lk->n_hit;
 	if (m > t->rc->fetch_max)
 		m = t->rc->fetch_max;
+	if ((uint64_t)m * t->geom.page_bytes > FETCH_BYTES)
+		m = FETCH_BYTES / t->geom.page_bytes ?: 1;
 	s = ns_get(t, ns, uid);
 	j = s ? job_new(m, true) : NULL;
 	if (!j) {
@@ -632,50 +636,6 @@ static int set_cmd(struct tier *t, const struct tns *s, const struct kvs_key *ke
 	return 0;
 }
 
-/* Write every page of the write jobs in @list, WRITE_BATCH at a time. */
-static void do_writes(struct tier *t, struct job *list)
-{
-	struct kvsd_rcmd *cmds = calloc(WRITE_BATCH, sizeof(*cmds));
-	struct job *j = list;
-	uint32_t at = 0;
-
-	if (!cmds) {
-		for (; j; j = j->next)
-			count(&t->st.write_errors, j->n);
-		return;
-	}
-	while (j) {
-		unsigned int n = 0, i, left;
-		uint64_t deadline = kvsd_rnow_ms() + t->rc->timeout_ms;
-
-		for (; j && n < WRITE_BATCH; ) {
-			if (set_cmd(t, j->tns, &j->keys[at], j->pages[at], &cmds[n]))
-				count(&t->st.write_errors, 1);
-			else
-				n++;
-			if (++at == j->n) {
-				j = j->next;
-				at = 0;
-			}
-		}
-		left = n ? kvsd_rcl_exec(&t->rcl, cmds, n, 4096, deadline) : 0;
-		if (n)
-			set_up(t, left < n);
-		for (i = 0; i < n; i++) {
-			redisReply *r = cmds[i].reply;
-
-			if (r && r->type == REDIS_REPLY_STATUS) {
-				count(&t->st.written, 1);
-				count(&t->st.bytes_out, KVSD_RPAGE_HDR + t->geom.page_bytes);
-			} else {
-				count(&t->st.write_errors, 1);	/* OOM, READONLY, down */
-			}
-			kvsd_rcmd_free(&cmds[i]);
-		}
-	}
-	free(cmds);
-}
-
 /* Hand finished jobs back to the loop. */
 static void post_done(struct tier *t, struct job *list)
 {
@@ -692,6 +652,61 @@ static void post_done(struct tier *t, struct job *list)
 	pthread_mutex_unlock(&t->mu);
 	if (write(t->w.fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
 		kvsd_log("pool '%s': remote tier: eventfd: %s", t->name, strerror(errno));
+}
+
+/*
+ * Write every page of the write jobs in @list, in batches of WRITE_BATCH
+ * pages or WRITE_BYTES bytes.  A job goes back to the loop (its
+ * references dropped) as soon as its pages are copied, before Redis is
+ * asked: a slow Redis holds up no page of the pool.
+ */
+static void do_writes(struct tier *t, struct job *list)
+{
+	size_t value = KVSD_RPAGE_HDR + t->geom.page_bytes;
+	struct kvsd_rcmd *cmds = calloc(WRITE_BATCH, sizeof(*cmds));
+	struct job *j = list, *copied, **cut;
+	uint32_t at = 0;
+
+	while (j) {
+		unsigned int n = 0, i, left;
+		uint64_t deadline = kvsd_rnow_ms() + t->rc->timeout_ms;
+
+		for (; j && n < WRITE_BATCH && (!n || (n + 1) * value <= WRITE_BYTES); ) {
+			if (!cmds || set_cmd(t, j->tns, &j->keys[at], j->pages[at], &cmds[n]))
+				count(&t->st.write_errors, 1);
+			else
+				n++;
+			if (++at == j->n) {
+				j = j->next;
+				at = 0;
+			}
+		}
+		/* The jobs wholly copied: from the list's head up to j. */
+		copied = list;
+		for (cut = &list; *cut != j; cut = &(*cut)->next)
+			;
+		if (cut != &list) {
+			list = j;
+			*cut = NULL;
+			post_done(t, copied);
+		}
+		left = n ? kvsd_rcl_exec(&t->rcl, cmds, n, 4096, deadline) : 0;
+		if (n)
+			set_up(t, left < n);
+		for (i = 0; i < n; i++) {
+			redisReply *r = cmds[i].reply;
+
+			if (r && r->type == REDIS_REPLY_STATUS) {
+				count(&t->st.written, 1);
+				count(&t->st.bytes_out, value);
+			} else {
+				count(&t->st.write_errors, 1);	/* OOM, READONLY, down */
+			}
+			kvsd_rcmd_free(&cmds[i]);
+		}
+	}
+	post_done(t, list);
+	free(cmds);
 }
 
 /* Wait for jobs; a tier that is down is probed every PROBE_MS meanwhile. */
@@ -753,7 +768,6 @@ static void *tier_main(void *arg)
 			do_fetch(t, j);
 		post_done(t, fetches);
 		do_writes(t, writes);
-		post_done(t, writes);
 	}
 	return NULL;
 }
