@@ -171,7 +171,7 @@ check "a killed Redis: both hosts serve, equal to the bit, tier down in the metr
 	eval 'verified "$tmp/a3" && verified "$tmp/b3" && [ "$(metric A "^kvshare_remote_up")" = 0 ]'
 # Restarted (empty): both tiers reconnect by themselves and share again.
 start_redis r1 "$r1"
-for _ in $(seq 40); do
+for _ in $(seq 50); do
 	[ "$(metric A '^kvshare_remote_up')" = 1 ] && [ "$(metric B '^kvshare_remote_up')" = 1 ] && break
 	sleep 0.1
 done
@@ -283,7 +283,10 @@ check "a master killed mid-run: both hosts serve every request, equal to the bit
 alive=()
 for p in "${cp[@]}"; do [ "$p" = "$victim" ] || alive+=("$p"); done
 for _ in $(seq 100); do cluster_ok "${alive[@]}" && break; sleep 0.1; done
-sleep 1		# the tiers' probes see the map again
+tiers_up() {	# both tiers answered again (a probe every 500 ms)
+	[ "$(metric A '^kvshare_remote_up')" = 1 ] && [ "$(metric B '^kvshare_remote_up')" = 1 ]
+}
+for _ in $(seq 50); do tiers_up && break; sleep 0.1; done
 serve A "$tmp/ca4" "${W[@]}" --seed 4
 serve B "$tmp/cb4" "${W[@]}" --seed 4
 if verified "$tmp/cb4" && [ "$(computed "$tmp/cb4")" = 0 ]; then
