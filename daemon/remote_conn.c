@@ -240,6 +240,7 @@ static int tls_handshake(struct kvsd_rnode *n, struct kvsd_rtls *t,
 		SSL_set_tlsext_host_name(n->ssl, n->host);
 	}
 	for (;;) {
+		ERR_clear_error();
 		r = SSL_connect(n->ssl);
 		if (r == 1)
 			return 0;
@@ -263,6 +264,7 @@ static ssize_t io_write(struct kvsd_rnode *n, const char *p, size_t len, short *
 	ssize_t w;
 
 	if (n->ssl) {
+		ERR_clear_error();
 		w = SSL_write(n->ssl, p, (int)(len > (1u << 30) ? 1u << 30 : len));
 		return w > 0 ? w : tls_want(n, (int)w, want);
 	}
@@ -278,6 +280,7 @@ static ssize_t io_read(struct kvsd_rnode *n, char *p, size_t len, short *want)
 	ssize_t r;
 
 	if (n->ssl) {
+		ERR_clear_error();
 		r = SSL_read(n->ssl, p, (int)len);
 		return r > 0 ? r : tls_want(n, (int)r, want);
 	}
@@ -362,10 +365,22 @@ int kvsd_rnode_connect(struct kvsd_rnode *n, const struct kvsd_rauth *a,
 
 static int exec_fail(struct kvsd_rnode *n, int ret, const char *what)
 {
+	/* A TLS alert (a client certificate refused, say) says more than EIO. */
+	const char *tls = n->ssl ? ERR_reason_error_string(ERR_peek_error()) : NULL;
+	char c;
+
+	if (n->ssl && !tls) {
+		/* A write refused: the peer's alert may wait to be read. */
+		SSL_read(n->ssl, &c, 1);
+		tls = ERR_reason_error_string(ERR_peek_error());
+	}
+
 	if (ret == -EAGAIN)
 		ret = -EIO;
-	snprintf(n->err, sizeof(n->err), "%s:%d: %s: %s", n->host, n->port, what,
+	snprintf(n->err, sizeof(n->err), "%s:%d: %s: %s%s", n->host, n->port, what,
+		 tls ? "TLS: " : "", tls ? tls :
 		 ret == -EPROTO ? "protocol error" : strerror(-ret));
+	ERR_clear_error();
 	node_failed(n);
 	return ret;
 }

@@ -29,7 +29,7 @@ W=(--workers 2 --requests 4 --system-tokens 256 --doc-tokens 256 --docs 2
    --question-tokens 20 --verify 1)
 
 echo "TAP version 13"
-echo "1..26"
+echo "1..27"
 
 # ---- one redis-server -----------------------------------------------------------
 
@@ -308,19 +308,23 @@ openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout "$tls/srv.key" \
 printf 'subjectAltName=IP:127.0.0.1\n' >"$tls/ext"
 openssl x509 -req -in "$tls/srv.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" \
 	-CAcreateserial -days 1 -extfile "$tls/ext" -out "$tls/srv.crt" 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -subj /CN=kvshared -keyout "$tls/cli.key" \
+	-out "$tls/cli.csr" 2>/dev/null
+openssl x509 -req -in "$tls/cli.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" \
+	-CAcreateserial -days 1 -out "$tls/cli.crt" 2>/dev/null
 openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=other-ca \
 	-keyout "$tls/other.key" -out "$tls/other.crt" 2>/dev/null
 read -r t1 <<<"$(free_ports 1)"
 start_redis tls 0 --tls-port "$t1" --tls-cert-file "$tls/srv.crt" \
 	--tls-key-file "$tls/srv.key" --tls-ca-cert-file "$tls/ca.crt" \
-	--tls-auth-clients no >/dev/null 2>&1 || true
-tspec=$(pool_spec "127.0.0.1:$t1" ",remote_namespace=tls,remote_tls=yes,remote_tls_ca=$tls/ca.crt")
+	--tls-auth-clients yes >/dev/null 2>&1 || true
+tspec=$(pool_spec "127.0.0.1:$t1" ",remote_namespace=tls,remote_tls=yes,remote_tls_ca=$tls/ca.crt,remote_tls_cert=$tls/cli.crt,remote_tls_key=$tls/cli.key")
 start_kvshared A "$tspec" && start_kvshared B "$tspec"
 serve A "$tmp/ta1" "${W[@]}"
 serve B "$tmp/tb1" "${W[@]}"
 if grep -q 'remote tier up: TLS' "$tmp/B.log" && verified "$tmp/tb1" &&
    [ "$(computed "$tmp/tb1")" = 0 ]; then
-	ok "TLS: host B serves A's prompts from remote pages over TLS"
+	ok "TLS with client certificates: host B serves A's prompts from remote pages"
 else
 	notok "TLS: B computed '$(computed "$tmp/tb1")'"; show "$tmp/B.log"
 fi
@@ -332,8 +336,17 @@ if grep -q 'remote tier down at start: TLS handshake .*certificate' "$tmp/X.log"
 else
 	notok "TLS: untrusted server"; show "$tmp/X.log"
 fi
+start_kvshared Y "$(sed "s|,remote_tls_cert=.*||" <<<"$tspec")"
+serve Y "$tmp/ty1" "${W[@]}"
+if grep -q 'remote tier down.*TLS: .*certificate required' "$tmp/Y.log" &&
+   verified "$tmp/ty1"; then
+	ok "TLS: without a client certificate the server refuses the tier; the host serves alone"
+else
+	notok "TLS: no client certificate"; show "$tmp/Y.log"
+fi
 stop_kvshared A
 stop_kvshared B
 stop_kvshared X
+stop_kvshared Y
 check "every kvshared exited with status 0 ($n_exits of them, $bad_exits not)" \
 	test "$bad_exits" = 0
