@@ -140,8 +140,8 @@ static int own_copy_out(struct kvs_call *call, __u64 dst, const void *src, __u64
 }
 
 /* A command of one of the tier's clients: admin, as the pool's owner. */
-static int tier_cmd(struct tier *t, struct kvs_client *cl, uint32_t uid,
-		    unsigned int cmd, void *arg, void **mem_out)
+static int tier_cmd(struct kvs_client *cl, uint32_t uid, unsigned int cmd,
+		    void *arg, void **mem_out)
 {
 	struct kvs_cred cred = { .uid = uid, .gid = uid, .admin = 1 };
 	struct kvs_call call = {
@@ -151,7 +151,6 @@ static int tier_cmd(struct tier *t, struct kvs_client *cl, uint32_t uid,
 	};
 	int ret;
 
-	(void)t;
 	ret = kvs_cmd(cl, cmd, arg, &call);
 	if (mem_out)
 		*mem_out = call.mem_out;
@@ -167,7 +166,7 @@ static int put_pages(struct tns *s, const uint32_t *pages, uint32_t n)
 
 	if (!n)
 		return 0;
-	ret = tier_cmd(s->t, s->cl, s->t->owner, KVS_IOC_PUT, &put, NULL);
+	ret = tier_cmd(s->cl, s->t->owner, KVS_IOC_PUT, &put, NULL);
 	if (ret)
 		kvsd_log("pool '%s': remote tier: PUT of %u pages failed: %s",
 			 s->t->name, n, strerror(-ret));
@@ -182,7 +181,7 @@ static int attach(struct tier *t, struct kvs_client *cl, uint32_t uid, uint64_t 
 	at->owner = t->owner;
 	at->ns = ns;
 	at->flags = flags;
-	return tier_cmd(t, cl, uid, KVS_IOC_POOL_ATTACH, at, mem);
+	return tier_cmd(cl, uid, KVS_IOC_POOL_ATTACH, at, mem);
 }
 
 /* The tier's client of a client namespace, attached on first use. */
@@ -316,7 +315,7 @@ void kvsd_remote_published(uint32_t pool_id, uint64_t ns, uint32_t uid,
 	lk.count = j->n;
 	lk.keys = (uintptr_t)j->keys;
 	lk.pages = (uintptr_t)j->pages;
-	if (tier_cmd(t, s->cl, t->owner, KVS_IOC_LOOKUP, &lk, NULL) || !lk.n_hit) {
+	if (tier_cmd(s->cl, t->owner, KVS_IOC_LOOKUP, &lk, NULL) || !lk.n_hit) {
 		count(&t->st.write_dropped, j->n);	/* EDQUOT: the pool's quota */
 		free(j);
 		goto out;
@@ -341,14 +340,14 @@ static int fetch_claim(struct tier *t, struct tns *s, struct job *j,
 		lk.count = 1;
 		lk.keys = (uintptr_t)parent_key;
 		lk.pages = (uintptr_t)&j->parent;
-		if (tier_cmd(t, s->cl, t->owner, KVS_IOC_LOOKUP, &lk, NULL) || !lk.n_hit)
+		if (tier_cmd(s->cl, t->owner, KVS_IOC_LOOKUP, &lk, NULL) || !lk.n_hit)
 			j->parent = KVS_NO_PAGE;
 	}
 	al.count = j->n;
 	al.flags = KVS_ALLOC_CLAIM;
 	al.pages = (uintptr_t)j->pages;
 	al.keys = (uintptr_t)j->keys;
-	ret = tier_cmd(t, s->cl, t->owner, KVS_IOC_ALLOC, &al, NULL);
+	ret = tier_cmd(s->cl, t->owner, KVS_IOC_ALLOC, &al, NULL);
 	if (ret && j->parent != KVS_NO_PAGE)
 		put_pages(s, &j->parent, 1);
 	return ret;
@@ -469,7 +468,7 @@ static void fetch_done(struct tier *t, struct job *j)
 	}
 	pub.count = n_ok;
 	pub.entries = (uintptr_t)e;
-	if (n_ok && tier_cmd(t, s->cl, t->owner, KVS_IOC_PUBLISH, &pub, NULL)) {
+	if (n_ok && tier_cmd(s->cl, t->owner, KVS_IOC_PUBLISH, &pub, NULL)) {
 		kvsd_log("pool '%s': remote tier: publishing %u fetched pages failed",
 			 t->name, n_ok);
 		n_ok = 0;
@@ -865,7 +864,7 @@ static void tier_free(struct tier *t)
 	free(t);
 }
 
-static int tier_start(struct kvsd *d, const struct kvsd_pool_cfg *pc, uint32_t pool_id)
+static int tier_start(const struct kvsd_pool_cfg *pc, uint32_t pool_id)
 {
 	const struct kvsd_remote_cfg *rc = pc->remote;
 	struct kvsd_rauth auth = { 0 };
@@ -873,7 +872,6 @@ static int tier_start(struct kvsd *d, const struct kvsd_pool_cfg *pc, uint32_t p
 	char err[200];
 	int ret;
 
-	(void)d;
 	if (!t)
 		return -ENOMEM;
 	snprintf(t->name, sizeof(t->name), "%s", pc->name);
@@ -949,7 +947,7 @@ int kvsd_remote_start(struct kvsd *d)
 			;
 		if (!p)
 			continue;	/* not created: logged already */
-		ret = tier_start(d, pc, p->pool_id);
+		ret = tier_start(pc, p->pool_id);
 		if (ret == -EACCES)
 			return ret;
 		if (ret)
