@@ -100,7 +100,11 @@ start_redis() {
 declare -A kvsd_pid
 start_kvshared() {
 	local name=$1 spec=$2 i
-	"$build/kvshared" --mode socket --socket "$tmp/$name.sock" \
+	# A host started again under its name must not be taken for ready
+	# by its predecessor's log.
+	: >"$tmp/$name.log"
+	rm -f "$tmp/$name.sock" "$tmp/$name.status"
+	"${kvsd_bin:-$build/kvshared}" --mode socket --socket "$tmp/$name.sock" \
 		--metrics "unix:$tmp/$name.met" --pool "$spec" 2>"$tmp/$name.log" &
 	kvsd_pid[$name]=$!
 	pids+=($!)

@@ -29,7 +29,7 @@ W=(--workers 2 --requests 4 --system-tokens 256 --doc-tokens 256 --docs 2
    --question-tokens 20 --verify 1)
 
 echo "TAP version 13"
-echo "1..27"
+echo "1..35"
 
 # ---- one redis-server -----------------------------------------------------------
 
@@ -296,6 +296,34 @@ else
 fi
 stop_kvshared A
 stop_kvshared B
+
+# ---- a Redis that lies ----------------------------------------------------------
+# Every answer a hostile or broken server can give: the host keeps
+# serving, kvshared survives (the sanitizer build when there is one) and
+# exits cleanly.
+[ -x "$build/san/kvshared" ] && kvsd_bin=$build/san/kvshared
+for mode in garbage huge nested wrongtype moved slots trickle close; do
+	read -r hp <<<"$(free_ports 1)"
+	/usr/bin/python3 tests/remote/hostile_redis.py "$mode" "$hp" >"$tmp/h.out" 2>&1 &
+	hpid=$!
+	pids+=($hpid)
+	for _ in $(seq 50); do grep -q ready "$tmp/h.out" && break; sleep 0.1; done
+	extra=",remote_namespace=h"
+	[ "$mode" = slots ] && extra="$extra,remote_cluster=yes"
+	start_kvshared H "$(pool_spec "127.0.0.1:$hp" "$extra")"
+	serve H "$tmp/h1" "${W[@]}"
+	alive=$(kill -0 "${kvsd_pid[H]}" 2>/dev/null && echo yes)
+	stop_kvshared H
+	st=$?
+	{ kill -9 "$hpid"; wait "$hpid"; } 2>/dev/null
+	if verified "$tmp/h1" && [ "$alive" = yes ] && [ "$st" = 0 ]; then
+		ok "a Redis answering '$mode': the host serves, kvshared survives and exits cleanly"
+	else
+		notok "a Redis answering '$mode': kvserve $(cat "$tmp/h1.st"), alive '$alive', exit $st"
+		show "$tmp/h1"
+	fi
+done
+unset kvsd_bin
 
 # ---- TLS -----------------------------------------------------------------------
 
