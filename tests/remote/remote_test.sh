@@ -15,8 +15,9 @@ build=${BUILD:-build}
 . tests/remote/lib.sh
 
 n=0
+failed=0
 ok() { n=$((n + 1)); echo "ok $n $*"; }
-notok() { n=$((n + 1)); echo "not ok $n $*"; }
+notok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n $*"; }
 check() {	# check DESCRIPTION COMMAND...
 	local what=$1
 	shift
@@ -378,3 +379,4 @@ stop_kvshared X
 stop_kvshared Y
 check "every kvshared exited with status 0 ($n_exits of them, $bad_exits not)" \
 	test "$bad_exits" = 0
+[ "$failed" = 0 ]
