@@ -50,7 +50,7 @@ struct tier_stats {
 	atomic_ullong written, write_errors, write_dropped;
 	atomic_ullong skip_down, skip_busy, skip_claimed, skip_neg;
 	atomic_ullong lat[N_LAT + 1], lat_sum_us;
-	atomic_ullong redirects, map_loads;
+	atomic_ullong redirects, map_loads, replica_reads;
 };
 
 struct tier;
@@ -481,7 +481,12 @@ static void fetch_done(struct tier *t, struct job *j)
 	put_pages(s, j->pages, j->n);	/* references, then the unfilled claims */
 	if (j->parent != KVS_NO_PAGE)
 		put_pages(s, &j->parent, 1);
-	if (!j->failed && n_ok < j->n)
+	/*
+	 * A miss, or a failure (a dead master, CLUSTERDOWN): either way the
+	 * chain is not asked again for a while, or every waiter woken by
+	 * the failure would start the same failing fetch at once.
+	 */
+	if (n_ok < j->n)
 		neg_add(t, s, &j->keys[n_ok]);
 	free(e);
 	t->fetching--;
@@ -525,6 +530,8 @@ static void set_up(struct tier *t, bool up)
 	snprintf(t->last_err, sizeof(t->last_err), "%s", up ? "" : err);
 	atomic_store_explicit(&t->st.redirects, t->rcl.redirects, memory_order_relaxed);
 	atomic_store_explicit(&t->st.map_loads, t->rcl.map_loads, memory_order_relaxed);
+	atomic_store_explicit(&t->st.replica_reads, t->rcl.replica_reads,
+			      memory_order_relaxed);
 }
 
 static void lat_count(struct tier *t, uint64_t us)
@@ -562,6 +569,7 @@ static void do_fetch(struct tier *t, struct job *j)
 		if (kvsd_rcmd_format(&cmds[i], 2, argv, lens))
 			break;
 		cmds[i].slot = kvsd_rcl_slot(key, lens[1]);
+		cmds[i].read = true;
 	}
 	left = i < j->n ? j->n :
 	       kvsd_rcl_exec(&t->rcl, cmds, j->n, KVSD_RPAGE_HDR + page_bytes + 64,
@@ -1069,6 +1077,9 @@ char *kvsd_remote_metrics(void)
 		"MOVED, ASK and retries followed.", redirects);
 	COUNTER(f, "kvshare_remote_slot_map_loads_total",
 		"CLUSTER SLOTS maps loaded.", map_loads);
+	COUNTER(f, "kvshare_remote_replica_reads_total",
+		"Reads sent to a replica: their master could not be reached.",
+		replica_reads);
 	family(f, "kvshare_remote_dropped_pages_total", "counter",
 	       "Fetched values refused by the check, by reason.");
 	EACH_TIER(t)

@@ -16,6 +16,7 @@
 #include "remote_cluster.h"
 
 #define MAX_PASSES	4
+#define MAP_EVERY_MS	100	/* a stale map is asked for at most this often */
 
 uint16_t kvsd_rcl_slot(const char *key, size_t len)
 {
@@ -61,7 +62,10 @@ int kvsd_rcl_init(struct kvsd_rcluster *c, bool cluster, const char *const *seed
 		}
 	}
 	c->n_seeds = c->n_nodes = n_seeds;
+	for (i = 0; i < n_seeds; i++)
+		c->nodes[i].readonly = cluster;
 	memset(c->slot_node, -1, sizeof(c->slot_node));
+	memset(c->slot_replica, -1, sizeof(c->slot_replica));
 	c->map_stale = cluster;
 	return 0;
 }
@@ -87,6 +91,7 @@ static int node_find(struct kvsd_rcluster *c, const char *host, size_t hlen, int
 	if (c->n_nodes == KVSD_RCL_MAX_NODES)
 		return -1;
 	kvsd_rnode_init(&c->nodes[c->n_nodes], "", port);
+	c->nodes[c->n_nodes].readonly = c->cluster;
 	memcpy(c->nodes[c->n_nodes].host, host, hlen);
 	c->nodes[c->n_nodes].host[hlen] = '\0';
 	return (int)c->n_nodes++;
@@ -95,6 +100,25 @@ static int node_find(struct kvsd_rcluster *c, const char *host, size_t hlen, int
 static void note(struct kvsd_rcluster *c, const struct kvsd_rnode *n)
 {
 	snprintf(c->err, sizeof(c->err), "%s", n->err[0] ? n->err : "unknown error");
+}
+
+/* The first replica of a CLUSTER SLOTS entry, or -1. */
+static int8_t slot_replica(struct kvsd_rcluster *c, const redisReply *e)
+{
+	const redisReply *r;
+	int node;
+
+	if (e->elements < 4)
+		return -1;
+	r = e->element[3];
+	if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
+	    r->element[0]->type != REDIS_REPLY_STRING || !r->element[0]->len ||
+	    r->element[1]->type != REDIS_REPLY_INTEGER ||
+	    r->element[1]->integer < 1 || r->element[1]->integer > 65535)
+		return -1;
+	node = node_find(c, r->element[0]->str, r->element[0]->len,
+			 (int)r->element[1]->integer);
+	return (int8_t)node;
 }
 
 /* CLUSTER SLOTS from node i: [[start, end, [ip, port, ...], replicas...]...] */
@@ -145,6 +169,7 @@ static int map_from(struct kvsd_rcluster *c, unsigned int i, uint64_t deadline_m
 		if (node < 0)
 			continue;
 		memset(c->slot_node + s, node, t - s + 1);
+		memset(c->slot_replica + s, slot_replica(c, e), t - s + 1);
 		set += t - s + 1;
 	}
 	kvsd_rcmd_free(&cmd);
@@ -266,6 +291,39 @@ static int target(const struct kvsd_rcluster *c, const struct kvsd_rcmd *cmd,
 	return c->cluster ? c->slot_node[cmd->slot] : (int)plain;
 }
 
+static uint64_t half_left(uint64_t deadline_ms)
+{
+	uint64_t now = kvsd_rnow_ms();
+
+	return now >= deadline_ms ? deadline_ms : now + (deadline_ms - now + 1) / 2;
+}
+
+/* A read whose node failed goes to the slot's replica in the next pass. */
+static void failed_node(struct kvsd_rcluster *c, struct kvsd_rcmd *cmds, unsigned int k,
+			unsigned int plain)
+{
+	int node = target(c, &cmds[k], plain), rep;
+
+	if (!c->cluster || !cmds[k].read || cmds[k].reply)
+		return;
+	rep = c->slot_replica[cmds[k].slot];
+	if (rep >= 0 && rep != node) {
+		cmds[k].node = (int8_t)rep;
+		cmds[k].asking = false;
+		c->replica_reads++;
+	}
+}
+
+static void to_replicas(struct kvsd_rcluster *c, struct kvsd_rcmd *cmds,
+			unsigned int count, unsigned int i, unsigned int plain)
+{
+	unsigned int k;
+
+	for (k = 0; k < count; k++)
+		if (target(c, &cmds[k], plain) == (int)i)
+			failed_node(c, cmds, k, plain);
+}
+
 /*
  * One pass: every node's share of the pending commands in one pipeline,
  * all nodes at once.  batch and idx have room for 2 * count (an ASKING
@@ -296,9 +354,12 @@ static void run_pass(struct kvsd_rcluster *c, struct kvsd_rcmd *cmds,
 		}
 		if (n == first)
 			continue;
-		if (kvsd_rnode_connect(&c->nodes[i], &c->auth, deadline_ms)) {
+		/* Half the time left at most, so that a replica can still answer. */
+		if (kvsd_rnode_connect(&c->nodes[i], &c->auth,
+				       c->cluster ? half_left(deadline_ms) : deadline_ms)) {
 			note(c, &c->nodes[i]);
 			c->map_stale = c->cluster;
+			to_replicas(c, cmds, count, i, plain);
 			n = first;	/* unanswered: the next pass */
 			continue;
 		}
@@ -311,6 +372,10 @@ static void run_pass(struct kvsd_rcluster *c, struct kvsd_rcmd *cmds,
 			note(c, xs[i].n);
 			c->map_stale = c->cluster;
 		}
+	}
+	for (j = 0; j < n; j++) {	/* replies from a node that broke: none */
+		if (idx[j] != UINT32_MAX && !batch[j].reply)
+			failed_node(c, cmds, idx[j], plain);
 	}
 	for (j = 0; j < n; j++) {
 		if (idx[j] == UINT32_MAX) {
@@ -346,9 +411,17 @@ unsigned int kvsd_rcl_exec(struct kvsd_rcluster *c, struct kvsd_rcmd *cmds,
 		goto out;
 	}
 	for (pass = 0; pass < MAX_PASSES && left; pass++) {
-		if (c->cluster && c->map_stale && map_load(c, deadline_ms) &&
-		    pass > 0)
-			break;
+		/*
+		 * CLUSTER SLOTS costs the nodes more than a GET: while a node
+		 * is down every call finds the map stale, so ask at most every
+		 * MAP_EVERY_MS (MOVED updates its slot meanwhile).
+		 */
+		if (c->cluster && c->map_stale &&
+		    kvsd_rnow_ms() - c->map_loaded_ms >= MAP_EVERY_MS) {
+			c->map_loaded_ms = kvsd_rnow_ms();
+			if (map_load(c, deadline_ms) && pass > 0)
+				break;
+		}
 		if (!c->cluster) {
 			/* The first node of the list that is up now. */
 			for (plain = 0; plain < c->n_nodes; plain++)

@@ -21,8 +21,11 @@ struct kvsd_rcluster {
 	unsigned int n_nodes;
 	struct kvsd_rnode nodes[KVSD_RCL_MAX_NODES];
 	int8_t slot_node[KVSD_RCL_SLOTS]; /* -1: unknown */
+	int8_t slot_replica[KVSD_RCL_SLOTS]; /* a replica for reads, -1: none */
 	bool map_stale;
+	uint64_t map_loaded_ms;		/* when a map was last asked for */
 	unsigned int redirects;		/* MOVED/ASK followed (metrics) */
+	unsigned int replica_reads;	/* reads sent to a replica (metrics) */
 	unsigned int map_loads;
 	char err[300];			/* the last error, for the log */
 };
@@ -42,8 +45,9 @@ void kvsd_rcl_close(struct kvsd_rcluster *c);
 int kvsd_rcl_probe(struct kvsd_rcluster *c, uint64_t deadline_ms);
 
 /*
- * Run cmds (keyed commands: c->slot set by the caller) and fill their
- * replies; a command whose node cannot be reached before the deadline
+ * Run cmds (keyed commands: c->slot set by the caller; c->read for reads,
+ * which go to a replica of the slot when its master cannot be reached)
+ * and fill their replies; a command whose node cannot be reached before the deadline
  * gets no reply (NULL).  Returns the number of commands without a
  * reply; c->err says why.
  */

@@ -332,6 +332,26 @@ static int node_auth(struct kvsd_rnode *n, const struct kvsd_rauth *a,
 	return ret;
 }
 
+/*
+ * READONLY: a cluster replica then answers reads of its master's slots
+ * (a master ignores it), so reads survive a dead master until failover.
+ */
+static int node_readonly(struct kvsd_rnode *n, uint64_t deadline_ms)
+{
+	static const char cmd[] = "*1\r\n$8\r\nREADONLY\r\n";
+	struct kvsd_rcmd c = { .buf = (char *)cmd, .len = sizeof(cmd) - 1 };
+	int ret = kvsd_rnode_exec(n, &c, 1, 4096, deadline_ms);
+
+	if (!ret && !reply_ok(c.reply)) {
+		snprintf(n->err, sizeof(n->err), "READONLY at %s:%d refused: %.100s",
+			 n->host, n->port, c.reply && c.reply->str ? c.reply->str : "?");
+		ret = -EPROTO;
+	}
+	if (c.reply)
+		freeReplyObject(c.reply);
+	return ret;
+}
+
 int kvsd_rnode_connect(struct kvsd_rnode *n, const struct kvsd_rauth *a,
 		       uint64_t deadline_ms)
 {
@@ -354,6 +374,8 @@ int kvsd_rnode_connect(struct kvsd_rnode *n, const struct kvsd_rauth *a,
 		ret = tls_handshake(n, a->tls, deadline_ms);
 	if (!ret)
 		ret = node_auth(n, a, deadline_ms);
+	if (!ret && n->readonly)
+		ret = node_readonly(n, deadline_ms);
 	if (ret) {
 		node_failed(n);
 		return ret;

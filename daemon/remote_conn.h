@@ -38,6 +38,7 @@ struct kvsd_rnode {
 	uint64_t retry_at_ms;		/* no connect before this */
 	uint32_t backoff_ms;
 	bool auth_failed;		/* the last connect was refused by AUTH */
+	bool readonly;			/* send READONLY after AUTH (a cluster node) */
 	char err[256];			/* why the last call failed */
 };
 
@@ -52,6 +53,7 @@ struct kvsd_rcmd {
 	uint16_t slot;			/* cluster routing (remote_cluster.c) */
 	int8_t node;			/* where it goes, -1: by slot */
 	bool asking;			/* precede it with ASKING (an ASK redirect) */
+	bool read;			/* a read: a replica may answer it */
 };
 
 /* TLS: a client context trusting @ca_file (PEM), or NULL after err. */

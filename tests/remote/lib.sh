@@ -62,7 +62,7 @@ EOF
 # which may only GET and SET the tier's keys.
 acl_args=(--user default on ">$admin_pw" '~*' '&*' '+@all'
 	  --user kvshare on ">$tier_pw" '~kvs1:*' '+get' '+set' '+ping'
-	  '+cluster|slots' '+asking')
+	  '+cluster|slots' '+asking' '+readonly')
 
 rcli() {
 	local port=$1
