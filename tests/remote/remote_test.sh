@@ -151,8 +151,8 @@ t0=$(date +%s%N)
 serve B "$tmp/b2" "${W[@]}" --seed 2
 ms=$((($(date +%s%N) - t0) / 1000000))
 kill -CONT "${redis_pid[r1]}"
-check "a stopped Redis: host B serves new prompts anyway, equal to the bit ($ms ms)" \
-	verified "$tmp/b2"
+check "a stopped Redis: host B serves new prompts anyway, equal to the bit, in $ms ms (< 5000)" \
+	eval 'verified "$tmp/b2" && [ "$ms" -lt 5000 ]'
 # One user missing everything cannot take every fetch: while Redis does
 # not answer, its 20 LOOKUPs of new chains start 8 fetches (each claims
 # pages, which may evict others' cached ones), and the other 12 are not
@@ -272,6 +272,11 @@ fi
 # Not the master just promoted by hand: its replica (the old master,
 # resyncing) may not be allowed to fail over so soon after.
 victim=$(masters | grep -vx "$rep" | head -1)
+# Its replica takes over only when told to (below), so that a host can
+# be seen reading from it while the master is dead.
+vid=$(rcli "${cp[0]}" cluster nodes | awk -v v=":$victim@" 'index($2, v) { print $1 }')
+vrep=$(rcli "${cp[0]}" cluster nodes | awk -v id="$vid" '$4 == id { split($2, a, "[:@]"); print a[2]; exit }')
+rcli "$vrep" config set cluster-replica-no-failover yes >/dev/null
 serve A "$tmp/ca3" "${W[@]}" --seed 3 --requests 8 &
 sp=$!
 sleep 0.2
@@ -284,18 +289,24 @@ serve B "$tmp/cb3" "${W[@]}" --seed 3 --requests 8
 wait "$sp"
 check "a master killed mid-run: both hosts serve every request, equal to the bit" \
 	eval 'verified "$tmp/ca3" && verified "$tmp/cb3"'
-# Before its replica takes over, a fresh host reads the dead master's
-# slots from the replica (READONLY).
-start_kvshared C "$cspec"
+# Before its replica takes over, a fresh host (given every node as a
+# seed, as an operator would) reads the dead master's slots from the
+# replica (READONLY).
+start_kvshared C "$(pool_spec "$(printf '127.0.0.1:%s+' "${cp[@]}" | sed 's/+$//')" \
+	",remote_cluster=yes,remote_namespace=c")"
 serve C "$tmp/cc3" "${W[@]}" --seed 2
 rr=$(metric C '^kvshare_remote_replica_reads_total')
 if verified "$tmp/cc3" && [ "$(computed "$tmp/cc3")" = 0 ] && [ "$rr" -gt 0 ]; then
 	ok "a dead master's pages are read from its replica ($rr reads): a fresh host computes nothing"
 else
 	notok "replica reads: computed $(computed "$tmp/cc3"), replica reads '$rr'"
+	echo "# victim '$victim' ($vid), its replica '$vrep', the one promoted by hand '$rep':"
+	rcli "${cp[1]}" cluster nodes | cut -c 42-130 | sed 's/^/#   /'
 	show "$tmp/C.log"
 fi
 stop_kvshared C
+rcli "$vrep" config set cluster-replica-no-failover no >/dev/null
+rcli "$vrep" cluster failover force >/dev/null
 alive=()
 for p in "${cp[@]}"; do [ "$p" = "$victim" ] || alive+=("$p"); done
 # The cluster says ok until it has marked the victim failed: wait for the
