@@ -9,7 +9,8 @@ CUDA_INC  ?= /usr/local/cuda/include
 KVSD_SRCS := daemon/main.c daemon/config.c daemon/server.c daemon/pools.c \
              daemon/mem.c daemon/mem_cuda.c daemon/metrics.c daemon/log.c \
              daemon/loop.c daemon/bell.c daemon/closer.c daemon/ring.c \
-             daemon/listen.c daemon/remote.c daemon/remote_cluster.c \
+             daemon/listen.c daemon/remote.c daemon/remote_thread.c \
+             daemon/remote_metrics.c daemon/remote_cluster.c \
              daemon/remote_config.c daemon/remote_conn.c daemon/remote_page.c
 KVSD_OBJS     := $(KVSD_SRCS:daemon/%.c=$(BUILD)/daemon/%.o)
 KVSD_SAN_OBJS := $(KVSD_SRCS:daemon/%.c=$(BUILD)/san/daemon/%.o)

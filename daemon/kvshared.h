@@ -14,7 +14,8 @@
  * (each may also call any file further down), and every one of them may
  * call config.c (names, sizes and addresses), listen.c, loop.c and log.c,
  * which call nothing above them (listen.c and loop.c only log.c).  The
- * remote tier's own files sit under remote.c: remote_cluster.c ->
+ * remote tier's own files sit under remote.c (metrics.c calls
+ * remote_metrics.c): remote.c -> remote_thread.c -> remote_cluster.c ->
  * remote_conn.c, and remote_page.c; remote_config.c beside config.c.
  */
 #ifndef _KVSHARED_H

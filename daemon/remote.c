@@ -1,16 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The remote tier (remote.h): the loop's side (hooks, jobs, completions,
- * the tier's own arbiter clients) and the thread's side (Redis I/O and
- * page copies).  Shared between the two: the job lists, under the tier's
- * mutex, the health flag and the counters (atomics).  The pool memory is
- * mapped once; the thread touches only pages the tier holds: references
- * for writes, claimed (OWNED) pages for fetches.
+ * The remote tier (remote.h), the loop's side: the hooks on a client's
+ * PUBLISH and LOOKUP, the jobs they queue, the finished jobs the thread
+ * hands back (remote_thread.c), the tier's own arbiter clients, and
+ * starting and stopping tiers.  Every arbiter call of the tier is made
+ * here, on the event loop.
  */
 #include <errno.h>
 #include <stddef.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,107 +16,13 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 
-#include <hiredis/hiredis.h>
 #include <xxhash.h>
 
 #include "core.h"
-#include "kvshared.h"
 #include "remote.h"
-#include "remote_cluster.h"
-#include "remote_config.h"
-#include "remote_page.h"
+#include "remote_tier.h"
 
-#define MAX_NS		64	/* client namespaces with a tier client, per pool */
-#define MAX_FETCHES	32	/* fetches out at once, per tier */
-#define MAX_UID_FETCHES	8	/* of them for one uid: a quarter */
-#define NEG_SLOTS	4096	/* keys that just missed */
-#define NEG_TTL_MS	500
-#define WRITE_BATCH	128	/* pages of one write pipeline */
-#define WRITE_BYTES	(16u << 20) /* bytes of one, unless one page is more */
-#define FETCH_BYTES	(64u << 20) /* bytes of one fetch, unless one page is more */
-#define PROBE_MS	500	/* a down tier is probed this often */
-#define PROBE_START_MS	2000	/* the startup check's deadline */
-
-static const unsigned int lat_ms[] = { 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000 };
-#define N_LAT	(sizeof(lat_ms) / sizeof(lat_ms[0]))
-
-struct tier_stats {
-	atomic_ullong fetches, fetch_pages, hit_pages, miss_pages, error_fetches;
-	atomic_ullong dropped[KVSD_RPAGE_N_BAD];
-	atomic_ullong bytes_in, bytes_out;
-	atomic_ullong written, write_errors, write_dropped;
-	atomic_ullong skip_down, skip_busy, skip_claimed, skip_neg;
-	atomic_ullong lat[N_LAT + 1], lat_sum_us;
-	atomic_ullong redirects, map_loads, replica_reads;
-};
-
-struct tier;
-
-/* One namespace of a pool, with the tier's own client in it. */
-struct tns {
-	struct tier *t;
-	uint64_t ns;
-	struct kvs_client *cl;
-	struct kvsd_rpage_id id;
-	struct tns *next;
-};
-
-struct job {
-	struct job *next;
-	bool fetch;
-	bool failed;			/* fetch: Redis did not answer */
-	uint32_t uid;			/* fetch: whose LOOKUP missed */
-	struct tns *tns;
-	uint32_t n, n_ok;
-	uint32_t parent;		/* fetch: a reference, or KVS_NO_PAGE */
-	uint64_t t0_ms;
-	uint32_t *pages;
-	struct kvs_key keys[];
-};
-
-struct tier {
-	struct tier *next;
-	char name[KVS_NAME_MAX];
-	const struct kvsd_remote_cfg *rc;
-	uint32_t pool_id, owner;
-	bool per_uid;
-	struct kvs_geometry geom;
-	uint8_t *mem;
-	size_t mem_len;
-	uint64_t n_pages;
-	struct tns *nss;
-	unsigned int n_ns;
-	struct kvsd_rcluster rcl;	/* the thread's, once it runs */
-	struct kvsd_rtls *tls;
-	pthread_t th;
-	bool th_started;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	struct job *todo, **todo_tail, *done;
-	bool stop;
-	struct kvsd_watch w;		/* eventfd: jobs done */
-	atomic_bool up;
-	uint32_t write_queued;		/* loop: pages in write jobs */
-	uint32_t fetching;		/* loop: fetch jobs out */
-	struct { uint32_t uid, n; } uid_fetching[MAX_FETCHES]; /* loop: by uid */
-	struct { uint64_t h, until; } neg[NEG_SLOTS];
-	char last_err[300];		/* thread: logged when it changes */
-	struct tier_stats st;
-};
-
-static struct tier *tiers;
-
-static void count(atomic_ullong *c, uint64_t n)
-{
-	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
-}
-
-static unsigned long long get(atomic_ullong *c)
-{
-	return atomic_load_explicit(c, memory_order_relaxed);
-}
-
-/* ---- the loop's side: arbiter calls of the tier's clients ------------------------ */
+struct tier *kvsd_remote_tiers;
 
 static int own_copy_in(struct kvs_call *call, void *dst, __u64 src, __u64 len)
 {
@@ -225,7 +128,7 @@ static struct tier *tier_of(uint32_t pool_id)
 {
 	struct tier *t;
 
-	for (t = tiers; t; t = t->next)
+	for (t = kvsd_remote_tiers; t; t = t->next)
 		if (t->pool_id == pool_id)
 			return t;
 	return NULL;
@@ -518,267 +421,6 @@ static void tier_done(struct kvsd_watch *w, uint32_t events)
 	}
 }
 
-/* ---- the thread's side: Redis ------------------------------------------------------ */
-
-static void set_up(struct tier *t, bool up)
-{
-	const char *err = t->rcl.err;
-
-	if (atomic_exchange(&t->up, up) != up || (!up && strcmp(err, t->last_err)))
-		kvsd_log("pool '%s': remote tier %s%s%s", t->name, up ? "up" : "down",
-			 up ? "" : ": ", up ? "" : err);
-	snprintf(t->last_err, sizeof(t->last_err), "%s", up ? "" : err);
-	atomic_store_explicit(&t->st.redirects, t->rcl.redirects, memory_order_relaxed);
-	atomic_store_explicit(&t->st.map_loads, t->rcl.map_loads, memory_order_relaxed);
-	atomic_store_explicit(&t->st.replica_reads, t->rcl.replica_reads,
-			      memory_order_relaxed);
-}
-
-static void lat_count(struct tier *t, uint64_t us)
-{
-	unsigned int b;
-
-	for (b = 0; b < N_LAT && us > lat_ms[b] * 1000ull; b++)
-		;
-	count(&t->st.lat[b], 1);
-	count(&t->st.lat_sum_us, us);
-}
-
-static void do_fetch(struct tier *t, struct job *j)
-{
-	const struct tns *s = j->tns;
-	size_t page_bytes = t->geom.page_bytes;
-	struct kvsd_rcmd *cmds = calloc(j->n, sizeof(*cmds));
-	char key[KVSD_RPAGE_KEY_MAX];
-	unsigned int i, left;
-	struct timespec ts;
-	uint64_t t0;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	t0 = (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-	count(&t->st.fetches, 1);
-	count(&t->st.fetch_pages, j->n);
-	if (!cmds) {
-		j->failed = true;
-		return;
-	}
-	for (i = 0; i < j->n; i++) {
-		const char *argv[2] = { "GET", key };
-		size_t lens[2] = { 3, kvsd_rpage_key(key, &s->id, &j->keys[i]) };
-
-		if (kvsd_rcmd_format(&cmds[i], 2, argv, lens))
-			break;
-		cmds[i].slot = kvsd_rcl_slot(key, lens[1]);
-		cmds[i].read = true;
-	}
-	left = i < j->n ? j->n :
-	       kvsd_rcl_exec(&t->rcl, cmds, j->n, KVSD_RPAGE_HDR + page_bytes + 64,
-			     j->t0_ms + t->rc->timeout_ms);
-	set_up(t, left < j->n);
-	for (i = 0; i < j->n; i++) {
-		redisReply *r = cmds[i].reply;
-		enum kvsd_rpage_bad bad;
-
-		if (!r || r->type == REDIS_REPLY_ERROR) {
-			j->failed = true;
-			count(&t->st.error_fetches, 1);
-			break;
-		}
-		if (r->type == REDIS_REPLY_NIL) {
-			count(&t->st.miss_pages, 1);
-			break;
-		}
-		bad = r->type == REDIS_REPLY_STRING ?
-		      kvsd_rpage_check(r->str, r->len, &s->id, &j->keys[i]) :
-		      KVSD_RPAGE_BAD_FORMAT;
-		if (bad) {
-			count(&t->st.dropped[bad], 1);
-			break;
-		}
-		memcpy(t->mem + (size_t)j->pages[i] * page_bytes, r->str + KVSD_RPAGE_HDR,
-		       page_bytes);
-		count(&t->st.bytes_in, r->len);
-		j->n_ok++;
-	}
-	count(&t->st.hit_pages, j->n_ok);
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	lat_count(t, (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000 - t0);
-	for (i = 0; i < j->n; i++)
-		kvsd_rcmd_free(&cmds[i]);
-	free(cmds);
-}
-
-/*
- * SET key <header><page> [EX ttl], formatted here so that the page is
- * copied once, and sealed from that copy: the checksum covers exactly the
- * bytes sent, whatever a client writes to the page meanwhile.
- */
-static int set_cmd(struct tier *t, const struct tns *s, const struct kvs_key *key,
-		   uint32_t page, struct kvsd_rcmd *c)
-{
-	size_t pb = t->geom.page_bytes, klen, vlen = KVSD_RPAGE_HDR + pb, off;
-	char k[KVSD_RPAGE_KEY_MAX], ttl[16], head[KVSD_RPAGE_KEY_MAX + 64];
-	int hlen;
-
-	klen = kvsd_rpage_key(k, &s->id, key);
-	snprintf(ttl, sizeof(ttl), "%u", t->rc->ttl_s);
-	hlen = snprintf(head, sizeof(head), "*%d\r\n$3\r\nSET\r\n$%zu\r\n%s\r\n$%zu\r\n",
-			t->rc->ttl_s ? 5 : 3, klen, k, vlen);
-	memset(c, 0, sizeof(*c));
-	c->len = hlen + vlen + 2 + (t->rc->ttl_s ? 8 + 4 + (int)strlen(ttl) + 2 : 0);
-	c->buf = malloc(c->len + 1);
-	if (!c->buf)
-		return -ENOMEM;
-	memcpy(c->buf, head, hlen);
-	off = hlen + KVSD_RPAGE_HDR;
-	memcpy(c->buf + off, t->mem + (size_t)page * pb, pb);
-	kvsd_rpage_seal((uint8_t *)c->buf + hlen, &s->id, key, c->buf + off);
-	off += pb;
-	if (t->rc->ttl_s)
-		sprintf(c->buf + off, "\r\n$2\r\nEX\r\n$%zu\r\n%s\r\n", strlen(ttl), ttl);
-	else
-		memcpy(c->buf + off, "\r\n", 3);
-	c->node = -1;
-	c->slot = kvsd_rcl_slot(k, klen);
-	return 0;
-}
-
-/* Hand finished jobs back to the loop. */
-static void post_done(struct tier *t, struct job *list)
-{
-	uint64_t one = 1;
-	struct job *last;
-
-	if (!list)
-		return;
-	for (last = list; last->next; last = last->next)
-		;
-	pthread_mutex_lock(&t->mu);
-	last->next = t->done;
-	t->done = list;
-	pthread_mutex_unlock(&t->mu);
-	if (write(t->w.fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		kvsd_log("pool '%s': remote tier: eventfd: %s", t->name, strerror(errno));
-}
-
-/*
- * Write every page of the write jobs in @list, in batches of WRITE_BATCH
- * pages or WRITE_BYTES bytes.  A job goes back to the loop (its
- * references dropped) as soon as its pages are copied, before Redis is
- * asked: a slow Redis holds up no page of the pool.
- */
-static void do_writes(struct tier *t, struct job *list)
-{
-	size_t value = KVSD_RPAGE_HDR + t->geom.page_bytes;
-	struct kvsd_rcmd *cmds = calloc(WRITE_BATCH, sizeof(*cmds));
-	struct job *j = list, *copied, **cut;
-	uint32_t at = 0;
-
-	while (j) {
-		unsigned int n = 0, i, left;
-		uint64_t deadline = kvsd_rnow_ms() + t->rc->timeout_ms;
-
-		for (; j && n < WRITE_BATCH && (!n || (n + 1) * value <= WRITE_BYTES); ) {
-			if (!cmds || set_cmd(t, j->tns, &j->keys[at], j->pages[at], &cmds[n]))
-				count(&t->st.write_errors, 1);
-			else
-				n++;
-			if (++at == j->n) {
-				j = j->next;
-				at = 0;
-			}
-		}
-		/* The jobs wholly copied: from the list's head up to j. */
-		copied = list;
-		for (cut = &list; *cut != j; cut = &(*cut)->next)
-			;
-		if (cut != &list) {
-			list = j;
-			*cut = NULL;
-			post_done(t, copied);
-		}
-		left = n ? kvsd_rcl_exec(&t->rcl, cmds, n, 4096, deadline) : 0;
-		if (n)
-			set_up(t, left < n);
-		for (i = 0; i < n; i++) {
-			redisReply *r = cmds[i].reply;
-
-			if (r && r->type == REDIS_REPLY_STATUS) {
-				count(&t->st.written, 1);
-				count(&t->st.bytes_out, value);
-			} else {
-				count(&t->st.write_errors, 1);	/* OOM, READONLY, down */
-			}
-			kvsd_rcmd_free(&cmds[i]);
-		}
-	}
-	post_done(t, list);
-	free(cmds);
-}
-
-/* Wait for jobs; a tier that is down is probed every PROBE_MS meanwhile. */
-static struct job *take_jobs(struct tier *t)
-{
-	struct job *list;
-
-	pthread_mutex_lock(&t->mu);
-	while (!t->todo && !t->stop) {
-		struct timespec ts;
-
-		if (atomic_load(&t->up)) {
-			pthread_cond_wait(&t->cv, &t->mu);
-			continue;
-		}
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += PROBE_MS * 1000000l;
-		ts.tv_sec += ts.tv_nsec / 1000000000l;
-		ts.tv_nsec %= 1000000000l;
-		pthread_cond_timedwait(&t->cv, &t->mu, &ts);
-		if (!t->todo && !t->stop) {
-			pthread_mutex_unlock(&t->mu);
-			set_up(t, !kvsd_rcl_probe(&t->rcl, kvsd_rnow_ms() +
-						   t->rc->timeout_ms));
-			pthread_mutex_lock(&t->mu);
-		}
-	}
-	list = t->stop ? NULL : t->todo;
-	if (list) {
-		t->todo = NULL;
-		t->todo_tail = &t->todo;
-	}
-	pthread_mutex_unlock(&t->mu);
-	return list;
-}
-
-static void *tier_main(void *arg)
-{
-	struct tier *t = arg;
-	struct job *list, *j, *next, *fetches, *writes, **ft, **wt;
-
-	while ((list = take_jobs(t))) {
-		fetches = writes = NULL;
-		ft = &fetches;
-		wt = &writes;
-		for (j = list; j; j = next) {
-			next = j->next;
-			j->next = NULL;
-			if (j->fetch) {
-				*ft = j;
-				ft = &j->next;
-			} else {
-				*wt = j;
-				wt = &j->next;
-			}
-		}
-		/* Fetches first: someone waits for them. */
-		for (j = fetches; j; j = j->next)
-			do_fetch(t, j);
-		post_done(t, fetches);
-		do_writes(t, writes);
-	}
-	return NULL;
-}
-
 /* ---- start, stop ------------------------------------------------------------------- */
 
 /* The pool's memory, mapped through an attach of our own. */
@@ -921,12 +563,12 @@ static int tier_start(const struct kvsd_pool_cfg *pc, uint32_t pool_id)
 		ret = -errno;
 		goto fail;
 	}
-	ret = -pthread_create(&t->th, NULL, tier_main, t);
+	ret = -pthread_create(&t->th, NULL, kvsd_tier_main, t);
 	if (ret)
 		goto fail;
 	t->th_started = true;
-	t->next = tiers;
-	tiers = t;
+	t->next = kvsd_remote_tiers;
+	kvsd_remote_tiers = t;
 	return 0;
 fail:
 	tier_free(t);
@@ -968,130 +610,9 @@ void kvsd_remote_stop(void)
 {
 	struct tier *t, *next;
 
-	for (t = tiers; t; t = next) {
+	for (t = kvsd_remote_tiers; t; t = next) {
 		next = t->next;
 		tier_free(t);
 	}
-	tiers = NULL;
-}
-
-/* ---- metrics ------------------------------------------------------------------------ */
-
-static void family(FILE *f, const char *name, const char *type, const char *help)
-{
-	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-#define EACH_TIER(t) for (t = tiers; t; t = t->next)
-
-static void counter(FILE *f, const char *name, const char *help, size_t off)
-{
-	struct tier *t;
-
-	family(f, name, "counter", help);
-	EACH_TIER(t)
-		fprintf(f, "%s{pool=\"%s\"} %llu\n", name, t->name,
-			get((atomic_ullong *)((char *)&t->st + off)));
-}
-
-#define COUNTER(f, name, help, field) \
-	counter(f, name, help, offsetof(struct tier_stats, field))
-
-static void latency(FILE *f)
-{
-	const char *name = "kvshare_remote_fetch_seconds";
-	struct tier *t;
-	unsigned int b;
-
-	family(f, name, "histogram", "Time of one fetch (a pipeline of GETs).");
-	EACH_TIER(t) {
-		uint64_t cum = 0;
-
-		for (b = 0; b <= N_LAT; b++) {
-			cum += get(&t->st.lat[b]);
-			if (b < N_LAT)
-				fprintf(f, "%s_bucket{pool=\"%s\",le=\"%g\"} %llu\n", name,
-					t->name, lat_ms[b] / 1000.0, (unsigned long long)cum);
-			else
-				fprintf(f, "%s_bucket{pool=\"%s\",le=\"+Inf\"} %llu\n",
-					name, t->name, (unsigned long long)cum);
-		}
-		fprintf(f, "%s_sum{pool=\"%s\"} %.6f\n%s_count{pool=\"%s\"} %llu\n", name,
-			t->name, get(&t->st.lat_sum_us) / 1e6, name, t->name,
-			(unsigned long long)cum);
-	}
-}
-
-static void skipped(FILE *f, struct tier *t)
-{
-	static const char *const why[] = { "down", "busy", "claimed", "recent_miss" };
-	atomic_ullong *c[] = { &t->st.skip_down, &t->st.skip_busy,
-			       &t->st.skip_claimed, &t->st.skip_neg };
-	unsigned int i;
-
-	for (i = 0; i < 4; i++)
-		fprintf(f, "kvshare_remote_fetch_skipped_total{pool=\"%s\",why=\"%s\"} %llu\n",
-			t->name, why[i], get(c[i]));
-}
-
-char *kvsd_remote_metrics(void)
-{
-	struct tier *t;
-	char *buf = NULL;
-	size_t len = 0;
-	unsigned int b;
-	FILE *f;
-
-	if (!tiers)
-		return NULL;
-	f = open_memstream(&buf, &len);
-	if (!f)
-		return NULL;
-	family(f, "kvshare_remote_up", "gauge", "1: the pool's Redis answers.");
-	EACH_TIER(t)
-		fprintf(f, "kvshare_remote_up{pool=\"%s\"} %d\n", t->name,
-			atomic_load(&t->up) ? 1 : 0);
-	family(f, "kvshare_remote_write_queue", "gauge", "Pages waiting to be written.");
-	EACH_TIER(t)
-		fprintf(f, "kvshare_remote_write_queue{pool=\"%s\"} %u\n", t->name,
-			t->write_queued);
-	COUNTER(f, "kvshare_remote_fetches_total",
-		"Fetches (LOOKUP misses sent on).", fetches);
-	COUNTER(f, "kvshare_remote_fetch_pages_total", "Pages asked of Redis.",
-		fetch_pages);
-	COUNTER(f, "kvshare_remote_hit_pages_total",
-		"Pages fetched, checked and published.", hit_pages);
-	COUNTER(f, "kvshare_remote_miss_pages_total", "Fetches that found no page.",
-		miss_pages);
-	COUNTER(f, "kvshare_remote_fetch_errors_total",
-		"Fetches Redis did not answer.", error_fetches);
-	COUNTER(f, "kvshare_remote_fetch_bytes_total",
-		"Bytes of valid pages fetched.", bytes_in);
-	COUNTER(f, "kvshare_remote_written_pages_total", "Pages written.", written);
-	COUNTER(f, "kvshare_remote_write_bytes_total", "Bytes written.", bytes_out);
-	COUNTER(f, "kvshare_remote_write_errors_total",
-		"Pages Redis refused or did not answer.", write_errors);
-	COUNTER(f, "kvshare_remote_write_dropped_total",
-		"Pages not queued: queue full, quota, or Redis down.", write_dropped);
-	COUNTER(f, "kvshare_remote_redirects_total",
-		"MOVED, ASK and retries followed.", redirects);
-	COUNTER(f, "kvshare_remote_slot_map_loads_total",
-		"CLUSTER SLOTS maps loaded.", map_loads);
-	COUNTER(f, "kvshare_remote_replica_reads_total",
-		"Reads sent to a replica: their master could not be reached.",
-		replica_reads);
-	family(f, "kvshare_remote_dropped_pages_total", "counter",
-	       "Fetched values refused by the check, by reason.");
-	EACH_TIER(t)
-		for (b = 1; b < KVSD_RPAGE_N_BAD; b++)
-			fprintf(f, "kvshare_remote_dropped_pages_total{pool=\"%s\","
-				"reason=\"%s\"} %llu\n", t->name,
-				kvsd_rpage_bad_names[b], get(&t->st.dropped[b]));
-	family(f, "kvshare_remote_fetch_skipped_total", "counter",
-	       "LOOKUP misses not sent on, by reason.");
-	EACH_TIER(t)
-		skipped(f, t);
-	latency(f);
-	fclose(f);
-	return buf;
+	kvsd_remote_tiers = NULL;
 }
