@@ -27,6 +27,7 @@
 #include <kvshare/kv_layout.h>
 
 #include "kvshared.h"
+#include "remote_config.h"
 
 #define KVSD_DIM_MAX		65536
 #define KVSD_PAGE_BYTES_MAX	(1ull << 30)
@@ -81,6 +82,12 @@ static void usage(FILE *f)
 	      "  [tokens_per_page=16] [dtype=f16|bf16|f32|fp8] [mode=0660]\n"
 	      "  [quota=0] [ns_per_uid=no] [memory=host|hugetlb|cuda|none]\n"
 	      "  [cuda_device=0] [uid=USER|UID] [gid=GROUP|GID]\n"
+	      "  a remote tier (docs/remote.md): remote=HOST:PORT[+HOST:PORT...]\n"
+	      "  [remote_cluster=no] [remote_user=U remote_password_file=F]\n"
+	      "  [remote_tls=no remote_tls_ca=F remote_tls_cert=F remote_tls_key=F]\n"
+	      "  [remote_namespace=POOL] [remote_write=publish|none] [remote_fetch=yes]\n"
+	      "  [remote_timeout_ms=200] [remote_queue=4096] [remote_fetch_max=256]\n"
+	      "  [remote_ttl_s=0]\n"
 	      "\n"
 	      "Exit status: 0 after SIGTERM/SIGINT, 1 on a runtime failure,\n"
 	      "2 on a usage or configuration error.\n", f);
@@ -351,6 +358,9 @@ static int pool_set(struct pool_parse *pp, const char *where, const char *key,
 {
 	int k;
 
+	/* The remote tier's keys are remote_config.c's. */
+	if (!strncmp(key, "remote", 6))
+		return kvsd_remote_cfg_set(&pp->pc->remote, where, key, val);
 	for (k = 0; k < PK_COUNT; k++)
 		if (!strcmp(pool_keys[k], key))
 			break;
@@ -445,7 +455,9 @@ static int pool_finish(struct pool_parse *pp)
 		cfg_err(pc->where, "pool '%s': cuda_device needs memory=cuda", pc->name);
 		return -EINVAL;
 	}
-	return 0;
+	return kvsd_remote_cfg_finish(pc->remote, pc->where, pc->name,
+				      pc->mem == KVSD_MEM_HOST ||
+				      pc->mem == KVSD_MEM_HUGETLB);
 }
 
 /* --pool NAME:key=val,key=val */
@@ -1023,12 +1035,16 @@ int kvsd_config_load(int argc, char **argv, struct kvsd_config **out)
 
 void kvsd_config_free(struct kvsd_config *cfg)
 {
+	unsigned int i;
+
 	if (!cfg)
 		return;
 	free(cfg->config_file);
 	free(cfg->socket);
 	free(cfg->metrics);
 	free(cfg->device);
+	for (i = 0; i < cfg->n_pools; i++)
+		kvsd_remote_cfg_free(cfg->pools[i].remote);
 	free(cfg->pools);
 	free(cfg);
 }

@@ -13,6 +13,8 @@
 #include <sys/socket.h>
 #include <linux/kvshare.h>
 
+struct kvsd_remote_cfg;
+
 #define KVSD_EXIT_USAGE		2
 #define KVSD_DEFAULT_DEVICE	"/dev/" KVS_DEVICE_NAME
 #define KVSD_DEFAULT_MAX_POOLS	64
@@ -53,6 +55,7 @@ struct kvsd_pool_cfg {
 	enum kvsd_mem_kind mem;
 	int cuda_device;
 	int64_t uid, gid;		/* owner; -1: the daemon's */
+	struct kvsd_remote_cfg *remote;	/* remote_* keys; NULL: no remote tier */
 };
 
 struct kvsd_config {

@@ -9,10 +9,13 @@ CUDA_INC  ?= /usr/local/cuda/include
 KVSD_SRCS := daemon/main.c daemon/config.c daemon/server.c daemon/pools.c \
              daemon/mem.c daemon/mem_cuda.c daemon/metrics.c daemon/log.c \
              daemon/loop.c daemon/bell.c daemon/closer.c daemon/ring.c \
-             daemon/listen.c
+             daemon/listen.c daemon/remote.c daemon/remote_thread.c \
+             daemon/remote_metrics.c daemon/remote_cluster.c \
+             daemon/remote_config.c daemon/remote_conn.c daemon/remote_page.c
 KVSD_OBJS     := $(KVSD_SRCS:daemon/%.c=$(BUILD)/daemon/%.o)
 KVSD_SAN_OBJS := $(KVSD_SRCS:daemon/%.c=$(BUILD)/san/daemon/%.o)
-KVSD_LDLIBS   := -ldl $(LIBKVCORE_LDLIBS)
+# The remote tier (remote*.c): hiredis for RESP, OpenSSL for TLS, XXH3.
+KVSD_LDLIBS   := -ldl -lhiredis -lssl -lcrypto -lxxhash $(LIBKVCORE_LDLIBS)
 # libkv's public headers (kv_layout.h: element sizes), not its library.
 KVSD_CFLAGS   := -Iinclude
 

@@ -24,6 +24,7 @@
 #include "closer.h"
 #include "core.h"
 #include "kvshared.h"
+#include "remote.h"
 #include "server.h"
 
 #define TICK_MS		1000
@@ -194,6 +195,9 @@ static int run(struct kvsd *d)
 	ret = kvsd_pools_create(d);
 	if (ret)
 		goto out;
+	ret = kvsd_remote_start(d);
+	if (ret)
+		goto out;
 	if (d->mode == KVSD_MODE_SOCKET) {
 		ret = kvsd_server_start(d, d->cfg->socket);
 		if (ret)
@@ -215,6 +219,7 @@ static int run(struct kvsd *d)
 out:
 	kvsd_metrics_stop();
 	kvsd_server_stop();
+	kvsd_remote_stop();
 	close_arbiter(d);
 	/* Paths and specs were checked with the configuration: all runtime. */
 	if (ret)

@@ -26,6 +26,7 @@
 #include "closer.h"
 #include "kvshared.h"
 #include "listen.h"
+#include "remote.h"
 #include "server.h"
 
 #define REQ_MAX		8192		/* request head, bytes */
@@ -274,6 +275,7 @@ static void render(struct sbuf *sb)
 	bool socket_mode = met.d->mode == KVSD_MODE_SOCKET;
 	struct pool_snap *ps;
 	uint32_t n = snapshot(&ps);
+	char *remote;
 
 	family(sb, "kvshare_up", "gauge", "1: kvshared runs; mode is where the arbiter is.");
 	sb_printf(sb, "kvshare_up{mode=\"%s\"} 1\n", socket_mode ? "socket" : "module");
@@ -298,6 +300,10 @@ static void render(struct sbuf *sb)
 		       "Pages one connection holds (owned plus references).");
 		kvsd_server_for_each(client_sample, &cc);
 	}
+	remote = kvsd_remote_metrics();
+	if (remote)
+		sb_append(sb, remote, strlen(remote));
+	free(remote);
 	free(ps);
 }
 

@@ -88,6 +88,7 @@
 #include "core.h"
 #include "kvshared.h"
 #include "listen.h"
+#include "remote.h"
 #include "ring.h"
 #include "server.h"
 
@@ -115,6 +116,7 @@ struct conn {
 	unsigned int n_out_fds;
 	struct kvsd_ring *ring;		/* the shared ring, if asked for */
 	int wait_bell;			/* WAIT_FD: our end, rung by the core's waker */
+	uint64_t ns;			/* ATTACH's namespace, for the remote tier */
 	/*
 	 * Its uid's close queue (closer.h), where a place is reserved for
 	 * the socket and for fds[0]: a client's file is never closed here.
@@ -367,6 +369,20 @@ static int create_fd(struct conn *c, struct kvs_pool_create *req)
 	return 0;
 }
 
+/* The remote tier (remote.h) sees what a pool's clients publish and miss. */
+static void remote_hooks(struct conn *c, unsigned int cmd, union kvs_cmd_buf *arg,
+			 struct kvs_call *call)
+{
+	if (is_cmd(cmd, KVS_IOC_POOL_ATTACH))
+		c->ns = arg->attach.ns;
+	else if (is_cmd(cmd, KVS_IOC_PUBLISH))
+		kvsd_remote_published(kvs_client_pool_id(c->cl), c->ns, c->cred.uid,
+				      call, &arg->publish);
+	else if (is_cmd(cmd, KVS_IOC_LOOKUP))
+		kvsd_remote_lookup(c->cl, kvs_client_pool_id(c->cl), c->ns,
+				   c->cred.uid, call, &arg->lookup);
+}
+
 static int conn_run(struct conn *c, const struct kvs_msg *h, uint32_t usize,
 		    struct req *rq)
 {
@@ -400,6 +416,8 @@ static int conn_run(struct conn *c, const struct kvs_msg *h, uint32_t usize,
 	ret = kvs_cmd(c->cl, h->cmd, &arg, &call);
 	if (create)
 		arg.create.mem_fd = wire_fd;
+	if (!ret)
+		remote_hooks(c, h->cmd, &arg, &call);
 	if (call.mem_out && ret) {
 		kvs_host_mem_put(call.mem_out);	/* never, but never leak it */
 	} else if (call.mem_out) {

@@ -34,6 +34,9 @@ set -euo pipefail
 #   python3-setuptools python3-wheel    its build backend (python/pyproject.toml, --no-build-isolation)
 #   gnuplot-nox                         tools/kvserve/scale.sh: the throughput and memory plot (make bench)
 #   patchelf                            make gpu-bundle: RPATH $ORIGIN/../lib on the bundle's binaries
+#   libhiredis-dev                      kvshared's remote tier: RESP parsing and formatting
+#   redis-server redis-tools            tests/remote: real Redis servers, a cluster, redis-cli
+#   openssl curl                        tests/remote: TLS certificates, the metrics endpoint
 PACKAGES=(
 	build-essential gcc make libc6-dev pkg-config
 	liburing-dev libxxhash-dev libssl-dev
@@ -44,6 +47,7 @@ PACKAGES=(
 	python3-dev python3-numpy python3-torch python3-pytest
 	python3-venv python3-pip python3-setuptools python3-wheel
 	gnuplot-nox patchelf
+	libhiredis-dev redis-server redis-tools openssl curl
 )
 
 die() {

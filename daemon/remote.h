@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The remote tier (docs/remote.md): pools configured with remote=... back
+ * onto Redis, so that hosts share sealed prefix pages.  Socket mode only.
+ *
+ * The event loop never waits on Redis.  Each tier has one thread that
+ * does all network I/O and copying; the loop hands it jobs and takes the
+ * finished ones back through an eventfd, and every arbiter call (the
+ * tier's own clients' ALLOC, LOOKUP, PUBLISH, PUT) is made on the loop:
+ *
+ * - write behind PUBLISH: a page a client publishes for the first time
+ *   is looked up by the tier's client of that namespace (a reference, so
+ *   that it is not evicted while the thread copies it) and queued; the
+ *   thread writes it with a header (remote_page.h), in pipelined
+ *   batches, and the loop puts the reference back.  A full queue drops
+ *   the page (counted).
+ * - fetch on a LOOKUP miss: when a client's LOOKUP stops before its last
+ *   key with nothing in flight, the tier claims the rest of the chain
+ *   (ALLOC with KVS_ALLOC_CLAIM, up to remote_fetch_max pages) and, for a
+ *   LOOKUP with KVS_LOOKUP_WAIT, looks the rest up again for the client,
+ *   which now sees those keys in flight and waits as for another
+ *   process's compute.  The thread GETs the pages in one pipeline,
+ *   checks each header and checksum, and copies them into the claimed
+ *   pages; the loop publishes the valid run and puts the rest, which
+ *   wakes the waiters.  A key that just missed is not fetched again for
+ *   a while (a small negative cache), and a tier whose Redis is down is
+ *   not asked at all until it answers again.
+ */
+#ifndef _KVSHARED_REMOTE_H
+#define _KVSHARED_REMOTE_H
+
+#include <stdint.h>
+#include <linux/kvshare.h>
+
+struct kvsd;
+struct kvs_call;
+struct kvs_client;
+
+/*
+ * Start the tiers of the configured pools (after kvsd_pools_create()).
+ * Each is probed: -EACCES when a Redis refuses the credentials (logged,
+ * the daemon exits), other failures are logged and the tier retries by
+ * itself.  0 or -errno.
+ */
+int kvsd_remote_start(struct kvsd *d);
+/* Stops the threads and releases everything the tiers hold. */
+void kvsd_remote_stop(void);
+
+/* A client's PUBLISH on pool_id succeeded: queue its new pages. */
+void kvsd_remote_published(uint32_t pool_id, uint64_t ns, uint32_t uid,
+			   struct kvs_call *call, const struct kvs_publish *pub);
+/*
+ * A client's LOOKUP on pool_id succeeded: fetch what it missed, and with
+ * KVS_LOOKUP_WAIT update *lk (n_hit, n_inflight, the wait) as if the
+ * fetch were another process's compute.
+ */
+void kvsd_remote_lookup(struct kvs_client *cl, uint32_t pool_id, uint64_t ns,
+			uint32_t uid, struct kvs_call *call, struct kvs_lookup *lk);
+
+/* Prometheus text of every tier (malloc'd, NULL if none). */
+char *kvsd_remote_metrics(void);
+
+#endif /* _KVSHARED_REMOTE_H */

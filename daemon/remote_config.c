@@ -1,0 +1,338 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The remote_* pool keys (remote_config.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+
+#include "remote_config.h"
+
+#define PASSWORD_MAX	512
+
+enum {
+	RK_NODES, RK_CLUSTER, RK_USER, RK_PASSWORD_FILE, RK_TLS, RK_TLS_CA,
+	RK_TLS_CERT, RK_TLS_KEY, RK_NAMESPACE, RK_WRITE, RK_FETCH, RK_TIMEOUT,
+	RK_QUEUE, RK_FETCH_MAX, RK_TTL, RK_COUNT
+};
+
+static const char *const keys[RK_COUNT] = {
+	"remote", "remote_cluster", "remote_user", "remote_password_file",
+	"remote_tls", "remote_tls_ca", "remote_tls_cert", "remote_tls_key",
+	"remote_namespace", "remote_write", "remote_fetch", "remote_timeout_ms",
+	"remote_queue", "remote_fetch_max", "remote_ttl_s",
+};
+
+static void rc_err(const char *where, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void rc_err(const char *where, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "kvshared: %s: ", where);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+static int yes_no(const char *where, const char *key, const char *val, bool *out)
+{
+	if (!strcmp(val, "yes") || !strcmp(val, "true") || !strcmp(val, "1"))
+		*out = true;
+	else if (!strcmp(val, "no") || !strcmp(val, "false") || !strcmp(val, "0"))
+		*out = false;
+	else {
+		rc_err(where, "%s: '%s' is not yes or no", key, val);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int number(const char *where, const char *key, const char *val,
+		  uint32_t min, uint32_t max, uint32_t *out)
+{
+	unsigned long v;
+	char *end;
+
+	errno = 0;
+	v = strtoul(val, &end, 10);
+	if (!*val || *end || errno || v < min || v > max) {
+		rc_err(where, "%s: '%s' is not a number in %u..%u", key, val, min, max);
+		return -EINVAL;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int str(const char *where, const char *key, const char *val, char **out)
+{
+	*out = strdup(val);
+	if (!*out) {
+		rc_err(where, "%s: out of memory", key);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* "HOST:PORT+HOST:PORT...": '+' because ',' separates --pool keys. */
+static int nodes(struct kvsd_remote_cfg *rc, const char *where, const char *val)
+{
+	char *copy = strdup(val), *item, *save, *colon, *end;
+	long port;
+	int ret = 0;
+
+	if (!copy)
+		return -ENOMEM;
+	for (item = strtok_r(copy, "+ ", &save); item; item = strtok_r(NULL, "+ ", &save)) {
+		colon = strrchr(item, ':');
+		port = colon ? strtol(colon + 1, &end, 10) : 0;
+		if (!colon || colon == item || colon - item >= 64 || *end ||
+		    port < 1 || port > 65535) {
+			rc_err(where, "remote: '%s' is not HOST:PORT", item);
+			ret = -EINVAL;
+			break;
+		}
+		if (rc->n_nodes == KVSD_REMOTE_MAX_NODES) {
+			rc_err(where, "remote: more than %d nodes", KVSD_REMOTE_MAX_NODES);
+			ret = -EINVAL;
+			break;
+		}
+		ret = str(where, "remote", item, &rc->nodes[rc->n_nodes]);
+		if (ret)
+			break;
+		rc->n_nodes++;
+	}
+	free(copy);
+	if (!ret && !rc->n_nodes) {
+		rc_err(where, "remote: no node");
+		ret = -EINVAL;
+	}
+	return ret;
+}
+
+static bool ns_valid(const char *s)
+{
+	size_t len = strlen(s);
+
+	return len && len < KVSD_RNS_MAX &&
+	       strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+			 "0123456789._-") == len;
+}
+
+static struct kvsd_remote_cfg *rc_new(void)
+{
+	struct kvsd_remote_cfg *rc = calloc(1, sizeof(*rc));
+
+	if (!rc)
+		return NULL;
+	rc->write = KVSD_REMOTE_WRITE_PUBLISH;
+	rc->fetch = true;
+	rc->timeout_ms = 200;
+	rc->queue = 4096;
+	rc->fetch_max = 256;
+	return rc;
+}
+
+int kvsd_remote_cfg_set(struct kvsd_remote_cfg **rcp, const char *where,
+			const char *key, const char *val)
+{
+	struct kvsd_remote_cfg *rc;
+	int k;
+
+	for (k = 0; k < RK_COUNT; k++)
+		if (!strcmp(keys[k], key))
+			break;
+	if (k == RK_COUNT) {
+		rc_err(where, "unknown pool key '%s'", key);
+		return -EINVAL;
+	}
+	if (!*rcp)
+		*rcp = rc_new();
+	rc = *rcp;
+	if (!rc) {
+		rc_err(where, "out of memory");
+		return -ENOMEM;
+	}
+	if (rc->seen & (1u << k)) {
+		rc_err(where, "pool key '%s' given twice", key);
+		return -EINVAL;
+	}
+	rc->seen |= 1u << k;
+	if (!*val) {
+		rc_err(where, "pool key '%s' has no value", key);
+		return -EINVAL;
+	}
+	switch (k) {
+	case RK_NODES:
+		return nodes(rc, where, val);
+	case RK_CLUSTER:
+		return yes_no(where, key, val, &rc->cluster);
+	case RK_USER:
+		return str(where, key, val, &rc->user);
+	case RK_PASSWORD_FILE:
+		return str(where, key, val, &rc->password_file);
+	case RK_TLS:
+		return yes_no(where, key, val, &rc->tls);
+	case RK_TLS_CA:
+		return str(where, key, val, &rc->tls_ca);
+	case RK_TLS_CERT:
+		return str(where, key, val, &rc->tls_cert);
+	case RK_TLS_KEY:
+		return str(where, key, val, &rc->tls_key);
+	case RK_NAMESPACE:
+		if (!ns_valid(val)) {
+			rc_err(where, "remote_namespace '%s': 1..%d of [A-Za-z0-9._-]",
+			       val, KVSD_RNS_MAX - 1);
+			return -EINVAL;
+		}
+		snprintf(rc->ns, sizeof(rc->ns), "%s", val);
+		return 0;
+	case RK_WRITE:
+		if (!strcmp(val, "publish"))
+			rc->write = KVSD_REMOTE_WRITE_PUBLISH;
+		else if (!strcmp(val, "none"))
+			rc->write = KVSD_REMOTE_WRITE_NONE;
+		else {
+			rc_err(where, "remote_write: '%s' is not publish or none", val);
+			return -EINVAL;
+		}
+		return 0;
+	case RK_FETCH:
+		return yes_no(where, key, val, &rc->fetch);
+	case RK_TIMEOUT:
+		return number(where, key, val, 1, 60000, &rc->timeout_ms);
+	case RK_QUEUE:
+		return number(where, key, val, 1, 1u << 20, &rc->queue);
+	case RK_FETCH_MAX:
+		return number(where, key, val, 1, 4096, &rc->fetch_max);
+	case RK_TTL:
+		return number(where, key, val, 0, 365 * 86400, &rc->ttl_s);
+	}
+	return -EINVAL;
+}
+
+/*
+ * The password file: a regular file of our own uid that nobody else may
+ * read or write (a secret others can read is no secret, one they can
+ * write lets them choose whom we log in as).  One line; the newline is
+ * not part of the password.
+ */
+static int read_password(struct kvsd_remote_cfg *rc, const char *where)
+{
+	char buf[PASSWORD_MAX + 2];
+	struct stat st;
+	ssize_t n;
+	int fd;
+
+	fd = open(rc->password_file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0) {
+		rc_err(where, "remote_password_file '%s': %s", rc->password_file,
+		       strerror(errno));
+		return -EINVAL;
+	}
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		rc_err(where, "remote_password_file '%s' is not a regular file",
+		       rc->password_file);
+		goto fail;
+	}
+	if (st.st_uid != geteuid()) {
+		rc_err(where, "remote_password_file '%s' belongs to uid %u, not to "
+		       "kvshared's uid %u", rc->password_file, (unsigned int)st.st_uid,
+		       (unsigned int)geteuid());
+		goto fail;
+	}
+	if (st.st_mode & 077) {
+		rc_err(where, "remote_password_file '%s' has mode %04o: others may "
+		       "read it; chmod 600 it", rc->password_file,
+		       (unsigned int)(st.st_mode & 07777));
+		goto fail;
+	}
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	fd = -1;
+	if (n < 0 || n > PASSWORD_MAX) {
+		rc_err(where, "remote_password_file '%s': %s", rc->password_file,
+		       n < 0 ? strerror(errno) : "longer than 512 bytes");
+		goto fail;
+	}
+	buf[n] = '\0';
+	while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+		buf[--n] = '\0';
+	if (!n || strpbrk(buf, "\r\n")) {
+		rc_err(where, "remote_password_file '%s': %s", rc->password_file,
+		       n ? "more than one line" : "empty");
+		goto fail;
+	}
+	rc->password = strdup(buf);
+	explicit_bzero(buf, sizeof(buf));
+	return rc->password ? 0 : -ENOMEM;
+fail:
+	explicit_bzero(buf, sizeof(buf));
+	if (fd >= 0)
+		close(fd);
+	return -EINVAL;
+}
+
+int kvsd_remote_cfg_finish(struct kvsd_remote_cfg *rc, const char *where,
+			   const char *pool, bool host_memory)
+{
+	if (!rc)
+		return 0;
+	if (!(rc->seen & (1u << RK_NODES))) {
+		rc_err(where, "pool '%s': remote_* keys without remote=HOST:PORT", pool);
+		return -EINVAL;
+	}
+	if (!host_memory) {
+		rc_err(where, "pool '%s': a remote tier needs memory=host or hugetlb", pool);
+		return -EINVAL;
+	}
+	if (rc->user && !rc->password_file) {
+		rc_err(where, "pool '%s': remote_user needs remote_password_file", pool);
+		return -EINVAL;
+	}
+	if ((rc->tls_ca || rc->tls_cert || rc->tls_key) && !rc->tls) {
+		rc_err(where, "pool '%s': remote_tls_* keys need remote_tls=yes", pool);
+		return -EINVAL;
+	}
+	if (rc->tls_key && !rc->tls_cert) {
+		rc_err(where, "pool '%s': remote_tls_key needs remote_tls_cert", pool);
+		return -EINVAL;
+	}
+	if (!rc->ns[0]) {
+		if (!ns_valid(pool)) {
+			rc_err(where, "pool '%s': set remote_namespace", pool);
+			return -EINVAL;
+		}
+		snprintf(rc->ns, sizeof(rc->ns), "%s", pool);
+	}
+	if (rc->password_file)
+		return read_password(rc, where);
+	return 0;
+}
+
+void kvsd_remote_cfg_free(struct kvsd_remote_cfg *rc)
+{
+	unsigned int i;
+
+	if (!rc)
+		return;
+	for (i = 0; i < rc->n_nodes; i++)
+		free(rc->nodes[i]);
+	free(rc->user);
+	free(rc->password_file);
+	if (rc->password) {
+		explicit_bzero(rc->password, strlen(rc->password));
+		free(rc->password);
+	}
+	free(rc->tls_ca);
+	free(rc->tls_cert);
+	free(rc->tls_key);
+	free(rc);
+}

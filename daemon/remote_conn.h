@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * One connection to one Redis node, for the remote tier's thread only:
+ * TCP (optionally TLS through OpenSSL), AUTH with an ACL user, and
+ * pipelined commands.  Every call takes an absolute deadline (CLOCK_
+ * MONOTONIC ms) and never blocks past it: the socket is non-blocking and
+ * waits are poll()s bounded by the deadline.  hiredis does the RESP work
+ * (redisFormatCommandArgv, redisReader); the bytes move here, because
+ * Debian's hiredis 0.14 has neither TLS nor cluster support.
+ *
+ * A node that fails to connect or breaks mid-call is closed and not
+ * tried again before its backoff passes (100 ms, doubling to 5 s), so
+ * that a dead node costs a caller nothing but the error.
+ */
+#ifndef _KVSHARED_REMOTE_CONN_H
+#define _KVSHARED_REMOTE_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct redisReply;
+struct kvsd_rtls;
+
+/* How to reach and log in to every node of one tier. */
+struct kvsd_rauth {
+	const char *user;		/* ACL user; NULL: the default user */
+	const char *password;		/* NULL: no AUTH */
+	struct kvsd_rtls *tls;		/* NULL: plain TCP */
+};
+
+struct kvsd_rnode {
+	char host[64];
+	int port;
+	int fd;				/* -1: not connected */
+	void *ssl;			/* SSL *, with TLS */
+	void *reader;			/* redisReader * */
+	uint64_t retry_at_ms;		/* no connect before this */
+	uint32_t backoff_ms;
+	bool auth_failed;		/* the last connect was refused by AUTH */
+	bool readonly;			/* send READONLY after AUTH (a cluster node) */
+	char err[256];			/* why the last call failed */
+};
+
+/*
+ * One command of a pipeline: RESP bytes (redisFormatCommandArgv) and,
+ * after kvsd_rnode_exec(), its reply (NULL if none came).
+ */
+struct kvsd_rcmd {
+	char *buf;
+	int len;
+	struct redisReply *reply;
+	uint16_t slot;			/* cluster routing (remote_cluster.c) */
+	int8_t node;			/* where it goes, -1: by slot */
+	bool asking;			/* precede it with ASKING (an ASK redirect) */
+	bool read;			/* a read: a replica may answer it */
+};
+
+/* TLS: a client context trusting @ca_file (PEM), or NULL after err. */
+struct kvsd_rtls *kvsd_rtls_new(const char *ca_file, const char *cert,
+				const char *key, char *err, size_t err_len);
+void kvsd_rtls_free(struct kvsd_rtls *t);
+
+void kvsd_rnode_init(struct kvsd_rnode *n, const char *host, int port);
+/* "HOST:PORT" into n; -EINVAL if it is not one. */
+int kvsd_rnode_parse(struct kvsd_rnode *n, const char *spec);
+void kvsd_rnode_close(struct kvsd_rnode *n);
+
+/*
+ * Connect and log in if not connected.  0, -EAGAIN (in backoff),
+ * -EACCES (AUTH refused: n->auth_failed), or another -errno; n->err
+ * says why.
+ */
+int kvsd_rnode_connect(struct kvsd_rnode *n, const struct kvsd_rauth *a,
+		       uint64_t deadline_ms);
+
+/*
+ * Send cmds[0..n) in one pipeline and read one reply each, in order,
+ * reading while writing.  A reply longer than max_reply bytes, garbage,
+ * a broken connection or the deadline closes the node: -EPROTO, -EIO,
+ * -ETIMEDOUT, the replies read so far kept.
+ */
+int kvsd_rnode_exec(struct kvsd_rnode *n, struct kvsd_rcmd *cmds, unsigned int count,
+		    size_t max_reply, uint64_t deadline_ms);
+
+/*
+ * Several pipelines at once, one per node, under one deadline: init each,
+ * then run them all; each one's ret is 0 or its node's -errno.
+ */
+struct kvsd_rexec {
+	struct kvsd_rnode *n;
+	struct kvsd_rcmd *cmds;
+	unsigned int count, sent, got;
+	size_t off, budget, read_total;
+	short events;			/* what it waits for */
+	int ret;			/* 1 while running */
+};
+
+void kvsd_rexec_init(struct kvsd_rexec *x, struct kvsd_rnode *n,
+		     struct kvsd_rcmd *cmds, unsigned int count, size_t max_reply);
+void kvsd_rexec_run(struct kvsd_rexec *xs, unsigned int n_x, uint64_t deadline_ms);
+
+/* A command from argv; 0 or -ENOMEM.  kvsd_rcmd_free() frees buf and reply. */
+int kvsd_rcmd_format(struct kvsd_rcmd *c, int argc, const char **argv,
+		     const size_t *lens);
+void kvsd_rcmd_free(struct kvsd_rcmd *c);
+
+uint64_t kvsd_rnow_ms(void);
+
+#endif /* _KVSHARED_REMOTE_CONN_H */

@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The remote tier's page format (remote_page.h).  Little-endian on the
+ * wire; the header's fields in order, then the page bytes.
+ */
+#include <endian.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#define XXH_STATIC_LINKING_ONLY	/* XXH3_state_t on the stack */
+#include <xxhash.h>
+
+#include "remote_page.h"
+
+static const char magic[8] = "KVSPAGE";
+
+struct rpage_hdr {
+	char magic[8];
+	uint32_t version;
+	uint32_t hdr_len;
+	uint32_t n_layers, n_kv_heads, head_dim, tokens_per_page, dtype;
+	uint32_t owner;
+	uint64_t page_bytes;
+	uint64_t ns;
+	uint8_t name_digest[16];
+	uint64_t key[4];
+	uint64_t reserved;
+	uint8_t sum[16];
+};
+
+_Static_assert(sizeof(struct rpage_hdr) == KVSD_RPAGE_HDR, "page header is 128 bytes");
+
+const char *const kvsd_rpage_bad_names[KVSD_RPAGE_N_BAD] = {
+	[KVSD_RPAGE_OK] = "ok",
+	[KVSD_RPAGE_BAD_SIZE] = "size",
+	[KVSD_RPAGE_BAD_FORMAT] = "format",
+	[KVSD_RPAGE_BAD_GEOMETRY] = "geometry",
+	[KVSD_RPAGE_BAD_KEY] = "key",
+	[KVSD_RPAGE_BAD_CHECKSUM] = "checksum",
+};
+
+void kvsd_rpage_id_init(struct kvsd_rpage_id *id, const char *name, uint32_t owner,
+			uint64_t ns, const struct kvs_geometry *geom)
+{
+	XXH128_hash_t h;
+
+	memset(id, 0, sizeof(*id));
+	snprintf(id->name, sizeof(id->name), "%s", name);
+	h = XXH3_128bits(id->name, strlen(id->name));
+	XXH128_canonicalFromHash((XXH128_canonical_t *)id->name_digest, h);
+	id->owner = owner;
+	id->ns = ns;
+	id->geom = *geom;
+}
+
+static const char *dtype_tag(uint32_t dtype)
+{
+	switch (dtype) {
+	case KVS_DTYPE_F16: return "f16";
+	case KVS_DTYPE_BF16: return "bf16";
+	case KVS_DTYPE_F32: return "f32";
+	case KVS_DTYPE_FP8: return "fp8";
+	}
+	return "x";
+}
+
+size_t kvsd_rpage_key(char *buf, const struct kvsd_rpage_id *id,
+		      const struct kvs_key *key)
+{
+	const struct kvs_geometry *g = &id->geom;
+	int n;
+
+	n = snprintf(buf, KVSD_RPAGE_KEY_MAX,
+		     "kvs%u:%s:%u:%016llx:L%uH%uD%uT%u%s:%016llx%016llx%016llx%016llx",
+		     KVSD_RPAGE_VERSION, id->name, id->owner,
+		     (unsigned long long)id->ns, g->n_layers, g->n_kv_heads,
+		     g->head_dim, g->tokens_per_page, dtype_tag(g->dtype),
+		     (unsigned long long)key->w[0], (unsigned long long)key->w[1],
+		     (unsigned long long)key->w[2], (unsigned long long)key->w[3]);
+	return n < KVSD_RPAGE_KEY_MAX ? (size_t)n : KVSD_RPAGE_KEY_MAX - 1;
+}
+
+static void hdr_fill(struct rpage_hdr *h, const struct kvsd_rpage_id *id,
+		     const struct kvs_key *key)
+{
+	const struct kvs_geometry *g = &id->geom;
+	unsigned int i;
+
+	memset(h, 0, sizeof(*h));
+	memcpy(h->magic, magic, sizeof(h->magic));
+	h->version = htole32(KVSD_RPAGE_VERSION);
+	h->hdr_len = htole32(KVSD_RPAGE_HDR);
+	h->n_layers = htole32(g->n_layers);
+	h->n_kv_heads = htole32(g->n_kv_heads);
+	h->head_dim = htole32(g->head_dim);
+	h->tokens_per_page = htole32(g->tokens_per_page);
+	h->dtype = htole32(g->dtype);
+	h->owner = htole32(id->owner);
+	h->page_bytes = htole64(g->page_bytes);
+	h->ns = htole64(id->ns);
+	memcpy(h->name_digest, id->name_digest, sizeof(h->name_digest));
+	for (i = 0; i < 4; i++)
+		h->key[i] = htole64(key->w[i]);
+}
+
+/* XXH3-128 of the header with its sum zeroed, then the bytes. */
+static void checksum(const struct rpage_hdr *h, const void *bytes, uint64_t len,
+		     uint8_t out[16])
+{
+	struct rpage_hdr z = *h;
+	XXH3_state_t st;
+
+	memset(z.sum, 0, sizeof(z.sum));
+	XXH3_128bits_reset(&st);
+	XXH3_128bits_update(&st, &z, sizeof(z));
+	XXH3_128bits_update(&st, bytes, len);
+	XXH128_canonicalFromHash((XXH128_canonical_t *)out, XXH3_128bits_digest(&st));
+}
+
+void kvsd_rpage_seal(uint8_t hdr[KVSD_RPAGE_HDR], const struct kvsd_rpage_id *id,
+		     const struct kvs_key *key, const void *bytes)
+{
+	struct rpage_hdr h;
+
+	hdr_fill(&h, id, key);
+	checksum(&h, bytes, id->geom.page_bytes, h.sum);
+	memcpy(hdr, &h, sizeof(h));
+}
+
+enum kvsd_rpage_bad kvsd_rpage_check(const void *val, size_t len,
+				     const struct kvsd_rpage_id *id,
+				     const struct kvs_key *key)
+{
+	struct rpage_hdr want, got;
+	uint8_t sum[16];
+
+	if (len != KVSD_RPAGE_HDR + id->geom.page_bytes)
+		return KVSD_RPAGE_BAD_SIZE;
+	memcpy(&got, val, sizeof(got));
+	hdr_fill(&want, id, key);
+	if (memcmp(got.magic, want.magic, sizeof(got.magic)) ||
+	    got.version != want.version || got.hdr_len != want.hdr_len)
+		return KVSD_RPAGE_BAD_FORMAT;
+	if (memcmp(&got.n_layers, &want.n_layers,
+		   offsetof(struct rpage_hdr, owner) -
+		   offsetof(struct rpage_hdr, n_layers)) ||
+	    got.page_bytes != want.page_bytes)
+		return KVSD_RPAGE_BAD_GEOMETRY;
+	if (got.owner != want.owner || got.ns != want.ns ||
+	    memcmp(got.name_digest, want.name_digest, sizeof(got.name_digest)) ||
+	    memcmp(got.key, want.key, sizeof(got.key)) || got.reserved)
+		return KVSD_RPAGE_BAD_KEY;
+	checksum(&got, (const uint8_t *)val + KVSD_RPAGE_HDR, id->geom.page_bytes, sum);
+	if (memcmp(sum, got.sum, sizeof(sum)))
+		return KVSD_RPAGE_BAD_CHECKSUM;
+	return KVSD_RPAGE_OK;
+}

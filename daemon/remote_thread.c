@@ -1,0 +1,276 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The remote tier's thread (remote_tier.h): it takes the jobs the loop
+ * queued, fetches first (someone waits for them), talks to Redis through
+ * remote_cluster.c, copies pages between the pool and Redis, and hands
+ * the jobs back through the tier's eventfd.  It makes no arbiter call.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "remote_tier.h"
+
+static void set_up(struct tier *t, bool up)
+{
+	const char *err = t->rcl.err;
+
+	if (atomic_exchange(&t->up, up) != up || (!up && strcmp(err, t->last_err)))
+		kvsd_log("pool '%s': remote tier %s%s%s", t->name, up ? "up" : "down",
+			 up ? "" : ": ", up ? "" : err);
+	snprintf(t->last_err, sizeof(t->last_err), "%s", up ? "" : err);
+	atomic_store_explicit(&t->st.redirects, t->rcl.redirects, memory_order_relaxed);
+	atomic_store_explicit(&t->st.map_loads, t->rcl.map_loads, memory_order_relaxed);
+	atomic_store_explicit(&t->st.replica_reads, t->rcl.replica_reads,
+			      memory_order_relaxed);
+}
+
+static void lat_count(struct tier *t, uint64_t us)
+{
+	unsigned int b;
+
+	for (b = 0; b < N_LAT && us > lat_ms[b] * 1000ull; b++)
+		;
+	count(&t->st.lat[b], 1);
+	count(&t->st.lat_sum_us, us);
+}
+
+static void do_fetch(struct tier *t, struct job *j)
+{
+	const struct tns *s = j->tns;
+	size_t page_bytes = t->geom.page_bytes;
+	struct kvsd_rcmd *cmds = calloc(j->n, sizeof(*cmds));
+	char key[KVSD_RPAGE_KEY_MAX];
+	unsigned int i, left;
+	struct timespec ts;
+	uint64_t t0;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	t0 = (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	count(&t->st.fetches, 1);
+	count(&t->st.fetch_pages, j->n);
+	if (!cmds) {
+		j->failed = true;
+		return;
+	}
+	for (i = 0; i < j->n; i++) {
+		const char *argv[2] = { "GET", key };
+		size_t lens[2] = { 3, kvsd_rpage_key(key, &s->id, &j->keys[i]) };
+
+		if (kvsd_rcmd_format(&cmds[i], 2, argv, lens))
+			break;
+		cmds[i].slot = kvsd_rcl_slot(key, lens[1]);
+		cmds[i].read = true;
+	}
+	left = i < j->n ? j->n :
+	       kvsd_rcl_exec(&t->rcl, cmds, j->n, KVSD_RPAGE_HDR + page_bytes + 64,
+			     j->t0_ms + t->rc->timeout_ms);
+	set_up(t, left < j->n);
+	for (i = 0; i < j->n; i++) {
+		redisReply *r = cmds[i].reply;
+		enum kvsd_rpage_bad bad;
+
+		if (!r || r->type == REDIS_REPLY_ERROR) {
+			j->failed = true;
+			count(&t->st.error_fetches, 1);
+			break;
+		}
+		if (r->type == REDIS_REPLY_NIL) {
+			count(&t->st.miss_pages, 1);
+			break;
+		}
+		bad = r->type == REDIS_REPLY_STRING ?
+		      kvsd_rpage_check(r->str, r->len, &s->id, &j->keys[i]) :
+		      KVSD_RPAGE_BAD_FORMAT;
+		if (bad) {
+			count(&t->st.dropped[bad], 1);
+			break;
+		}
+		memcpy(t->mem + (size_t)j->pages[i] * page_bytes, r->str + KVSD_RPAGE_HDR,
+		       page_bytes);
+		count(&t->st.bytes_in, r->len);
+		j->n_ok++;
+	}
+	count(&t->st.hit_pages, j->n_ok);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	lat_count(t, (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000 - t0);
+	for (i = 0; i < j->n; i++)
+		kvsd_rcmd_free(&cmds[i]);
+	free(cmds);
+}
+
+/*
+ * SET key <header><page> [EX ttl], formatted here so that the page is
+ * copied once, and sealed from that copy: the checksum covers exactly the
+ * bytes sent, whatever a client writes to the page meanwhile.
+ */
+static int set_cmd(struct tier *t, const struct tns *s, const struct kvs_key *key,
+		   uint32_t page, struct kvsd_rcmd *c)
+{
+	size_t pb = t->geom.page_bytes, klen, vlen = KVSD_RPAGE_HDR + pb, off;
+	char k[KVSD_RPAGE_KEY_MAX], ttl[16], head[KVSD_RPAGE_KEY_MAX + 64];
+	int hlen;
+
+	klen = kvsd_rpage_key(k, &s->id, key);
+	snprintf(ttl, sizeof(ttl), "%u", t->rc->ttl_s);
+	hlen = snprintf(head, sizeof(head), "*%d\r\n$3\r\nSET\r\n$%zu\r\n%s\r\n$%zu\r\n",
+			t->rc->ttl_s ? 5 : 3, klen, k, vlen);
+	memset(c, 0, sizeof(*c));
+	c->len = hlen + vlen + 2 + (t->rc->ttl_s ? 8 + 4 + (int)strlen(ttl) + 2 : 0);
+	c->buf = malloc(c->len + 1);
+	if (!c->buf)
+		return -ENOMEM;
+	memcpy(c->buf, head, hlen);
+	off = hlen + KVSD_RPAGE_HDR;
+	memcpy(c->buf + off, t->mem + (size_t)page * pb, pb);
+	kvsd_rpage_seal((uint8_t *)c->buf + hlen, &s->id, key, c->buf + off);
+	off += pb;
+	if (t->rc->ttl_s)
+		sprintf(c->buf + off, "\r\n$2\r\nEX\r\n$%zu\r\n%s\r\n", strlen(ttl), ttl);
+	else
+		memcpy(c->buf + off, "\r\n", 3);
+	c->node = -1;
+	c->slot = kvsd_rcl_slot(k, klen);
+	return 0;
+}
+
+/* Hand finished jobs back to the loop. */
+static void post_done(struct tier *t, struct job *list)
+{
+	uint64_t one = 1;
+	struct job *last;
+
+	if (!list)
+		return;
+	for (last = list; last->next; last = last->next)
+		;
+	pthread_mutex_lock(&t->mu);
+	last->next = t->done;
+	t->done = list;
+	pthread_mutex_unlock(&t->mu);
+	if (write(t->w.fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		kvsd_log("pool '%s': remote tier: eventfd: %s", t->name, strerror(errno));
+}
+
+/*
+ * Write every page of the write jobs in @list, in batches of WRITE_BATCH
+ * pages or WRITE_BYTES bytes.  A job goes back to the loop (its
+ * references dropped) as soon as its pages are copied, before Redis is
+ * asked: a slow Redis holds up no page of the pool.
+ */
+static void do_writes(struct tier *t, struct job *list)
+{
+	size_t value = KVSD_RPAGE_HDR + t->geom.page_bytes;
+	struct kvsd_rcmd *cmds = calloc(WRITE_BATCH, sizeof(*cmds));
+	struct job *j = list, *copied, **cut;
+	uint32_t at = 0;
+
+	while (j) {
+		unsigned int n = 0, i, left;
+		uint64_t deadline = kvsd_rnow_ms() + t->rc->timeout_ms;
+
+		for (; j && n < WRITE_BATCH && (!n || (n + 1) * value <= WRITE_BYTES); ) {
+			if (!cmds || set_cmd(t, j->tns, &j->keys[at], j->pages[at], &cmds[n]))
+				count(&t->st.write_errors, 1);
+			else
+				n++;
+			if (++at == j->n) {
+				j = j->next;
+				at = 0;
+			}
+		}
+		/* The jobs wholly copied: from the list's head up to j. */
+		copied = list;
+		for (cut = &list; *cut != j; cut = &(*cut)->next)
+			;
+		if (cut != &list) {
+			list = j;
+			*cut = NULL;
+			post_done(t, copied);
+		}
+		left = n ? kvsd_rcl_exec(&t->rcl, cmds, n, 4096, deadline) : 0;
+		if (n)
+			set_up(t, left < n);
+		for (i = 0; i < n; i++) {
+			redisReply *r = cmds[i].reply;
+
+			if (r && r->type == REDIS_REPLY_STATUS) {
+				count(&t->st.written, 1);
+				count(&t->st.bytes_out, value);
+			} else {
+				count(&t->st.write_errors, 1);	/* OOM, READONLY, down */
+			}
+			kvsd_rcmd_free(&cmds[i]);
+		}
+	}
+	post_done(t, list);
+	free(cmds);
+}
+
+/* Wait for jobs; a tier that is down is probed every PROBE_MS meanwhile. */
+static struct job *take_jobs(struct tier *t)
+{
+	struct job *list;
+
+	pthread_mutex_lock(&t->mu);
+	while (!t->todo && !t->stop) {
+		struct timespec ts;
+
+		if (atomic_load(&t->up)) {
+			pthread_cond_wait(&t->cv, &t->mu);
+			continue;
+		}
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += PROBE_MS * 1000000l;
+		ts.tv_sec += ts.tv_nsec / 1000000000l;
+		ts.tv_nsec %= 1000000000l;
+		pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+		if (!t->todo && !t->stop) {
+			pthread_mutex_unlock(&t->mu);
+			set_up(t, !kvsd_rcl_probe(&t->rcl, kvsd_rnow_ms() +
+						   t->rc->timeout_ms));
+			pthread_mutex_lock(&t->mu);
+		}
+	}
+	list = t->stop ? NULL : t->todo;
+	if (list) {
+		t->todo = NULL;
+		t->todo_tail = &t->todo;
+	}
+	pthread_mutex_unlock(&t->mu);
+	return list;
+}
+
+void *kvsd_tier_main(void *arg)
+{
+	struct tier *t = arg;
+	struct job *list, *j, *next, *fetches, *writes, **ft, **wt;
+
+	while ((list = take_jobs(t))) {
+		fetches = writes = NULL;
+		ft = &fetches;
+		wt = &writes;
+		for (j = list; j; j = next) {
+			next = j->next;
+			j->next = NULL;
+			if (j->fetch) {
+				*ft = j;
+				ft = &j->next;
+			} else {
+				*wt = j;
+				wt = &j->next;
+			}
+		}
+		/* Fetches first: someone waits for them. */
+		for (j = fetches; j; j = j->next)
+			do_fetch(t, j);
+		post_done(t, fetches);
+		do_writes(t, writes);
+	}
+	return NULL;
+}

@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The remote tier's insides, shared by its three files: remote.c (the
+ * loop's side: hooks, jobs, completions, the tier's own arbiter clients;
+ * start and stop), remote_thread.c (the tier's thread: Redis I/O and
+ * page copies) and remote_metrics.c.  Shared between the loop and the
+ * thread: the job lists, under the tier's mutex, the health flag and the
+ * counters (atomics).  The pool memory is mapped once; the thread touches
+ * only pages the tier holds: references for writes, claimed (OWNED) pages
+ * for fetches.
+ */
+#ifndef _KVSHARED_REMOTE_TIER_H
+#define _KVSHARED_REMOTE_TIER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kvshared.h"
+#include "remote_cluster.h"
+#include "remote_config.h"
+#include "remote_page.h"
+
+#define MAX_NS		64	/* client namespaces with a tier client, per pool */
+#define MAX_FETCHES	32	/* fetches out at once, per tier */
+#define MAX_UID_FETCHES	8	/* of them for one uid: a quarter */
+#define NEG_SLOTS	4096	/* keys that just missed */
+#define NEG_TTL_MS	500
+#define WRITE_BATCH	128	/* pages of one write pipeline */
+#define WRITE_BYTES	(16u << 20) /* bytes of one, unless one page is more */
+#define FETCH_BYTES	(64u << 20) /* bytes of one fetch, unless one page is more */
+#define PROBE_MS	500	/* a down tier is probed this often */
+#define PROBE_START_MS	2000	/* the startup check's deadline */
+
+static const unsigned int lat_ms[] __attribute__((unused)) = { 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000 };
+#define N_LAT	(sizeof(lat_ms) / sizeof(lat_ms[0]))
+
+struct tier_stats {
+	atomic_ullong fetches, fetch_pages, hit_pages, miss_pages, error_fetches;
+	atomic_ullong dropped[KVSD_RPAGE_N_BAD];
+	atomic_ullong bytes_in, bytes_out;
+	atomic_ullong written, write_errors, write_dropped;
+	atomic_ullong skip_down, skip_busy, skip_claimed, skip_neg;
+	atomic_ullong lat[N_LAT + 1], lat_sum_us;
+	atomic_ullong redirects, map_loads, replica_reads;
+};
+
+struct tier;
+
+/* One namespace of a pool, with the tier's own client in it. */
+struct tns {
+	struct tier *t;
+	uint64_t ns;
+	struct kvs_client *cl;
+	struct kvsd_rpage_id id;
+	struct tns *next;
+};
+
+struct job {
+	struct job *next;
+	bool fetch;
+	bool failed;			/* fetch: Redis did not answer */
+	uint32_t uid;			/* fetch: whose LOOKUP missed */
+	struct tns *tns;
+	uint32_t n, n_ok;
+	uint32_t parent;		/* fetch: a reference, or KVS_NO_PAGE */
+	uint64_t t0_ms;
+	uint32_t *pages;
+	struct kvs_key keys[];
+};
+
+struct tier {
+	struct tier *next;
+	char name[KVS_NAME_MAX];
+	const struct kvsd_remote_cfg *rc;
+	uint32_t pool_id, owner;
+	bool per_uid;
+	struct kvs_geometry geom;
+	uint8_t *mem;
+	size_t mem_len;
+	uint64_t n_pages;
+	struct tns *nss;
+	unsigned int n_ns;
+	struct kvsd_rcluster rcl;	/* the thread's, once it runs */
+	struct kvsd_rtls *tls;
+	pthread_t th;
+	bool th_started;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct job *todo, **todo_tail, *done;
+	bool stop;
+	struct kvsd_watch w;		/* eventfd: jobs done */
+	atomic_bool up;
+	uint32_t write_queued;		/* loop: pages in write jobs */
+	uint32_t fetching;		/* loop: fetch jobs out */
+	struct { uint32_t uid, n; } uid_fetching[MAX_FETCHES]; /* loop: by uid */
+	struct { uint64_t h, until; } neg[NEG_SLOTS];
+	char last_err[300];		/* thread: logged when it changes */
+	struct tier_stats st;
+};
+
+/* Every tier, newest first (the loop's; the metrics read it there too). */
+extern struct tier *kvsd_remote_tiers;
+
+static inline void count(atomic_ullong *c, uint64_t n)
+{
+	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+static inline unsigned long long get(atomic_ullong *c)
+{
+	return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+/* remote_thread.c: the tier's thread, until t->stop. */
+void *kvsd_tier_main(void *arg);
+
+#endif /* _KVSHARED_REMOTE_TIER_H */

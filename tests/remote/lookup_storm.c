@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * lookup_storm: N LOOKUPs of distinct random chains of 4 keys on pool
+ * NAME of the arbiter at PATH, as fast as they go, without waiting: what
+ * a client that misses everything does to a remote tier.  Prints the
+ * hits.  Usage: lookup_storm PATH NAME N
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include <kvshare/arbiter.h>
+
+int main(int argc, char **argv)
+{
+	struct kvs_pool_attach info;
+	struct kv_arbiter *arb;
+	struct kvs_key keys[4];
+	uint32_t pages[4];
+	long i, n, hits = 0;
+	int ret;
+
+	if (argc != 4 || (n = atol(argv[3])) < 1) {
+		fprintf(stderr, "usage: lookup_storm PATH NAME N\n");
+		return 2;
+	}
+	ret = kv_arbiter_open(argv[1], 0, &arb);
+	if (!ret)
+		ret = kv_arbiter_attach(arb, argv[2], 0, &info);
+	if (ret) {
+		fprintf(stderr, "lookup_storm: %s: %s\n", argv[1], strerror(-ret));
+		return 1;
+	}
+	for (i = 0; i < n; i++) {
+		if (getrandom(keys, sizeof(keys), 0) != sizeof(keys))
+			return 1;
+		ret = kv_lookup(arb, keys, 4, pages);
+		if (ret < 0) {
+			fprintf(stderr, "lookup_storm: LOOKUP: %s\n", strerror(-ret));
+			return 1;
+		}
+		hits += ret;
+		if (ret)
+			kv_put(arb, pages, ret);
+	}
+	printf("%ld hits\n", hits);
+	kv_arbiter_close(arb);
+	return 0;
+}

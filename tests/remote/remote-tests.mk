@@ -1,0 +1,32 @@
+# SPDX-License-Identifier: GPL-2.0
+# The remote tier end to end: real redis-server processes (one server, a
+# 3-master cluster with replicas, a TLS server) and two kvshared hosts.
+$(BUILD)/tests/remote_test: tests/remote/remote_test.sh tests/remote/lib.sh \
+		$(BUILD)/kvshared $(BUILD)/kvserve $(BUILD)/tests/remote_lookup_storm
+	@mkdir -p $(@D)
+	cp $< $@
+	chmod +x $@
+
+ALL_TARGETS += $(BUILD)/tests/remote_test
+HOST_TESTS  += $(BUILD)/tests/remote_test
+
+# make bench: remote fetch of a 256-page chain against the local arbiter
+# and recomputing; two hosts' prefill with and without the tier.
+BENCH_CMDS  += BUILD=$(BUILD) tests/remote/remote_bench.sh;
+
+# The page format and the key slot, without servers.
+REMOTE_UNIT_OBJS := $(BUILD)/daemon/remote_page.o $(BUILD)/daemon/remote_cluster.o \
+		    $(BUILD)/daemon/remote_conn.o
+$(BUILD)/tests/remote_unit_test: tests/remote/remote_unit_test.c $(REMOTE_UNIT_OBJS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Idaemon -o $@ $^ -lhiredis -lssl -lcrypto -lxxhash
+
+ALL_TARGETS += $(BUILD)/tests/remote_unit_test
+HOST_TESTS  += $(BUILD)/tests/remote_unit_test
+
+# A client that misses everything, for the per-uid fetch cap.
+$(BUILD)/tests/remote_lookup_storm: tests/remote/lookup_storm.c $(LIBKV)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LIBKV_CFLAGS) -o $@ $^ $(LIBKV_LDLIBS)
+
+ALL_TARGETS += $(BUILD)/tests/remote_lookup_storm

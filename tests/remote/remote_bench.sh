@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# remote_bench (make bench): the remote tier's speed on this machine.
+#
+# 1. One 256-page chain (a 4096-token system prompt of 16-token bf16
+#    pages of 16 KiB: 4 MiB), computed and published on host A; then on a
+#    fresh host B, side by side, medians of $REPS runs:
+#      remote   B's first request: the pages come from Redis (the tier's
+#               own fetch time, from its histogram, and kvserve's match
+#               time, which adds hashing, LOOKUPs and the wait);
+#      local    B's second request: the same pages from B's own arbiter;
+#      compute  the from-scratch prefill of the same prompt (--verify).
+#    Once against a single redis-server, once against a 3-master cluster.
+# 2. Two hosts serving the same workload one after the other: prompt
+#    tokens host B computes with and without the tier.
+set -uo pipefail
+
+build=${BUILD:-build}
+REPS=${REPS:-5}
+. tests/remote/lib.sh
+
+chain=(--workers 1 --requests 1 --system-tokens 4096 --doc-tokens 16 --docs 1
+       --question-tokens 16 --gen-tokens 1 --verify 1)
+
+median() { sort -g | awk '{ v[NR] = $1 } END { print NR ? v[int((NR + 1) / 2)] : "?" }'; }
+match_ms() { sed -n 's/.*match (tree, keys, LOOKUP, waits) \([0-9]*\) .*/\1/p' "$1"; }
+scratch_ms() { sed -n 's/^ *from-scratch prefill *\([0-9.]*\) ms.*/\1/p' "$1"; }
+prefill_tokens() { sed -n 's/^ *prefill *\([0-9]*\) of \([0-9]*\) .*/\1 of \2/p' "$1"; }
+
+# bench_chain LABEL NODES EXTRA-KEYS: one row of part 1.
+bench_chain() {
+	local label=$1 spec r fetch match local_ms scratch s0 s1
+	spec=$(pool_spec "$2" ",remote_namespace=bench$RANDOM$3")
+	start_kvshared A "$spec" || { echo "$label: kvshared did not start"; return; }
+	serve A "$tmp/a" "${chain[@]}"
+	sleep 0.3	# the write-behind
+	: >"$tmp/fetch"; : >"$tmp/match"; : >"$tmp/local"; : >"$tmp/scratch"
+	for r in $(seq "$REPS"); do
+		start_kvshared B "$spec" || break
+		s0=$(metric B '^kvshare_remote_fetch_seconds_sum')
+		serve B "$tmp/b1" "${chain[@]}"
+		s1=$(metric B '^kvshare_remote_fetch_seconds_sum')
+		serve B "$tmp/b2" "${chain[@]}"
+		verified "$tmp/b1" && verified "$tmp/b2" || echo "# run $r not verified"
+		awk -v a="$s0" -v b="$s1" 'BEGIN { printf "%.3f\n", (b - a) * 1000 }' >>"$tmp/fetch"
+		match_ms "$tmp/b1" >>"$tmp/match"
+		match_ms "$tmp/b2" >>"$tmp/local"
+		scratch_ms "$tmp/b1" >>"$tmp/scratch"
+		stop_kvshared B >/dev/null
+	done
+	stop_kvshared A >/dev/null
+	fetch=$(median <"$tmp/fetch")
+	match=$(median <"$tmp/match")
+	local_ms=$(median <"$tmp/local")
+	scratch=$(median <"$tmp/scratch")
+	printf '  %-22s %8s ms %9s GB/s %10s ms %10s ms %12s ms\n' "$label" "$fetch" \
+		"$(awk -v ms="$fetch" 'BEGIN { printf "%.2f", (ms > 0 ? 4194304 / (ms / 1000) / 1e9 : 0) }')" \
+		"$match" "$local_ms" "$scratch"
+}
+
+echo "remote tier: one chain of 256 pages (4 MiB; medians of $REPS runs, kvserve's ms are whole ms)"
+printf '  %-22s %11s %14s %13s %13s %15s\n' "" "tier fetch" "fetch rate" "remote match" \
+	"local match" "recompute"
+read -r r1 <<<"$(free_ports 1)"
+start_redis r1 "$r1" >/dev/null || exit 1
+bench_chain "single redis-server" "127.0.0.1:$r1" ""
+
+read -r -a cp <<<"$(free_cluster_ports 3)"
+for i in 0 1 2; do
+	start_redis "c$i" "${cp[$i]}" --cluster-enabled yes \
+		--cluster-config-file "$tmp/nodes-$i.conf" >/dev/null || exit 1
+done
+rcli "${cp[0]}" --cluster create "127.0.0.1:${cp[0]}" "127.0.0.1:${cp[1]}" \
+	"127.0.0.1:${cp[2]}" --cluster-yes >/dev/null 2>&1
+for _ in $(seq 100); do
+	rcli "${cp[2]}" cluster info | grep -q cluster_state:ok && break
+	sleep 0.1
+done
+sleep 0.5
+bench_chain "cluster, 3 masters" "127.0.0.1:${cp[0]}" ",remote_cluster=yes"
+
+# Part 2: the same workload on A, then on B; what B computes.
+two_hosts() {
+	local spec=$1
+	start_kvshared A "$spec" && start_kvshared B "$spec" || return
+	serve A "$tmp/wa" --workers 2 --requests 8 --system-tokens 1024 --doc-tokens 1024 \
+		--docs 2 --question-tokens 64 --verify 4
+	sleep 0.3
+	serve B "$tmp/wb" --workers 2 --requests 8 --system-tokens 1024 --doc-tokens 1024 \
+		--docs 2 --question-tokens 64 --verify 4
+	verified "$tmp/wb" || echo "# host B not verified"
+	stop_kvshared A >/dev/null
+	stop_kvshared B >/dev/null
+	echo "$(prefill_tokens "$tmp/wb") prompt tokens computed on B, prefill $(sed -n 's/^ *prefill .*, \([0-9.]*\) ms a request/\1/p' "$tmp/wb") ms a request"
+}
+echo "two hosts, 2 workers x 8 requests each (1024 system + 1024 of 2 documents + 64 tokens), B after A:"
+plain=$(pool_spec x | sed 's/,remote=.*//')
+echo "  without the tier: $(two_hosts "$plain")"
+echo "  with the tier:    $(two_hosts "$(pool_spec "127.0.0.1:$r1" ",remote_namespace=w$RANDOM")")"
