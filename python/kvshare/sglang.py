@@ -570,19 +570,7 @@ class KVShareStorage(HiCacheStorage):
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
         """Copy the stored pages of @keys into the host pool at
         @host_indices: True for each page copied, from the first on."""
-        if self.page is None or not keys:
-            return [False] * len(keys)
-        ps, out = self.page.tokens, []
-        for s in range(0, len(keys), CHUNK):
-            part = keys[s:s + CHUNK]
-            pieces = self._page_pieces(part, host_indices[s * ps:(s + len(part)) * ps])
-            got = [False] * len(part)
-            if pieces is not None:
-                got = self._call("batch_get_v1", got, self._get_pieces, part, pieces)
-            out += got
-            if not all(got):
-                break
-        return out + [False] * (len(keys) - len(out))
+        return self._in_chunks("batch_get_v1", self._get_pieces, keys, host_indices)
 
     def _get_pieces(self, h, keys, pieces):
         """LOOKUP (one reference a page found), copy, PUT."""
@@ -609,17 +597,22 @@ class KVShareStorage(HiCacheStorage):
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
         """Store the host pool's pages at @host_indices under @keys: True
         for each page stored (now, or already)."""
+        return self._in_chunks("batch_set_v1", self._set_pieces, keys, host_indices)
+
+    def _in_chunks(self, what, move, keys, host_indices):
+        """@move (_get_pieces or _set_pieces) over CHUNK keys at a time:
+        one bool a key, stopping at the first chunk not moved whole."""
         if self.page is None or not keys:
             return [False] * len(keys)
         ps, out = self.page.tokens, []
         for s in range(0, len(keys), CHUNK):
             part = keys[s:s + CHUNK]
             pieces = self._page_pieces(part, host_indices[s * ps:(s + len(part)) * ps])
-            done = [False] * len(part)
+            moved = [False] * len(part)
             if pieces is not None:
-                done = self._call("batch_set_v1", done, self._set_pieces, part, pieces)
-            out += done
-            if not all(done):
+                moved = self._call(what, moved, move, part, pieces)
+            out += moved
+            if not all(moved):
                 break
         return out + [False] * (len(keys) - len(out))
 
