@@ -178,6 +178,7 @@ static void do_writes(struct tier *t, struct job *list)
 		for (; j && n < WRITE_BATCH && (!n || (n + 1) * value <= WRITE_BYTES); ) {
 			if (!cmds || set_cmd(t, j->tns, &j->keys[at], j->pages[at], &cmds[n])) {
 				count(&t->st.write_errors, 1);
+				atomic_fetch_sub(&t->st.write_pending, 1);
 			} else {
 				n++;
 			}
@@ -215,6 +216,8 @@ static void do_writes(struct tier *t, struct job *list)
 			}
 			kvsd_rcmd_free(&cmds[i]);
 		}
+		/* Settled, written or not: what a drained tier shows. */
+		atomic_fetch_sub(&t->st.write_pending, n);
 	}
 	post_done(t, list);
 	free(cmds);
