@@ -204,14 +204,14 @@ fi
 # A full Redis.  allkeys-lru: writes go on, old pages are evicted.
 rcli "$r1" config set maxmemory 2mb >/dev/null
 rcli "$r1" config set maxmemory-policy allkeys-lru >/dev/null
-serve A "$tmp/a5" "${W[@]}" --seed 5 --docs 4 --requests 8
+serve_drained A "$tmp/a5" "${W[@]}" --seed 5 --docs 4 --requests 8
 ev=$(rcli "$r1" info stats | sed -n 's/^evicted_keys:\([0-9]*\).*/\1/p')
 check "a full Redis (maxmemory 2mb, allkeys-lru): serving goes on, Redis evicted $ev keys" \
 	eval 'verified "$tmp/a5" && [ "$ev" -gt 0 ]'
 # noeviction: Redis refuses writes (OOM); counted, serving goes on.
 rcli "$r1" config set maxmemory-policy noeviction >/dev/null
 we=$(metric A '^kvshare_remote_write_errors_total')
-serve A "$tmp/a6" "${W[@]}" --seed 6
+serve_drained A "$tmp/a6" "${W[@]}" --seed 6
 we2=$(metric A '^kvshare_remote_write_errors_total')
 check "a full Redis refusing writes (noeviction): $((we2 - we)) write errors counted, serving goes on" \
 	eval 'verified "$tmp/a6" && [ "$we2" -gt "$we" ]'
