@@ -226,6 +226,7 @@ void kvsd_remote_published(uint32_t pool_id, uint64_t ns, uint32_t uid,
 	j->n = lk.n_hit;
 	j->tns = s;
 	t->write_queued += j->n;
+	count(&t->st.write_pending, j->n);
 	job_queue(t, j);
 out:
 	free(e);

@@ -384,8 +384,10 @@ static void run_pass(struct kvsd_rcluster *c, struct kvsd_rcmd *cmds,
 			continue;
 		}
 		cmds[idx[j]].reply = batch[j].reply;
-		if (cmds[idx[j]].reply)
+		if (cmds[idx[j]].reply) {
+			c->answered++;
 			take_redirect(c, &cmds[idx[j]]);
+		}
 	}
 }
 
@@ -398,6 +400,18 @@ static unsigned int unanswered(const struct kvsd_rcmd *cmds, unsigned int count)
 	return n;
 }
 
+bool kvsd_rcl_reachable(const struct kvsd_rcluster *c)
+{
+	unsigned int i;
+
+	if (c->answered)
+		return true;
+	for (i = 0; i < c->n_nodes; i++)
+		if (c->nodes[i].fd >= 0)
+			return true;
+	return false;
+}
+
 unsigned int kvsd_rcl_exec(struct kvsd_rcluster *c, struct kvsd_rcmd *cmds,
 			   unsigned int count, size_t max_reply, uint64_t deadline_ms)
 {
@@ -406,6 +420,7 @@ unsigned int kvsd_rcl_exec(struct kvsd_rcluster *c, struct kvsd_rcmd *cmds,
 	struct kvsd_rexec *xs = malloc(KVSD_RCL_MAX_NODES * sizeof(*xs));
 	unsigned int pass, plain = 0, left = count;
 
+	c->answered = 0;
 	if (!batch || !idx || !xs) {
 		snprintf(c->err, sizeof(c->err), "out of memory");
 		goto out;

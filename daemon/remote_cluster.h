@@ -27,6 +27,7 @@ struct kvsd_rcluster {
 	unsigned int redirects;		/* MOVED/ASK followed (metrics) */
 	unsigned int replica_reads;	/* reads sent to a replica (metrics) */
 	unsigned int map_loads;
+	unsigned int answered;		/* replies of the last kvsd_rcl_exec() */
 	char err[300];			/* the last error, for the log */
 };
 
@@ -51,6 +52,14 @@ int kvsd_rcl_probe(struct kvsd_rcluster *c, uint64_t deadline_ms);
  * gets no reply (NULL).  Returns the number of commands without a
  * reply; c->err says why.
  */
+/*
+ * After kvsd_rcl_exec(): did Redis answer?  True when any node replied,
+ * an error reply included, or is still connected.  A cluster that refuses
+ * writes while a master is down (CLUSTERDOWN), or whose only node for a
+ * command's slot is dead, still answers the rest: it is not down.
+ */
+bool kvsd_rcl_reachable(const struct kvsd_rcluster *c);
+
 unsigned int kvsd_rcl_exec(struct kvsd_rcluster *c, struct kvsd_rcmd *cmds,
 			   unsigned int count, size_t max_reply, uint64_t deadline_ms);
 

@@ -87,6 +87,11 @@ char *kvsd_remote_metrics(void)
 	EACH_TIER(t)
 		fprintf(f, "kvshare_remote_write_queue{pool=\"%s\"} %u\n", t->name,
 			t->write_queued);
+	family(f, "kvshare_remote_write_pending", "gauge",
+	       "Pages queued or being written, not yet written or failed.");
+	EACH_TIER(t)
+		fprintf(f, "kvshare_remote_write_pending{pool=\"%s\"} %llu\n", t->name,
+			atomic_load(&t->st.write_pending));
 	COUNTER(f, "kvshare_remote_fetches_total",
 		"Fetches (LOOKUP misses sent on).", fetches);
 	COUNTER(f, "kvshare_remote_fetch_pages_total", "Pages asked of Redis.",

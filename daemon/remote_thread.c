@@ -46,7 +46,7 @@ static void do_fetch(struct tier *t, struct job *j)
 	size_t page_bytes = t->geom.page_bytes;
 	struct kvsd_rcmd *cmds = calloc(j->n, sizeof(*cmds));
 	char key[KVSD_RPAGE_KEY_MAX];
-	unsigned int i, left;
+	unsigned int i;
 	struct timespec ts;
 	uint64_t t0;
 
@@ -67,10 +67,11 @@ static void do_fetch(struct tier *t, struct job *j)
 		cmds[i].slot = kvsd_rcl_slot(key, lens[1]);
 		cmds[i].read = true;
 	}
-	left = i < j->n ? j->n :
-	       kvsd_rcl_exec(&t->rcl, cmds, j->n, KVSD_RPAGE_HDR + page_bytes + 64,
-			     j->t0_ms + t->rc->timeout_ms);
-	set_up(t, left < j->n);
+	if (i == j->n) {	/* every GET formatted */
+		kvsd_rcl_exec(&t->rcl, cmds, j->n, KVSD_RPAGE_HDR + page_bytes + 64,
+			      j->t0_ms + t->rc->timeout_ms);
+		set_up(t, kvsd_rcl_reachable(&t->rcl));
+	}
 	for (i = 0; i < j->n; i++) {
 		redisReply *r = cmds[i].reply;
 		enum kvsd_rpage_bad bad;
@@ -171,14 +172,16 @@ static void do_writes(struct tier *t, struct job *list)
 	uint32_t at = 0;
 
 	while (j) {
-		unsigned int n = 0, i, left;
+		unsigned int n = 0, i;
 		uint64_t deadline = kvsd_rnow_ms() + t->rc->timeout_ms;
 
 		for (; j && n < WRITE_BATCH && (!n || (n + 1) * value <= WRITE_BYTES); ) {
-			if (!cmds || set_cmd(t, j->tns, &j->keys[at], j->pages[at], &cmds[n]))
+			if (!cmds || set_cmd(t, j->tns, &j->keys[at], j->pages[at], &cmds[n])) {
 				count(&t->st.write_errors, 1);
-			else
+				atomic_fetch_sub(&t->st.write_pending, 1);
+			} else {
 				n++;
+			}
 			if (++at == j->n) {
 				j = j->next;
 				at = 0;
@@ -193,9 +196,15 @@ static void do_writes(struct tier *t, struct job *list)
 			*cut = NULL;
 			post_done(t, copied);
 		}
-		left = n ? kvsd_rcl_exec(&t->rcl, cmds, n, 4096, deadline) : 0;
-		if (n)
-			set_up(t, left < n);
+		/*
+		 * Down only when no node answers: SETs refused (CLUSTERDOWN)
+		 * or sent to a dead master must not stop the fetches, which
+		 * the master's replica answers.
+		 */
+		if (n) {
+			kvsd_rcl_exec(&t->rcl, cmds, n, 4096, deadline);
+			set_up(t, kvsd_rcl_reachable(&t->rcl));
+		}
 		for (i = 0; i < n; i++) {
 			redisReply *r = cmds[i].reply;
 
@@ -207,6 +216,8 @@ static void do_writes(struct tier *t, struct job *list)
 			}
 			kvsd_rcmd_free(&cmds[i]);
 		}
+		/* Settled, written or not: what a drained tier shows. */
+		atomic_fetch_sub(&t->st.write_pending, n);
 	}
 	post_done(t, list);
 	free(cmds);

@@ -41,6 +41,7 @@ struct tier_stats {
 	atomic_ullong dropped[KVSD_RPAGE_N_BAD];
 	atomic_ullong bytes_in, bytes_out;
 	atomic_ullong written, write_errors, write_dropped;
+	atomic_ullong write_pending;	/* queued, not yet written or failed */
 	atomic_ullong skip_down, skip_busy, skip_claimed, skip_neg;
 	atomic_ullong lat[N_LAT + 1], lat_sum_us;
 	atomic_ullong redirects, map_loads, replica_reads;

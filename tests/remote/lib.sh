@@ -144,6 +144,31 @@ metric() {
 		awk -v re="$2" '$0 !~ /^#/ && $0 ~ re { s += $NF } END { print s + 0 }'
 }
 
+# wait_until SECONDS COMMAND...: poll COMMAND every 0.1 s until it
+# succeeds; 1 if it never did within SECONDS.
+wait_until() {
+	local tries=$(($1 * 10))
+	shift
+	until "$@"; do
+		tries=$((tries - 1))
+		[ "$tries" -gt 0 ] || return 1
+		sleep 0.1
+	done
+}
+
+# drained NAME: every page host NAME queued for Redis is written or
+# failed (kvshared writes behind the publish: a kvserve that returned
+# may have pages still on their way).
+drained() { [ "$(metric "$1" '^kvshare_remote_write_pending')" = 0 ]; }
+
+# serve_drained NAME OUT [kvserve args]: serve, then wait (10 s at most)
+# until host NAME's writes are settled, so that another host can count
+# on finding them.
+serve_drained() {
+	serve "$@"
+	wait_until 10 drained "$1" || echo "# host $1: writes still pending after 10 s"
+}
+
 # serve NAME OUT [kvserve args]: kvserve on host NAME; its status in OUT.st.
 serve() {
 	local name=$1 out=$2

@@ -30,7 +30,7 @@ W=(--workers 2 --requests 4 --system-tokens 256 --doc-tokens 256 --docs 2
    --question-tokens 20 --verify 1)
 
 echo "TAP version 13"
-echo "1..36"
+echo "1..37"
 
 # ---- one redis-server -----------------------------------------------------------
 
@@ -88,7 +88,7 @@ done
 check "bad remote_* keys are refused at startup, naming what is wrong" test "$cfg_bad" = 0
 
 # Cross-host sharing.
-serve A "$tmp/a1" "${W[@]}"
+serve_drained A "$tmp/a1" "${W[@]}"
 serve B "$tmp/b1" "${W[@]}"
 show "$tmp/b1"
 ca=$(computed "$tmp/a1")
@@ -172,20 +172,23 @@ check "a killed Redis: both hosts serve, equal to the bit, tier down in the metr
 	eval 'verified "$tmp/a3" && verified "$tmp/b3" && [ "$(metric A "^kvshare_remote_up")" = 0 ]'
 # Restarted (empty): both tiers reconnect by themselves and share again.
 start_redis r1 "$r1"
-for _ in $(seq 50); do
-	[ "$(metric A '^kvshare_remote_up')" = 1 ] && [ "$(metric B '^kvshare_remote_up')" = 1 ] && break
-	sleep 0.1
-done
-serve A "$tmp/a4" "${W[@]}" --seed 4
+tiers_up() {	# both tiers answered again (a probe every 500 ms)
+	[ "$(metric A '^kvshare_remote_up')" = 1 ] && [ "$(metric B '^kvshare_remote_up')" = 1 ]
+}
+wait_until 10 tiers_up || echo "# the tiers are not up 10 s after Redis restarted"
+serve_drained A "$tmp/a4" "${W[@]}" --seed 4
 serve B "$tmp/b4" "${W[@]}" --seed 4
 check "a restarted Redis: the tiers reconnect, B computes nothing A computed ($(computed "$tmp/b4") pages)" \
 	eval 'verified "$tmp/b4" && [ "$(computed "$tmp/b4")" = 0 ]'
 # A crash of kvshared on host B mid-run: B's workers finish in private
 # pages; restarted, B's empty pool refills from Redis.
-serve A "$tmp/a7" "${W[@]}" --seed 7 --requests 16
+serve_drained A "$tmp/a7" "${W[@]}" --seed 7 --requests 16
+lookups() { metric "$1" '^kvshare_pool_lookups_total'; }
+l0=$(lookups B)
 serve B "$tmp/b7" "${W[@]}" --seed 7 --requests 16 &
 sp=$!
-sleep 0.15
+# Mid-run: once B's kvserve has asked its arbiter something.
+wait_until 10 eval '[ "$(lookups B)" -gt "$l0" ]' || echo "# B's kvserve never looked up"
 { kill -9 "${kvsd_pid[B]}"; wait "${kvsd_pid[B]}"; } 2>/dev/null
 wait "$sp"
 start_kvshared B "$spec"
@@ -201,14 +204,14 @@ fi
 # A full Redis.  allkeys-lru: writes go on, old pages are evicted.
 rcli "$r1" config set maxmemory 2mb >/dev/null
 rcli "$r1" config set maxmemory-policy allkeys-lru >/dev/null
-serve A "$tmp/a5" "${W[@]}" --seed 5 --docs 4 --requests 8
+serve_drained A "$tmp/a5" "${W[@]}" --seed 5 --docs 4 --requests 8
 ev=$(rcli "$r1" info stats | sed -n 's/^evicted_keys:\([0-9]*\).*/\1/p')
 check "a full Redis (maxmemory 2mb, allkeys-lru): serving goes on, Redis evicted $ev keys" \
 	eval 'verified "$tmp/a5" && [ "$ev" -gt 0 ]'
 # noeviction: Redis refuses writes (OOM); counted, serving goes on.
 rcli "$r1" config set maxmemory-policy noeviction >/dev/null
 we=$(metric A '^kvshare_remote_write_errors_total')
-serve A "$tmp/a6" "${W[@]}" --seed 6
+serve_drained A "$tmp/a6" "${W[@]}" --seed 6
 we2=$(metric A '^kvshare_remote_write_errors_total')
 check "a full Redis refusing writes (noeviction): $((we2 - we)) write errors counted, serving goes on" \
 	eval 'verified "$tmp/a6" && [ "$we2" -gt "$we" ]'
@@ -222,7 +225,7 @@ check "both kvshared exit cleanly after the faults (status $sa $sb)" test "$sa$s
 read -r -a cp <<<"$(free_cluster_ports 6)"
 for i in 0 1 2 3 4 5; do
 	start_redis "c$i" "${cp[$i]}" --cluster-enabled yes --cluster-node-timeout 1000 \
-		--cluster-allow-reads-when-down yes \
+		--cluster-allow-reads-when-down yes --repl-diskless-sync-delay 0 \
 		--cluster-config-file "$tmp/nodes-$i.conf" || exit 1
 done
 rcli "${cp[0]}" --cluster create $(for p in "${cp[@]}"; do echo "127.0.0.1:$p"; done) \
@@ -233,15 +236,43 @@ cluster_ok() {
 		rcli "$p" cluster info 2>/dev/null | grep -q 'cluster_state:ok' || return 1
 	done
 }
-for _ in $(seq 100); do cluster_ok "${cp[@]}" && break; sleep 0.1; done
-check "a 3-master cluster with 3 replicas is up" cluster_ok "${cp[@]}"
-masters() {	# the ports of the masters now
-	rcli "${cp[0]}" cluster nodes | awk '/master/ && !/fail/ { split($2, a, "[:@]"); print a[2] }'
+# A replica holds its master's pages, and CLUSTER SLOTS lists it, only
+# once its first sync is done: until then a dead master's pages are lost.
+repl() {	# repl PORT FIELD: a field of the node's INFO replication
+	rcli "$1" info replication | sed -n "s/^$2:\([^\r]*\).*/\1/p"
+}
+replicas_synced() {
+	local p
+	for p in "${cp[@]}"; do
+		[ "$(repl "$p" role)" = master ] || [ "$(repl "$p" master_link_status)" = up ] ||
+			return 1
+	done
+}
+wait_until 10 cluster_ok "${cp[@]}"
+wait_until 15 replicas_synced
+check "a 3-master cluster with 3 replicas is up, every replica synced" \
+	eval 'cluster_ok "${cp[@]}" && replicas_synced'
+# Roles as each node says of itself (another node's CLUSTER NODES may lag
+# behind a failover).
+masters() {	# the ports of the live masters
+	local p
+	for p in "${cp[@]}"; do [ "$(repl "$p" role)" = master ] && echo "$p"; done
+}
+replica_of() {	# replica_of PORT: the port of a replica of that master
+	local p
+	for p in "${cp[@]}"; do
+		[ "$(repl "$p" role)" = slave ] && [ "$(repl "$p" master_port)" = "$1" ] &&
+			{ echo "$p"; return; }
+	done
 }
 
-cspec=$(pool_spec "127.0.0.1:${cp[0]}" ",remote_cluster=yes,remote_namespace=c")
+# A fetch deadline of 1 s, not 200 ms: these tests count pages that came
+# from Redis, and a CPU-starved test machine must not turn a slow fetch
+# into a computed page (test 11 holds the deadline itself).
+cl_more=",remote_cluster=yes,remote_namespace=c,remote_timeout_ms=1000"
+cspec=$(pool_spec "127.0.0.1:${cp[0]}" "$cl_more")
 start_kvshared A "$cspec" && start_kvshared B "$cspec"
-serve A "$tmp/ca1" "${W[@]}"
+serve_drained A "$tmp/ca1" "${W[@]}"
 serve B "$tmp/cb1" "${W[@]}"
 spread=$(for p in $(masters); do rcli "$p" dbsize; done | tr '\n' ' ')
 if verified "$tmp/ca1" && verified "$tmp/cb1" && [ "$(computed "$tmp/cb1")" = 0 ] &&
@@ -252,13 +283,20 @@ else
 fi
 
 # A manual failover: both hosts still have the old map and follow MOVED.
-rep=$(rcli "${cp[0]}" cluster nodes | awk '/slave/ { split($2, a, "[:@]"); print a[2]; exit }')
+rep=$(for p in "${cp[@]}"; do [ "$(repl "$p" role)" = slave ] && echo "$p"; done | head -1)
+old=$(repl "$rep" master_port)
 rcli "$rep" cluster failover >/dev/null
-for _ in $(seq 50); do
-	rcli "$rep" role | head -1 | grep -q master && cluster_ok "${cp[@]}" && break
-	sleep 0.1
-done
-serve A "$tmp/ca2" "${W[@]}" --seed 2
+# Done when the two have swapped roles and every node's map says so.
+promoted() {
+	local p
+	[ "$(repl "$rep" role)" = master ] && [ "$(repl "$old" master_port)" = "$rep" ] &&
+		cluster_ok "${cp[@]}" || return 1
+	for p in "${cp[@]}"; do
+		rcli "$p" cluster nodes | grep ":$old@" | grep -q slave || return 1
+	done
+}
+wait_until 10 promoted || echo "# $rep is not a master 10 s after CLUSTER FAILOVER"
+serve_drained A "$tmp/ca2" "${W[@]}" --seed 2
 serve B "$tmp/cb2" "${W[@]}" --seed 2
 rd=$(($(metric A '^kvshare_remote_redirects_total') + $(metric B '^kvshare_remote_redirects_total')))
 if verified "$tmp/ca2" && verified "$tmp/cb2" && [ "$(computed "$tmp/cb2")" = 0 ] && [ "$rd" -gt 0 ]; then
@@ -274,12 +312,19 @@ fi
 victim=$(masters | grep -vx "$rep" | head -1)
 # Its replica takes over only when told to (below), so that a host can
 # be seen reading from it while the master is dead.
-vid=$(rcli "${cp[0]}" cluster nodes | awk -v v=":$victim@" 'index($2, v) { print $1 }')
-vrep=$(rcli "${cp[0]}" cluster nodes | awk -v id="$vid" '$4 == id { split($2, a, "[:@]"); print a[2]; exit }')
+vid=$(rcli "$victim" cluster myid)
+vrep=$(replica_of "$victim")
 rcli "$vrep" config set cluster-replica-no-failover yes >/dev/null
+# The replica holds every page written so far (the ones read below).
+caught_up() {
+	[ "$(repl "$vrep" master_link_status)" = up ] &&
+		[ "$(repl "$vrep" slave_repl_offset)" -ge "$(repl "$victim" master_repl_offset)" ]
+}
+wait_until 10 caught_up || echo "# $vrep has not caught up with $victim after 10 s"
+l0=$(lookups A)
 serve A "$tmp/ca3" "${W[@]}" --seed 3 --requests 8 &
 sp=$!
-sleep 0.2
+wait_until 10 eval '[ "$(lookups A)" -gt "$l0" ]' || echo "# A's kvserve never looked up"
 for i in 0 1 2 3 4 5; do
 	if [ "${cp[$i]}" = "$victim" ]; then
 		{ kill -9 "${redis_pid[c$i]}"; wait "${redis_pid[c$i]}"; } 2>/dev/null
@@ -289,38 +334,60 @@ serve B "$tmp/cb3" "${W[@]}" --seed 3 --requests 8
 wait "$sp"
 check "a master killed mid-run: both hosts serve every request, equal to the bit" \
 	eval 'verified "$tmp/ca3" && verified "$tmp/cb3"'
+# Wait until the cluster has settled with the master dead: every live
+# node has marked it failed (so the cluster refuses writes, CLUSTERDOWN,
+# and answers reads: cluster-allow-reads-when-down), and the slot map
+# lists its replica for its slots.
+alive=()
+for p in "${cp[@]}"; do [ "$p" = "$victim" ] || alive+=("$p"); done
+vrep_id=$(rcli "$vrep" cluster myid)
+marked_failed() {
+	local p
+	for p in "${alive[@]}"; do
+		rcli "$p" cluster nodes | grep ":$victim@" | grep -q ',fail ' || return 1
+	done
+}
+replica_listed() { rcli "${alive[0]}" cluster slots | grep -qx "$vrep_id"; }
+settled=yes
+wait_until 15 marked_failed || settled="no: $victim not marked failed after 15 s"
+wait_until 5 replica_listed || settled="no: CLUSTER SLOTS does not list $vrep"
 # Before its replica takes over, a fresh host (given every node as a
 # seed, as an operator would) reads the dead master's slots from the
 # replica (READONLY).
 start_kvshared C "$(pool_spec "$(printf '127.0.0.1:%s+' "${cp[@]}" | sed 's/+$//')" \
-	",remote_cluster=yes,remote_namespace=c")"
+	"$cl_more")"
 serve C "$tmp/cc3" "${W[@]}" --seed 2
 rr=$(metric C '^kvshare_remote_replica_reads_total')
-if verified "$tmp/cc3" && [ "$(computed "$tmp/cc3")" = 0 ] && [ "$rr" -gt 0 ]; then
+if [ "$settled" = yes ] && verified "$tmp/cc3" && [ "$(computed "$tmp/cc3")" = 0 ] &&
+   [ "$rr" -gt 0 ]; then
 	ok "a dead master's pages are read from its replica ($rr reads): a fresh host computes nothing"
 else
-	notok "replica reads: computed $(computed "$tmp/cc3"), replica reads '$rr'"
+	notok "replica reads: settled $settled, computed $(computed "$tmp/cc3"), replica reads '$rr'"
 	echo "# victim '$victim' ($vid), its replica '$vrep', the one promoted by hand '$rep':"
-	rcli "${cp[1]}" cluster nodes | cut -c 42-130 | sed 's/^/#   /'
+	rcli "${alive[0]}" cluster nodes | cut -c 42-130 | sed 's/^/#   /'
+	echo "# CLUSTER SLOTS: $(rcli "${alive[0]}" cluster slots | tr '\n' ' ')"
+	rcli "$vrep" info replication | grep -E 'link|offset' | sed 's/^/#   /'
 	show "$tmp/C.log"
 fi
 stop_kvshared C
+# Meanwhile the cluster refuses every write (CLUSTERDOWN): an answer, not
+# a dead tier; host A's tier stays up, and with it its fetches.
+we=$(metric A '^kvshare_remote_write_errors_total')
+downs=$(grep -c 'remote tier down' "$tmp/A.log")
+serve_drained A "$tmp/ca5" "${W[@]}" --seed 5
+we2=$(metric A '^kvshare_remote_write_errors_total')
+check "a cluster refusing writes: A serves, $((we2 - we)) writes refused, its tier stays up" \
+	eval 'verified "$tmp/ca5" && [ "$we2" -gt "$we" ] &&
+	      [ "$(metric A "^kvshare_remote_up")" = 1 ] &&
+	      [ "$(grep -c "remote tier down" "$tmp/A.log")" = "$downs" ]'
 rcli "$vrep" config set cluster-replica-no-failover no >/dev/null
 rcli "$vrep" cluster failover force >/dev/null
-alive=()
-for p in "${cp[@]}"; do [ "$p" = "$victim" ] || alive+=("$p"); done
-# The cluster says ok until it has marked the victim failed: wait for the
-# mark, then for the replica's takeover.
-taken_over() {
-	rcli "${alive[0]}" cluster nodes | grep ":$victim@" | grep -q ' master,fail \| slave,fail \|,fail ' &&
-		cluster_ok "${alive[@]}"
-}
-for _ in $(seq 150); do taken_over && break; sleep 0.1; done
-tiers_up() {	# both tiers answered again (a probe every 500 ms)
-	[ "$(metric A '^kvshare_remote_up')" = 1 ] && [ "$(metric B '^kvshare_remote_up')" = 1 ]
-}
-for _ in $(seq 50); do tiers_up && break; sleep 0.1; done
-serve A "$tmp/ca4" "${W[@]}" --seed 4
+# The victim is marked failed already: the live nodes say ok again once
+# its replica has taken its slots.
+taken_over() { rcli "$vrep" role | head -1 | grep -q master && cluster_ok "${alive[@]}"; }
+wait_until 15 taken_over || echo "# $vrep has not taken over after 15 s"
+wait_until 10 tiers_up || echo "# the tiers are not up 10 s after the takeover"
+serve_drained A "$tmp/ca4" "${W[@]}" --seed 4
 serve B "$tmp/cb4" "${W[@]}" --seed 4
 if verified "$tmp/cb4" && [ "$(computed "$tmp/cb4")" = 0 ]; then
 	ok "after the replica took over: B serves A's new prompts from remote pages"
@@ -386,7 +453,7 @@ start_redis tls 0 --tls-port "$t1" --tls-cert-file "$tls/srv.crt" \
 	--tls-auth-clients yes >/dev/null 2>&1 || true
 tspec=$(pool_spec "127.0.0.1:$t1" ",remote_namespace=tls,remote_tls=yes,remote_tls_ca=$tls/ca.crt,remote_tls_cert=$tls/cli.crt,remote_tls_key=$tls/cli.key")
 start_kvshared A "$tspec" && start_kvshared B "$tspec"
-serve A "$tmp/ta1" "${W[@]}"
+serve_drained A "$tmp/ta1" "${W[@]}"
 serve B "$tmp/tb1" "${W[@]}"
 if grep -q 'remote tier up: TLS' "$tmp/B.log" && verified "$tmp/tb1" &&
    [ "$(computed "$tmp/tb1")" = 0 ]; then
