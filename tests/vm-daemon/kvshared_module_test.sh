@@ -76,8 +76,12 @@ start() {
 	for spec in "$@"; do
 		args="$args --pool $spec"
 	done
+	# Emptied here, not by the background job's own redirection: that one
+	# may run after the first grep below, which would then find the last
+	# run's "ready" in the old log.
+	: >"$T/log"
 	# shellcheck disable=SC2086  # one word per argument, by construction
-	"$KVSHARED" --mode auto --socket "$T/sock" $args >"$T/log" 2>&1 &
+	"$KVSHARED" --mode auto --socket "$T/sock" $args >>"$T/log" 2>&1 &
 	pid=$!
 	i=0
 	while [ $i -lt 300 ]; do
