@@ -2,9 +2,10 @@
 /*
  * kvshared's command line and config file.
  *
- * The file is INI-like: "[daemon]" and "[pool NAME]" sections of
- * "key = value" lines, '#' or ';' starting a comment line.  --pool takes
- * the same keys as a pool section ("NAME:pages=N,layers=L,...").  Flags
+ * The file is INI-like: "[daemon]", "[pool NAME]" and "[remote NAME]"
+ * sections of "key = value" lines, '#' or ';' starting a comment line.
+ * --pool takes the same keys as a pool section ("NAME:pages=N,..."),
+ * --remote those of a remote section (remote_config.c).  Flags
  * win over the file.  Everything is checked here, against the same limits
  * the arbiter applies, so that a bad pool is reported with its file and
  * line before the daemon starts rather than as a bare errno later.
@@ -49,6 +50,10 @@ static void usage(FILE *f)
 	      "  --pool NAME:KEY=VAL,...\n"
 	      "                       a pool, with the keys of a [pool] section;\n"
 	      "                       repeatable\n"
+	      "  --remote NAME:nodes=HOST:PORT[+...],KEY=VAL,...\n"
+	      "                       a named remote tier ([remote NAME] section): the\n"
+	      "                       remote_* keys without 'remote_', no namespace;\n"
+	      "                       a pool's owner turns it on (kvctl pool remote)\n"
 	      "  --max-pools N        pools that may exist at once (default 64;\n"
 	      "                       socket mode only)\n"
 	      "  --max-pool-pages N   largest pool a client may create (default\n"
@@ -88,10 +93,6 @@ static void usage(FILE *f)
 	      "  [remote_namespace=POOL] [remote_write=publish|none] [remote_fetch=yes]\n"
 	      "  [remote_timeout_ms=200] [remote_queue=4096] [remote_fetch_max=256]\n"
 	      "  [remote_ttl_s=0]\n"
-	      "  --remote NAME:nodes=HOST:PORT[+...],KEY=VAL,...\n"
-	      "                       a named remote tier ([remote NAME] section): the\n"
-	      "                       remote_* keys without 'remote_', no namespace;\n"
-	      "                       a pool's owner turns it on (kvctl pool remote)\n"
 	      "\n"
 	      "Exit status: 0 after SIGTERM/SIGINT, 1 on a runtime failure,\n"
 	      "2 on a usage or configuration error.\n", f);
