@@ -2,9 +2,10 @@
 /*
  * kvshared's command line and config file.
  *
- * The file is INI-like: "[daemon]" and "[pool NAME]" sections of
- * "key = value" lines, '#' or ';' starting a comment line.  --pool takes
- * the same keys as a pool section ("NAME:pages=N,layers=L,...").  Flags
+ * The file is INI-like: "[daemon]", "[pool NAME]" and "[remote NAME]"
+ * sections of "key = value" lines, '#' or ';' starting a comment line.
+ * --pool takes the same keys as a pool section ("NAME:pages=N,..."),
+ * --remote those of a remote section (remote_config.c).  Flags
  * win over the file.  Everything is checked here, against the same limits
  * the arbiter applies, so that a bad pool is reported with its file and
  * line before the daemon starts rather than as a bare errno later.
@@ -49,6 +50,10 @@ static void usage(FILE *f)
 	      "  --pool NAME:KEY=VAL,...\n"
 	      "                       a pool, with the keys of a [pool] section;\n"
 	      "                       repeatable\n"
+	      "  --remote NAME:nodes=HOST:PORT[+...],KEY=VAL,...\n"
+	      "                       a named remote tier ([remote NAME] section): the\n"
+	      "                       remote_* keys without 'remote_', no namespace;\n"
+	      "                       a pool's owner turns it on (kvctl pool remote)\n"
 	      "  --max-pools N        pools that may exist at once (default 64;\n"
 	      "                       socket mode only)\n"
 	      "  --max-pool-pages N   largest pool a client may create (default\n"
@@ -460,6 +465,87 @@ static int pool_finish(struct pool_parse *pp)
 				      pc->mem == KVSD_MEM_HUGETLB);
 }
 
+/* A new named tier; NULL after reporting the error. */
+static struct kvsd_tier_cfg *tier_new(struct kvsd_config *cfg, const char *where,
+				      const char *name)
+{
+	struct kvsd_tier_cfg *tc;
+	unsigned int i;
+
+	if (!name_valid(name)) {
+		cfg_err(where, "bad remote tier name '%s' (1..%d of [A-Za-z0-9._-])",
+			name, KVS_NAME_MAX - 1);
+		return NULL;
+	}
+	for (i = 0; i < cfg->n_tiers; i++) {
+		if (!strcmp(cfg->tiers[i].name, name)) {
+			cfg_err(where, "remote tier '%s' is already defined at %s",
+				name, cfg->tiers[i].where);
+			return NULL;
+		}
+	}
+	tc = realloc(cfg->tiers, (cfg->n_tiers + 1) * sizeof(*tc));
+	if (!tc) {
+		cfg_err(where, "out of memory");
+		return NULL;
+	}
+	cfg->tiers = tc;
+	tc = &cfg->tiers[cfg->n_tiers++];
+	memset(tc, 0, sizeof(*tc));
+	snprintf(tc->name, sizeof(tc->name), "%s", name);
+	snprintf(tc->where, sizeof(tc->where), "%s", where);
+	return tc;
+}
+
+static int tier_finish(struct kvsd_tier_cfg *tc)
+{
+	if (!tc->rc) {
+		cfg_err(tc->where, "remote tier '%s' has no keys", tc->name);
+		return -EINVAL;
+	}
+	return kvsd_remote_cfg_finish(tc->rc, tc->where, NULL, false);
+}
+
+/* --remote NAME:key=val,key=val */
+static int tier_flag(struct kvsd_config *cfg, const char *arg)
+{
+	char where[128], *copy, *colon, *item, *save;
+	struct kvsd_tier_cfg *tc;
+	int ret = 0;
+
+	snprintf(where, sizeof(where), "--remote %.100s", arg);
+	copy = strdup(arg);
+	if (!copy)
+		return -ENOMEM;
+	colon = strchr(copy, ':');
+	if (colon)
+		*colon = '\0';
+	tc = tier_new(cfg, where, copy);
+	if (!tc) {
+		ret = -EINVAL;
+		goto out;
+	}
+	snprintf(tc->where, sizeof(tc->where), "--remote %s", copy);
+	for (item = colon ? strtok_r(colon + 1, ",", &save) : NULL; item;
+	     item = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(item, '=');
+
+		if (!eq) {
+			cfg_err(tc->where, "'%s' is not KEY=VALUE", item);
+			ret = -EINVAL;
+			goto out;
+		}
+		*eq = '\0';
+		ret = kvsd_remote_tier_set(&tc->rc, tc->where, item, eq + 1);
+		if (ret)
+			goto out;
+	}
+	ret = tier_finish(tc);
+out:
+	free(copy);
+	return ret;
+}
+
 /* --pool NAME:key=val,key=val */
 static int pool_flag(struct kvsd_config *cfg, const char *arg)
 {
@@ -729,6 +815,7 @@ struct file_parse {
 	bool daemon_seen;
 	struct pool_parse pool;
 	bool in_pool;
+	struct kvsd_tier_cfg *tier;	/* in a [remote NAME] section */
 	bool seen_socket, seen_metrics;
 	uint32_t seen_num;		/* bit i: num_opts[i] */
 };
@@ -747,7 +834,10 @@ static int file_section(struct file_parse *fp, const char *where, char *line)
 	body = trim(line + 1);
 	if (fp->in_pool)
 		ret = pool_finish(&fp->pool);
+	else if (fp->tier)
+		ret = tier_finish(fp->tier);
 	fp->in_pool = false;
+	fp->tier = NULL;
 	fp->in_daemon = false;
 	if (ret)
 		return ret;
@@ -767,7 +857,12 @@ static int file_section(struct file_parse *fp, const char *where, char *line)
 		fp->in_pool = true;
 		return 0;
 	}
-	cfg_err(where, "unknown section [%s] (want [daemon] or [pool NAME])", body);
+	if (!strncmp(body, "remote", 6) && isspace((unsigned char)body[6])) {
+		fp->tier = tier_new(fp->cfg, where, trim(body + 7));
+		return fp->tier ? 0 : -EINVAL;
+	}
+	cfg_err(where, "unknown section [%s] (want [daemon], [pool NAME] or "
+		"[remote NAME])", body);
 	return -EINVAL;
 }
 
@@ -810,6 +905,8 @@ static int file_line(struct file_parse *fp, const char *where, char *line)
 	val = trim(eq + 1);
 	if (fp->in_pool)
 		return pool_set(&fp->pool, where, key, val);
+	if (fp->tier)
+		return kvsd_remote_tier_set(&fp->tier->rc, where, key, val);
 	if (!fp->in_daemon) {
 		cfg_err(where, "'%s' outside a section", key);
 		return -EINVAL;
@@ -854,6 +951,8 @@ static int config_file(struct kvsd_config *cfg, const struct flags_seen *fs)
 	}
 	if (!ret && fp.in_pool)
 		ret = pool_finish(&fp.pool);
+	else if (!ret && fp.tier)
+		ret = tier_finish(fp.tier);
 	fclose(f);
 	return ret;
 }
@@ -873,7 +972,7 @@ static int mode_opt(const char *val, enum kvsd_mode_opt *out)
 
 enum {
 	OPT_CONFIG = 256, OPT_SOCKET, OPT_METRICS, OPT_POOL, OPT_MODE,
-	OPT_DEVICE, OPT_FOREGROUND,
+	OPT_DEVICE, OPT_FOREGROUND, OPT_REMOTE,
 	OPT_NUM = 512,			/* + index in num_opts[] */
 };
 
@@ -882,6 +981,7 @@ static const struct option fixed_opts[] = {
 	{ "socket", required_argument, NULL, OPT_SOCKET },
 	{ "metrics", required_argument, NULL, OPT_METRICS },
 	{ "pool", required_argument, NULL, OPT_POOL },
+	{ "remote", required_argument, NULL, OPT_REMOTE },
 	{ "mode", required_argument, NULL, OPT_MODE },
 	{ "device", required_argument, NULL, OPT_DEVICE },
 	{ "foreground", no_argument, NULL, OPT_FOREGROUND },
@@ -943,6 +1043,11 @@ static int parse_args(int argc, char **argv, struct kvsd_config *cfg,
 			break;
 		case OPT_POOL:
 			(*pool_args)[(*n_pool_args)++] = optarg;
+			break;
+		case OPT_REMOTE:
+			ret = tier_flag(cfg, optarg);
+			if (ret == -EINVAL)
+				return KVSD_EXIT_USAGE;
 			break;
 		case OPT_MODE:
 			if (mode_opt(optarg, &cfg->mode)) {
@@ -1046,5 +1151,8 @@ void kvsd_config_free(struct kvsd_config *cfg)
 	for (i = 0; i < cfg->n_pools; i++)
 		kvsd_remote_cfg_free(cfg->pools[i].remote);
 	free(cfg->pools);
+	for (i = 0; i < cfg->n_tiers; i++)
+		kvsd_remote_cfg_free(cfg->tiers[i].rc);
+	free(cfg->tiers);
 	free(cfg);
 }

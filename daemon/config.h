@@ -58,6 +58,13 @@ struct kvsd_pool_cfg {
 	struct kvsd_remote_cfg *remote;	/* remote_* keys; NULL: no remote tier */
 };
 
+/* A named remote tier ([remote NAME], --remote): pools turn it on at run time. */
+struct kvsd_tier_cfg {
+	char name[KVS_NAME_MAX];
+	char where[128];
+	struct kvsd_remote_cfg *rc;
+};
+
 struct kvsd_config {
 	char *config_file;
 	char *socket;
@@ -82,6 +89,8 @@ struct kvsd_config {
 	bool verbose;
 	struct kvsd_pool_cfg *pools;
 	unsigned int n_pools;
+	struct kvsd_tier_cfg *tiers;
+	unsigned int n_tiers;
 };
 
 /*

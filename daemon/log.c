@@ -25,6 +25,7 @@ static struct limiter limiters[KVSD_LOG_NKINDS] = {
 	[KVSD_LOG_CONNECT] = { .what = "connection" },
 	[KVSD_LOG_CLOSE] = { .what = "disconnection" },
 	[KVSD_LOG_REFUSED] = { .what = "refused-connection" },
+	[KVSD_LOG_REMOTE_TIER] = { .what = "remote-tier request" },
 };
 
 static uint64_t now_ms(void)

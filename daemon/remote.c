@@ -23,6 +23,7 @@
 #include "remote_tier.h"
 
 struct tier *kvsd_remote_tiers;
+struct tier *kvsd_remote_stopping;
 
 static int own_copy_in(struct kvs_call *call, void *dst, __u64 src, __u64 len)
 {
@@ -117,7 +118,7 @@ static struct tns *ns_get(struct tier *t, uint64_t ns, uint32_t uid)
 		free(s);
 		return NULL;
 	}
-	kvsd_rpage_id_init(&s->id, t->rc->ns, t->owner, ns, &t->geom);
+	kvsd_rpage_id_init(&s->id, t->ns, t->owner, ns, &t->geom);
 	s->next = t->nss;
 	t->nss = s;
 	t->n_ns++;
@@ -397,6 +398,8 @@ static void fetch_done(struct tier *t, struct job *j)
 	uid_fetching(t, j->uid, -1);
 }
 
+static void tier_free(struct tier *t);
+
 static void tier_done(struct kvsd_watch *w, uint32_t events)
 {
 	struct tier *t = (struct tier *)((char *)w - offsetof(struct tier, w));
@@ -406,6 +409,17 @@ static void tier_done(struct kvsd_watch *w, uint32_t events)
 	(void)events;
 	if (read(w->fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 		return;
+	if (atomic_load(&t->exited)) {
+		struct tier **pp;
+
+		for (pp = &kvsd_remote_stopping; *pp && *pp != t; pp = &(*pp)->next)
+			;
+		if (*pp) {
+			*pp = t->next;
+			tier_free(t);	/* its clients' close releases its jobs */
+			return;
+		}
+	}
 	pthread_mutex_lock(&t->mu);
 	j = t->done;
 	t->done = NULL;
@@ -469,7 +483,7 @@ static int tier_probe(struct tier *t)
 		kvsd_log("pool '%s': remote tier up: %s%s%u node%s, namespace '%s', "
 			 "write %s, fetch %s", t->name, t->rc->cluster ? "cluster of " : "",
 			 t->rc->tls ? "TLS, " : "", t->rcl.n_nodes,
-			 t->rcl.n_nodes == 1 ? "" : "s", t->rc->ns,
+			 t->rcl.n_nodes == 1 ? "" : "s", t->ns,
 			 t->rc->write == KVSD_REMOTE_WRITE_PUBLISH ? "behind publish" : "off",
 			 t->rc->fetch ? "on lookup miss" : "off");
 	snprintf(t->last_err, sizeof(t->last_err), "%s", ret ? t->rcl.err : "");
@@ -515,9 +529,14 @@ static void tier_free(struct tier *t)
 	free(t);
 }
 
-static int tier_start(const struct kvsd_pool_cfg *pc, uint32_t pool_id)
+/*
+ * A tier for pool @pool_id.  @probe: check Redis before the thread runs
+ * (at startup, up to PROBE_START_MS); otherwise the thread connects in
+ * the background and the loop never waits.
+ */
+static int tier_start(const struct kvsd_tier_spec *sp, bool probe)
 {
-	const struct kvsd_remote_cfg *rc = pc->remote;
+	const struct kvsd_remote_cfg *rc = sp->rc;
 	struct kvsd_rauth auth = { 0 };
 	struct tier *t = calloc(1, sizeof(*t));
 	char err[200];
@@ -525,11 +544,15 @@ static int tier_start(const struct kvsd_pool_cfg *pc, uint32_t pool_id)
 
 	if (!t)
 		return -ENOMEM;
-	snprintf(t->name, sizeof(t->name), "%s", pc->name);
+	snprintf(t->name, sizeof(t->name), "%s", sp->pool);
+	snprintf(t->ns, sizeof(t->ns), "%s", sp->ns);
+	snprintf(t->tier_name, sizeof(t->tier_name), "%s", sp->tier ? sp->tier : "");
 	t->rc = rc;
-	t->pool_id = pool_id;
-	t->owner = pc->uid >= 0 ? (uint32_t)pc->uid : getuid();
-	t->per_uid = pc->flags & KVS_POOL_NS_PER_UID;
+	t->pool_id = sp->pool_id;
+	t->owner = sp->owner;
+	t->per_uid = sp->per_uid;
+	t->started_by = sp->started_by;
+	t->started_admin = sp->started_admin;
 	t->todo_tail = &t->todo;
 	t->w.fd = -1;
 	t->w.fn = tier_done;
@@ -555,10 +578,16 @@ static int tier_start(const struct kvsd_pool_cfg *pc, uint32_t pool_id)
 	auth.tls = t->tls;
 	ret = kvsd_rcl_init(&t->rcl, rc->cluster, (const char *const *)rc->nodes,
 			    rc->n_nodes, &auth);
-	if (!ret)
+	if (!ret && probe)
 		ret = tier_probe(t);
 	if (ret)
 		goto fail;
+	if (!probe) {
+		/* Down until the thread's first probe answers. */
+		snprintf(t->last_err, sizeof(t->last_err), "connecting");
+		kvsd_log("pool '%s': remote tier '%s' on, namespace '%s'; "
+			 "connecting", t->name, t->tier_name, t->ns);
+	}
 	t->w.fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (t->w.fd < 0 || kvsd_watch_add(&t->w, EPOLLIN)) {
 		ret = -errno;
@@ -576,9 +605,76 @@ fail:
 	return ret;
 }
 
+int kvsd_remote_tier_on(const struct kvsd_tier_spec *sp)
+{
+	return tier_start(sp, false);
+}
+
+/*
+ * Unlink the tier and tell its thread to stop; the loop frees it when
+ * the thread has returned (tier_done), so that no page its clients hold
+ * goes back to the pool while the thread may still copy it.
+ */
+static void tier_stop(struct tier **pp)
+{
+	struct tier *t = *pp;
+
+	*pp = t->next;
+	pthread_mutex_lock(&t->mu);
+	t->stop = true;
+	pthread_cond_signal(&t->cv);
+	pthread_mutex_unlock(&t->mu);
+	t->next = kvsd_remote_stopping;
+	kvsd_remote_stopping = t;
+	kvsd_log("pool '%s': remote tier%s%s off", t->name,
+		 t->tier_name[0] ? " " : "", t->tier_name);
+}
+
+const char *kvsd_remote_tier_of(uint32_t pool_id, bool *runtime)
+{
+	struct tier *t = tier_of(pool_id);
+
+	if (!t)
+		return NULL;
+	*runtime = t->tier_name[0];
+	return t->tier_name;
+}
+
+int kvsd_remote_tier_off(uint32_t pool_id)
+{
+	struct tier **pp;
+
+	for (pp = &kvsd_remote_tiers; *pp; pp = &(*pp)->next) {
+		if ((*pp)->pool_id == pool_id) {
+			tier_stop(pp);
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+void kvsd_remote_tier_counts(uint32_t uid, unsigned int *all, unsigned int *of_uid)
+{
+	struct tier *lists[2] = { kvsd_remote_tiers, kvsd_remote_stopping };
+	struct tier *t;
+	int i;
+
+	*all = *of_uid = 0;
+	for (i = 0; i < 2; i++) {
+		for (t = lists[i]; t; t = t->next) {
+			if (!t->tier_name[0])
+				continue;
+			(*all)++;
+			if (!t->started_admin && t->started_by == uid)
+				(*of_uid)++;
+		}
+	}
+}
+
 int kvsd_remote_start(struct kvsd *d)
 {
 	const struct kvsd_config *cfg = d->cfg;
+	struct kvsd_tier_spec spec = { 0 };
 	const struct kvsd_pool *p;
 	unsigned int i;
 	int ret;
@@ -598,7 +694,13 @@ int kvsd_remote_start(struct kvsd *d)
 			;
 		if (!p)
 			continue;	/* not created: logged already */
-		ret = tier_start(pc, p->pool_id);
+		spec.rc = pc->remote;
+		spec.pool = pc->name;
+		spec.ns = pc->remote->ns;
+		spec.pool_id = p->pool_id;
+		spec.owner = pc->uid >= 0 ? (uint32_t)pc->uid : getuid();
+		spec.per_uid = pc->flags & KVS_POOL_NS_PER_UID;
+		ret = tier_start(&spec, true);
 		if (ret == -EACCES)
 			return ret;
 		if (ret)
@@ -616,4 +718,9 @@ void kvsd_remote_stop(void)
 		tier_free(t);
 	}
 	kvsd_remote_tiers = NULL;
+	for (t = kvsd_remote_stopping; t; t = next) {
+		next = t->next;
+		tier_free(t);	/* joins a thread still finishing a batch */
+	}
+	kvsd_remote_stopping = NULL;
 }

@@ -29,6 +29,7 @@
 #ifndef _KVSHARED_REMOTE_H
 #define _KVSHARED_REMOTE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <linux/kvshare.h>
 
@@ -56,6 +57,29 @@ void kvsd_remote_published(uint32_t pool_id, uint64_t ns, uint32_t uid,
  */
 void kvsd_remote_lookup(struct kvs_client *cl, uint32_t pool_id, uint64_t ns,
 			uint32_t uid, struct kvs_call *call, struct kvs_lookup *lk);
+
+/* A tier to start on a pool (the configuration keeps rc). */
+struct kvsd_tier_spec {
+	const struct kvsd_remote_cfg *rc;
+	const char *pool, *ns;
+	const char *tier;		/* run time: the [remote NAME]; else NULL */
+	uint32_t pool_id, owner;
+	bool per_uid;
+	uint32_t started_by;		/* run time: the caller's uid ... */
+	bool started_admin;		/* ... and whether it is an admin */
+};
+
+/*
+ * Run time (remote_ctl.c): start a tier without waiting on Redis; its
+ * thread connects in the background.  0 or -errno.
+ */
+int kvsd_remote_tier_on(const struct kvsd_tier_spec *sp);
+/* Turn pool_id's tier off (its thread stops, then it is freed).  -ENOENT: none. */
+int kvsd_remote_tier_off(uint32_t pool_id);
+/* pool_id's tier's name ("": its pool's remote_* keys), NULL if none. */
+const char *kvsd_remote_tier_of(uint32_t pool_id, bool *runtime);
+/* Run-time tiers on or stopping: all of them, and those @uid turned on. */
+void kvsd_remote_tier_counts(uint32_t uid, unsigned int *all, unsigned int *of_uid);
 
 /* Prometheus text of every tier (malloc'd, NULL if none). */
 char *kvsd_remote_metrics(void);

@@ -280,15 +280,50 @@ fail:
 	return -EINVAL;
 }
 
+/*
+ * A key of a [remote NAME] section or --remote spec: a pool's remote_*
+ * key without its prefix ("nodes" for remote).  The namespace is not
+ * one: each pool that turns the tier on names its own.
+ */
+int kvsd_remote_tier_set(struct kvsd_remote_cfg **rc, const char *where,
+			 const char *key, const char *val)
+{
+	char full[64];
+
+	if (!strcmp(key, "namespace") || !strncmp(key, "remote", 6) ||
+	    strlen(key) > 40) {
+		rc_err(where, "unknown remote tier key '%s'%s", key,
+		       !strcmp(key, "namespace") ?
+		       " (each pool that turns the tier on names its own)" : "");
+		return -EINVAL;
+	}
+	if (!strcmp(key, "nodes"))
+		snprintf(full, sizeof(full), "remote");
+	else
+		snprintf(full, sizeof(full), "remote_%s", key);
+	return kvsd_remote_cfg_set(rc, where, full, val);
+}
+
+bool kvsd_remote_ns_valid(const char *ns)
+{
+	return ns_valid(ns);
+}
+
 int kvsd_remote_cfg_finish(struct kvsd_remote_cfg *rc, const char *where,
 			   const char *pool, bool host_memory)
 {
 	if (!rc)
 		return 0;
 	if (!(rc->seen & (1u << RK_NODES))) {
-		rc_err(where, "pool '%s': remote_* keys without remote=HOST:PORT", pool);
+		if (pool)
+			rc_err(where, "pool '%s': remote_* keys without "
+			       "remote=HOST:PORT", pool);
+		else
+			rc_err(where, "remote tier without nodes=HOST:PORT");
 		return -EINVAL;
 	}
+	if (!pool)
+		goto checked;	/* a named tier: pool checks at turn-on */
 	if (!host_memory) {
 		rc_err(where, "pool '%s': a remote tier needs memory=host or hugetlb", pool);
 		return -EINVAL;
@@ -311,6 +346,19 @@ int kvsd_remote_cfg_finish(struct kvsd_remote_cfg *rc, const char *where,
 			return -EINVAL;
 		}
 		snprintf(rc->ns, sizeof(rc->ns), "%s", pool);
+	}
+checked:
+	if (rc->user && !rc->password_file) {
+		rc_err(where, "remote_user needs remote_password_file");
+		return -EINVAL;
+	}
+	if ((rc->tls_ca || rc->tls_cert || rc->tls_key) && !rc->tls) {
+		rc_err(where, "remote_tls_* keys need remote_tls=yes");
+		return -EINVAL;
+	}
+	if (rc->tls_key && !rc->tls_cert) {
+		rc_err(where, "remote_tls_key needs remote_tls_cert");
+		return -EINVAL;
 	}
 	if (rc->password_file)
 		return read_password(rc, where);

@@ -47,7 +47,18 @@ struct kvsd_remote_cfg {
  */
 int kvsd_remote_cfg_set(struct kvsd_remote_cfg **rc, const char *where,
 			const char *key, const char *val);
-/* After the pool's last key: what is required, the password file. */
+/*
+ * One key of a named tier ([remote NAME], --remote NAME:...): a remote_*
+ * key without its prefix, "nodes" for remote; no namespace.
+ */
+int kvsd_remote_tier_set(struct kvsd_remote_cfg **rc, const char *where,
+			 const char *key, const char *val);
+/* remote_namespace's rule: 1..KVSD_RNS_MAX-1 of [A-Za-z0-9._-]. */
+bool kvsd_remote_ns_valid(const char *ns);
+/*
+ * After the pool's last key: what is required, the password file.  @pool
+ * NULL: a named tier, whose pool is checked when it is turned on.
+ */
 int kvsd_remote_cfg_finish(struct kvsd_remote_cfg *rc, const char *where,
 			   const char *pool, bool host_memory);
 void kvsd_remote_cfg_free(struct kvsd_remote_cfg *rc);

@@ -117,6 +117,9 @@ char *kvsd_remote_metrics(void)
 	COUNTER(f, "kvshare_remote_replica_reads_total",
 		"Reads sent to a replica: their master could not be reached.",
 		replica_reads);
+	COUNTER(f, "kvshare_remote_auth_refused_total",
+		"Probes whose AUTH a Redis refused (a wrong user or password).",
+		auth_refused);
 	family(f, "kvshare_remote_dropped_pages_total", "counter",
 	       "Fetched values refused by the check, by reason.");
 	EACH_TIER(t)

@@ -243,8 +243,12 @@ static struct job *take_jobs(struct tier *t)
 		pthread_cond_timedwait(&t->cv, &t->mu, &ts);
 		if (!t->todo && !t->stop) {
 			pthread_mutex_unlock(&t->mu);
-			set_up(t, !kvsd_rcl_probe(&t->rcl, kvsd_rnow_ms() +
-						   t->rc->timeout_ms));
+			int ret = kvsd_rcl_probe(&t->rcl, kvsd_rnow_ms() +
+						 t->rc->timeout_ms);
+
+			if (ret == -EACCES)
+				count(&t->st.auth_refused, 1);
+			set_up(t, !ret);
 			pthread_mutex_lock(&t->mu);
 		}
 	}
@@ -282,6 +286,11 @@ void *kvsd_tier_main(void *arg)
 			do_fetch(t, j);
 		post_done(t, fetches);
 		do_writes(t, writes);
+	}
+	/* A tier turned off at run time is freed by the loop once it sees this. */
+	atomic_store(&t->exited, true);
+	if (write(t->w.fd, &(uint64_t){ 1 }, sizeof(uint64_t)) < 0) {
+		/* A full count: the loop is woken already. */
 	}
 	return NULL;
 }

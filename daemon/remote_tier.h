@@ -45,6 +45,7 @@ struct tier_stats {
 	atomic_ullong skip_down, skip_busy, skip_claimed, skip_neg;
 	atomic_ullong lat[N_LAT + 1], lat_sum_us;
 	atomic_ullong redirects, map_loads, replica_reads;
+	atomic_ullong auth_refused;	/* probes a Redis refused the credentials */
 };
 
 struct tier;
@@ -74,7 +75,12 @@ struct job {
 struct tier {
 	struct tier *next;
 	char name[KVS_NAME_MAX];
+	char ns[KVSD_RNS_MAX];		/* the pool's namespace in Redis */
 	const struct kvsd_remote_cfg *rc;
+	char tier_name[KVS_NAME_MAX];	/* run time: the [remote NAME]; "": the pool's keys */
+	uint32_t started_by;		/* run time: the uid that turned it on */
+	bool started_admin;
+	atomic_bool exited;		/* the thread has returned */
 	uint32_t pool_id, owner;
 	bool per_uid;
 	struct kvs_geometry geom;
@@ -103,6 +109,8 @@ struct tier {
 
 /* Every tier, newest first (the loop's; the metrics read it there too). */
 extern struct tier *kvsd_remote_tiers;
+/* Tiers turned off whose thread has not returned yet (the loop's). */
+extern struct tier *kvsd_remote_stopping;
 
 static inline void count(atomic_ullong *c, uint64_t n)
 {

@@ -89,6 +89,7 @@
 #include "kvshared.h"
 #include "listen.h"
 #include "remote.h"
+#include "remote_ctl.h"
 #include "ring.h"
 #include "server.h"
 
@@ -375,6 +376,8 @@ static void remote_hooks(struct conn *c, unsigned int cmd, union kvs_cmd_buf *ar
 {
 	if (is_cmd(cmd, KVS_IOC_POOL_ATTACH))
 		c->ns = arg->attach.ns;
+	else if (is_cmd(cmd, KVS_IOC_POOL_DESTROY))
+		kvsd_remote_pool_gone(arg->destroy.pool_id);
 	else if (is_cmd(cmd, KVS_IOC_PUBLISH))
 		kvsd_remote_published(kvs_client_pool_id(c->cl), c->ns, c->cred.uid,
 				      call, &arg->publish);
@@ -455,7 +458,7 @@ static int msg_check(const struct conn *c, const struct kvs_msg *h, uint32_t usi
 static bool is_sock_cmd(unsigned int cmd)
 {
 	return cmd == KVS_SOCK_RING_SETUP || cmd == KVS_SOCK_RING_ENTER ||
-	       cmd == KVS_SOCK_WAIT_FD;
+	       cmd == KVS_SOCK_WAIT_FD || cmd == KVS_SOCK_REMOTE_TIER;
 }
 
 /*
@@ -549,6 +552,13 @@ static int sock_cmd(struct conn *c, const struct kvs_msg *h, uint8_t *ustruct)
 		ret = ring_setup(c, &rs);
 		if (!ret)
 			memcpy(ustruct, &rs, sizeof(rs));
+	} else if (h->cmd == KVS_SOCK_REMOTE_TIER) {
+		struct kvs_remote_tier rt;
+
+		memcpy(&rt, ustruct, sizeof(rt));
+		ret = kvsd_remote_tier_cmd(srv.d, c->cred.uid, c->cred.admin, &rt);
+		if (!ret)
+			memcpy(ustruct, &rt, sizeof(rt));
 	} else if (h->cmd == KVS_SOCK_WAIT_FD) {
 		struct kvs_wait_fd wf;
 

@@ -118,6 +118,43 @@ int kv_arbiter_call(struct kv_arbiter *arb, unsigned long cmd, void *arg)
 	return kv_dev_call(arb, cmd, arg);
 }
 
+static int kv_copy_name(char *dst, size_t size, const char *src)
+{
+	size_t len = src ? strlen(src) : 0;
+
+	if (len >= size)
+		return -ENAMETOOLONG;
+	memcpy(dst, src ? src : "", len + 1);
+	return 0;
+}
+
+int kv_arbiter_remote_tier(struct kv_arbiter *arb, uint32_t owner,
+			   const char *name, const char *tier, const char *ns,
+			   int off, uint32_t *pool_id)
+{
+	struct kvs_remote_tier rt;
+	int ret;
+
+	if (!arb->daemon)
+		return -EOPNOTSUPP;	/* the module has no remote tier */
+	memset(&rt, 0, sizeof(rt));
+	if (!name)
+		return -EINVAL;
+	ret = kv_copy_name(rt.pool, sizeof(rt.pool), name);
+	if (!ret)
+		ret = kv_copy_name(rt.tier, sizeof(rt.tier), tier);
+	if (!ret)
+		ret = kv_copy_name(rt.ns, sizeof(rt.ns), ns);
+	if (ret)
+		return ret;
+	rt.owner = owner;
+	rt.flags = off ? KVS_REMOTE_TIER_OFF : 0;
+	ret = kv_sock_call(arb, KVS_SOCK_REMOTE_TIER, &rt);
+	if (!ret && pool_id)
+		*pool_id = rt.pool_id;
+	return ret;
+}
+
 /* A user name, through NSS; the buffer grows while glibc says ERANGE. */
 static int kv_uid_by_name(const char *name, uint32_t *uid)
 {

@@ -119,6 +119,19 @@ int kv_arbiter_attach(struct kv_arbiter *arb, const char *name, uint64_t ns,
 		      struct kvs_pool_attach *info);
 
 /*
+ * kvshared only (KVS_SOCK_REMOTE_TIER): turn the remote tier named @tier
+ * in kvshared's configuration on for pool @name of uid @owner, its pages
+ * stored under namespace @ns (NULL or "": the pool's name); with @off
+ * turn the pool's tier off (@tier NULL, "" or its name).  Only the pool's
+ * owner or an admin may (-EPERM).  -EOPNOTSUPP on the module;
+ * -ENAMETOOLONG a name too long; the daemon's errors as <linux/kvshare.h>
+ * lists them.  *pool_id (may be NULL) receives the pool's id.
+ */
+int kv_arbiter_remote_tier(struct kv_arbiter *arb, uint32_t owner,
+			   const char *name, const char *tier, const char *ns,
+			   int off, uint32_t *pool_id);
+
+/*
  * A uid from decimal digits, or from a user name (getpwnam_r: in a static
  * binary that needs the NSS modules of the glibc it was linked with).
  * -EINVAL: neither a uid (0..4294967294) nor a known user.

@@ -96,8 +96,9 @@ start_redis() {
 
 # start_kvshared NAME POOLSPEC: socket $tmp/NAME.sock, metrics
 # $tmp/NAME.met, log $tmp/NAME.log; 0 once ready, else 1 (status in
-# $tmp/NAME.status).
+# $tmp/NAME.status).  POOLSPEC "": no --pool; kvsd_args: more flags.
 declare -A kvsd_pid
+kvsd_args=()
 start_kvshared() {
 	local name=$1 spec=$2 i
 	# A host started again under its name must not be taken for ready
@@ -105,7 +106,8 @@ start_kvshared() {
 	: >"$tmp/$name.log"
 	rm -f "$tmp/$name.sock" "$tmp/$name.status"
 	"${kvsd_bin:-$build/kvshared}" --mode socket --socket "$tmp/$name.sock" \
-		--metrics "unix:$tmp/$name.met" --pool "$spec" 2>"$tmp/$name.log" &
+		--metrics "unix:$tmp/$name.met" ${spec:+--pool "$spec"} \
+		"${kvsd_args[@]}" 2>"$tmp/$name.log" &
 	kvsd_pid[$name]=$!
 	pids+=($!)
 	for i in $(seq 100); do

@@ -30,3 +30,14 @@ $(BUILD)/tests/remote_lookup_storm: tests/remote/lookup_storm.c $(LIBKV)
 	$(CC) $(CFLAGS) $(LIBKV_CFLAGS) -o $@ $^ $(LIBKV_LDLIBS)
 
 ALL_TARGETS += $(BUILD)/tests/remote_lookup_storm
+
+# Named tiers turned on at run time by a pool's owner (KVS_SOCK_REMOTE_TIER).
+$(BUILD)/tests/remote_tier_test: tests/remote/tier_test.sh tests/remote/lib.sh \
+		tests/remote/tier_req.py $(BUILD)/san/kvshared $(BUILD)/kvctl \
+		$(BUILD)/kvserve
+	@mkdir -p $(@D)
+	cp $< $@
+	chmod +x $@
+
+ALL_TARGETS += $(BUILD)/tests/remote_tier_test
+HOST_TESTS  += $(BUILD)/tests/remote_tier_test

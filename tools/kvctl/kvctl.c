@@ -22,7 +22,7 @@ static int cmd_help(struct kvctl *k, int argc, char **argv);
 
 static const struct kvctl_cmd commands[] = {
 	{ "info", cmd_info, "arbiter ABI version, limits and features" },
-	{ "pool", kvctl_pool_main, "create, list, show or destroy pools" },
+	{ "pool", kvctl_pool_main, "create, list, show or destroy pools; their remote tier" },
 	{ "pages", kvctl_pages_main, "list the pages of a pool with their state" },
 	{ "stats", kvctl_stats_main, "a pool's counters; --check verifies invariants" },
 	{ "user", kvctl_user_main, "a user's pools and pages against the per-user limits" },
@@ -38,7 +38,7 @@ static void usage(FILE *f)
 	      "Commands:\n", f);
 	for (c = commands; c->name; c++)
 		fprintf(f, "  %-8s %s\n", c->name, c->summary);
-	fputs("\nSubcommands of pool: create, list, show, destroy.\n"
+	fputs("\nSubcommands of pool: create, list, show, destroy, remote.\n"
 	      "The arbiter is --device PATH (the module's device or the kvshared\n"
 	      "socket), else $KVSHARE_DEVICE, else " KVCTL_DEFAULT_DEVICE " if it\n"
 	      "exists, else the daemon's socket " KVS_DAEMON_SOCKET ".\n"

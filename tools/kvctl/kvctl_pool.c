@@ -31,7 +31,9 @@ static void pool_usage(void)
 	      "                         [--memory | --mem-fd FD]\n"
 	      "       kvctl pool list [--json]\n"
 	      "       kvctl pool show NAME [--owner UID|USER] [--json]\n"
-	      "       kvctl pool destroy NAME [--owner UID|USER]\n\n"
+	      "       kvctl pool destroy NAME [--owner UID|USER]\n"
+	      "       kvctl pool remote NAME --tier T [--namespace NS] [--off]\n"
+	      "                         [--owner UID|USER]\n\n"
 	      "create   make a pool, owned by you; its page size follows from the\n"
 	      "         geometry.  --mode: octal permission bits (default 0660);\n"
 	      "         --quota: pages one open file may hold (default: all);\n"
@@ -44,6 +46,10 @@ static void pool_usage(void)
 	      "list     one line per pool, with its owner (UID).\n"
 	      "show     a pool's descriptor and counters.\n"
 	      "destroy  remove a pool's name; it goes when its last user closes.\n"
+	      "remote   (kvshared) turn remote tier T of kvshared's configuration\n"
+	      "         on for the pool, its pages stored under namespace NS\n"
+	      "         (default: the pool's name); --off turns it off.  Only the\n"
+	      "         pool's owner or an admin may.\n"
 	      "NAME is the pool of that name owned by --owner, else by\n"
 	      "$KVSHARE_POOL_OWNER, else by you, else by the default owner (see\n"
 	      "'kvctl --help').  Counts take k, M, G suffixes (64k = 65536).\n", stdout);
@@ -626,11 +632,90 @@ static int pool_destroy(struct kvctl *k, int argc, char **argv)
 	return kvctl_ioc_err("pool destroy", err, msg);
 }
 
+static int remote_err(const struct kvs_pool_desc *d, const char *tier, int off,
+		      int err)
+{
+	char msg[200];
+
+	if (err == EPERM)
+		snprintf(msg, sizeof(msg), "only the owner (uid %u) or an admin "
+			 "may turn pool '%s''s remote tier %s", d->uid, d->name,
+			 off ? "off" : "on");
+	else if (err == ENOENT && off)
+		snprintf(msg, sizeof(msg), "pool '%s' has no remote tier%s%s",
+			 d->name, tier ? " " : "", tier ? tier : "");
+	else if (err == ENOENT)
+		snprintf(msg, sizeof(msg), "kvshared has no remote tier '%s' "
+			 "([remote NAME] or --remote)", tier);
+	else if (err == EBUSY)
+		snprintf(msg, sizeof(msg), off ? "pool '%s''s tier is set by "
+			 "kvshared's configuration" : "pool '%s' has a remote tier "
+			 "already (--off first)", d->name);
+	else if (err == EOPNOTSUPP)
+		snprintf(msg, sizeof(msg), "remote tiers need kvshared and a pool "
+			 "with host memory");
+	else if (err == EDQUOT || err == ENOSPC)
+		snprintf(msg, sizeof(msg), "too many remote tiers turned on (%s)",
+			 err == EDQUOT ? "yours" : "kvshared's");
+	else if (err == EINVAL)
+		snprintf(msg, sizeof(msg), "bad tier name or namespace (1..%d of "
+			 "A-Z a-z 0-9 . _ -)", KVS_REMOTE_NS_MAX - 1);
+	else
+		return kvctl_ioc_err("pool remote", err, NULL);
+	return kvctl_ioc_err("pool remote", err, msg);
+}
+
+static int pool_remote(struct kvctl *k, int argc, char **argv)
+{
+	struct kvctl_opt o[] = { KVCTL_ARG("--tier"), KVCTL_ARG("--namespace"),
+				 KVCTL_FLAG("--off"), KVCTL_ARG("--owner"),
+				 KVCTL_END };
+	const char *tier, *ns;
+	struct kvs_pool_desc d;
+	char *name;
+	int n_pos, ret, off;
+
+	ret = kvctl_parse("pool remote", argc, argv, o, &name, 1, &n_pos);
+	if (ret < 0) {
+		pool_usage();
+		return KVCTL_OK;
+	}
+	if (ret)
+		return ret;
+	if (!n_pos)
+		return kvctl_usage_err("pool remote", "missing pool NAME");
+	tier = o[0].val;
+	ns = o[1].val;
+	off = o[2].set;
+	if (!off && !tier)
+		return kvctl_usage_err("pool remote", "missing --tier T");
+	if (off && ns)
+		return kvctl_usage_err("pool remote", "--namespace goes with turning on");
+	if ((tier && strlen(tier) >= KVS_NAME_MAX) ||
+	    (ns && strlen(ns) >= KVS_REMOTE_NS_MAX))
+		return kvctl_usage_err("pool remote", "--tier is 1..%d and --namespace "
+				       "1..%d bytes", KVS_NAME_MAX - 1,
+				       KVS_REMOTE_NS_MAX - 1);
+	ret = kvctl_pool_find(k, "pool remote", name, o[3].val, &d);
+	if (ret)
+		return ret;
+	ret = -kv_arbiter_remote_tier(k->arb, d.uid, d.name, tier, ns, off, NULL);
+	if (ret)
+		return remote_err(&d, tier, off, ret);
+	if (off)
+		printf("pool '%s': remote tier off\n", d.name);
+	else
+		printf("pool '%s': remote tier '%s' on, namespace '%s'\n", d.name,
+		       tier, ns ? ns : d.name);
+	return KVCTL_OK;
+}
+
 static const struct kvctl_cmd pool_cmds[] = {
 	{ "create", pool_create, NULL },
 	{ "list", pool_list, NULL },
 	{ "show", pool_show, NULL },
 	{ "destroy", pool_destroy, NULL },
+	{ "remote", pool_remote, NULL },
 	{ NULL, NULL, NULL }
 };
 
@@ -649,7 +734,8 @@ int kvctl_pool_main(struct kvctl *k, int argc, char **argv)
 	for (c = pool_cmds; c->name; c++)
 		if (!strcmp(c->name, argv[0]))
 			return c->run(k, argc - 1, argv + 1);
-	kvctl_err("pool: unknown subcommand '%s' (create, list, show, destroy)",
+	kvctl_err("pool: unknown subcommand '%s' (create, list, show, destroy, "
+		  "remote)",
 		  argv[0]);
 	return KVCTL_USAGE;
 }

@@ -730,9 +730,38 @@ struct kvs_msg {
  *   Errors: EINVAL flags or reserved or wait_fd set; EBUSY the connection
  *   has one already; EMFILE or ENOMEM the daemon could not make it.
  *
+ * KVS_SOCK_REMOTE_TIER: turn a remote tier of kvshared's configuration
+ * (a [remote NAME] section or --remote NAME:...; docs/remote.md) on or
+ * off for the pool named pool of owner uid owner.  Only the pool's owner
+ * (the connection's uid == the pool's uid) or an admin may; a pool's tier
+ * set by a pool's remote_* keys is the configuration's and stays.
+ *   pool, owner: in; the pool.
+ *   tier: in, the tier's name (NUL-terminated); with KVS_REMOTE_TIER_OFF
+ *         "" or the name of the pool's tier.
+ *   ns:   in, the namespace its pages are stored under in Redis ("": the
+ *         pool's name), 1..KVS_REMOTE_NS_MAX-1 of [A-Za-z0-9._-]; "" with
+ *         KVS_REMOTE_TIER_OFF.
+ *   pool_id: out (0 in).  Nothing of the tier's configuration comes back.
+ * On: the tier's thread starts and connects in the background; the pool
+ * serves without it until its Redis answers (kvshare_remote_up).  Off:
+ * the thread stops; the pool's pages stay.  Destroying the pool turns
+ * its tier off.
+ * Errors: EINVAL flags, pad, reserved or pool_id set, a name without its
+ *         NUL, a bad namespace; ENOENT no such pool, no such tier, or (off)
+ *         no tier on the pool; EPERM neither the pool's owner nor an
+ *         admin; EBUSY (on) the pool has a tier already, or (off) its tier
+ *         is the configuration's; EOPNOTSUPP the pool has no host memory;
+ *         EDQUOT the caller has KVS_REMOTE_TIER_UID_MAX run-time tiers on,
+ *         ENOSPC kvshared has KVS_REMOTE_TIER_MAX; ENOMEM.
+ *
  * The socket-only commands are matched by their whole number (size bits
  * included), and take no descriptor.
  */
+#define KVS_REMOTE_NS_MAX	64	/* ns buffer, NUL included */
+#define KVS_REMOTE_TIER_OFF	(1u << 0)
+#define KVS_REMOTE_TIER_VALID	(KVS_REMOTE_TIER_OFF)
+#define KVS_REMOTE_TIER_MAX	64	/* run-time tiers on at once */
+#define KVS_REMOTE_TIER_UID_MAX	4	/* of them turned on by one non-admin uid */
 #define KVS_RING_MIN		4096u
 #define KVS_RING_NEED_WAKEUP	(1u << 0)
 
@@ -764,6 +793,17 @@ struct kvs_ring_enter {
 	__u64 reserved[2];
 };
 
+struct kvs_remote_tier {
+	char pool[KVS_NAME_MAX];	/* in */
+	char tier[KVS_NAME_MAX];	/* in */
+	char ns[KVS_REMOTE_NS_MAX];	/* in; "": the pool's name */
+	__u32 owner;			/* in: the pool's uid */
+	__u32 flags;			/* KVS_REMOTE_TIER_* */
+	__u32 pool_id;			/* out */
+	__u32 pad;
+	__u64 reserved[2];
+};
+
 struct kvs_wait_fd {
 	__u32 flags;			/* must be 0 */
 	__s32 wait_fd;			/* out: 0, the descriptor sent with the reply */
@@ -790,5 +830,6 @@ struct kvs_wait_fd {
 #define KVS_SOCK_RING_SETUP	_IOWR(KVS_IOC_MAGIC, 0x40, struct kvs_ring_setup)
 #define KVS_SOCK_RING_ENTER	_IOWR(KVS_IOC_MAGIC, 0x41, struct kvs_ring_enter)
 #define KVS_SOCK_WAIT_FD	_IOWR(KVS_IOC_MAGIC, 0x42, struct kvs_wait_fd)
+#define KVS_SOCK_REMOTE_TIER	_IOWR(KVS_IOC_MAGIC, 0x43, struct kvs_remote_tier)
 
 #endif /* _UAPI_LINUX_KVSHARE_H */
