@@ -68,12 +68,8 @@ PyObject *bench_lookup_put(PyObject *mod, PyObject *args)
 	if (!PyArg_ParseTuple(args, "O!OO&", &Pool_Type, &p, &keys_o, conv_u32, &iters))
 		return NULL;
 	POOL_OPEN(p, NULL);
-	if (keys_from(keys_o, &kb, &n))
+	if (keys_batch_from(keys_o, &kb, &n, "keys"))
 		return NULL;
-	if (check_batch(n, "keys")) {
-		PyBuffer_Release(&kb);
-		return NULL;
-	}
 	pages = PyMem_Malloc(n * 4);
 	if (!pages) {
 		PyBuffer_Release(&kb);

@@ -57,6 +57,7 @@ int u32_from(PyObject *obj, struct u32in *in, const char *what);
 void u32_release(struct u32in *in);
 int keys_from(PyObject *obj, Py_buffer *view, Py_ssize_t *n);
 int check_batch(Py_ssize_t n, const char *what);
+int keys_batch_from(PyObject *obj, Py_buffer *view, Py_ssize_t *n, const char *what);
 PyObject *new_u32(Py_ssize_t n, uint32_t **data);
 PyObject *new_keys(Py_ssize_t n, struct kvs_key **data);
 int u32_arg(PyObject *o, uint32_t *out, const char *what);

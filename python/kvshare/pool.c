@@ -177,12 +177,8 @@ static PyObject *Pool_alloc_claim(PoolObject *self, PyObject *keys_o)
 	int ret;
 
 	POOL_OPEN(self, NULL);
-	if (keys_from(keys_o, &kb, &n))
+	if (keys_batch_from(keys_o, &kb, &n, "alloc_claim"))
 		return NULL;
-	if (check_batch(n, "alloc_claim")) {
-		PyBuffer_Release(&kb);
-		return NULL;
-	}
 	out = new_u32(n, &pages);
 	if (!out) {
 		PyBuffer_Release(&kb);
@@ -379,12 +375,8 @@ static PyObject *Pool_lookup(PoolObject *self, PyObject *args, PyObject *kw)
 		return NULL;
 	if (wait_o && ms_arg(wait_o, &wait_ms, "lookup: wait_ms"))
 		return NULL;
-	if (keys_from(keys_o, &kb, &n))
+	if (keys_batch_from(keys_o, &kb, &n, "lookup"))
 		return NULL;
-	if (check_batch(n, "lookup")) {
-		PyBuffer_Release(&kb);
-		return NULL;
-	}
 	pages = PyMem_Malloc(n * sizeof(*pages));
 	if (!pages) {
 		PyBuffer_Release(&kb);
@@ -431,12 +423,8 @@ static PyObject *Pool_contains(PoolObject *self, PyObject *keys_o)
 	int ret;
 
 	POOL_OPEN(self, NULL);
-	if (keys_from(keys_o, &kb, &n))
+	if (keys_batch_from(keys_o, &kb, &n, "contains"))
 		return NULL;
-	if (check_batch(n, "contains")) {
-		PyBuffer_Release(&kb);
-		return NULL;
-	}
 	self->busy++;
 	Py_BEGIN_ALLOW_THREADS
 	ret = kv_lookup_peek(self->arb, kb.buf, (uint32_t)n);

@@ -125,6 +125,18 @@ int check_batch(Py_ssize_t n, const char *what)
 	return 0;
 }
 
+/* keys_from() then check_batch(): the view is held only on success. */
+int keys_batch_from(PyObject *obj, Py_buffer *view, Py_ssize_t *n, const char *what)
+{
+	if (keys_from(obj, view, n))
+		return -1;
+	if (check_batch(*n, what)) {
+		PyBuffer_Release(view);
+		return -1;
+	}
+	return 0;
+}
+
 PyObject *new_u32(Py_ssize_t n, uint32_t **data)
 {
 	npy_intp dims[1] = { n };

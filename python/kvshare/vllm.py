@@ -231,6 +231,11 @@ class KVShareConnector(KVConnectorBase_V1):
         logger.warning("kvshare: pool %r failed (%s); recomputing without it for "
                        "%.1f s", self._pool_name, e, self._opts["retry_s"])
         self._retry_at = time.monotonic() + self._opts["retry_s"]
+        self._close_pool()
+
+    def _close_pool(self):
+        """Let go of the copier's views, then of the handle (the arbiter then
+        drops everything it held)."""
         if self._copier is not None:
             self._copier.release()
         pool, self._pool = self._pool, None
@@ -532,11 +537,4 @@ class KVShareConnector(KVConnectorBase_V1):
         super().clear_connector_metadata()
 
     def shutdown(self):
-        if self._copier is not None:
-            self._copier.release()
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            try:
-                pool.close()
-            except (BufferError, kvshare.Error):
-                pass
+        self._close_pool()

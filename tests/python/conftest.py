@@ -14,6 +14,7 @@ from kvshare.session import Daemon
 BUILD = os.environ.get("KVS_BUILD") or os.path.join(
     os.path.dirname(__file__), "..", "..", "build")
 KVPY_REF = os.path.join(BUILD, "tests", "kvpy_ref")
+STUB_DIR = os.path.abspath(os.path.join(BUILD, "tests", "gpu"))
 _ids = itertools.count()
 
 
@@ -48,6 +49,24 @@ def own_daemon():
             d.proc.send_signal(signal.SIGCONT)
         st = d.stop()
     assert st == 0, "the test's own kvshared exited with status %s" % st
+
+
+def cuda_daemon_serving(monkeypatch, pools):
+    """A kvshared serving @pools (memory=cuda specs) on the CUDA driver
+    stand-in, for a fixture to ``yield from``: skips when the stand-in is
+    not built or cannot hold the pools; must exit 0 at the end."""
+    if not os.path.exists(os.path.join(STUB_DIR, "libcuda.so.1")):
+        pytest.skip("the CUDA driver stand-in is not built (%s/libcuda.so.1)" % STUB_DIR)
+    old = os.environ.get("LD_LIBRARY_PATH")
+    monkeypatch.setenv("LD_LIBRARY_PATH", STUB_DIR + (":" + old if old else ""))
+    d = Daemon(pools=pools, kvshared=_kvshared())
+    try:
+        d.start()
+    except RuntimeError as e:
+        pytest.skip("kvshared cannot create a memory=cuda pool on the stand-in: %s" % e)
+    yield d
+    st = d.stop()
+    assert st == 0, "kvshared exited with status %s" % st
 
 
 @pytest.fixture

@@ -14,10 +14,8 @@ import textwrap
 
 import pytest
 
-from conftest import BUILD, _kvshared
-from kvshare.session import Daemon
+from conftest import cuda_daemon_serving
 
-STUB_DIR = os.path.abspath(os.path.join(BUILD, "tests", "gpu"))
 SPEC = ("gpy:pages=64,layers=2,kv_heads=2,head_dim=8,tokens_per_page=4,"
         "dtype=bf16,mode=0600,memory=cuda")
 
@@ -83,18 +81,7 @@ CHILD = textwrap.dedent(r'''
 
 @pytest.fixture
 def cuda_daemon(monkeypatch):
-    if not os.path.exists(os.path.join(STUB_DIR, "libcuda.so.1")):
-        pytest.skip("the CUDA driver stand-in is not built (%s/libcuda.so.1)" % STUB_DIR)
-    old = os.environ.get("LD_LIBRARY_PATH")
-    monkeypatch.setenv("LD_LIBRARY_PATH", STUB_DIR + (":" + old if old else ""))
-    d = Daemon(pools=[SPEC], kvshared=_kvshared())
-    try:
-        d.start()
-    except RuntimeError as e:
-        pytest.skip("kvshared cannot create a memory=cuda pool on the stand-in: %s" % e)
-    yield d
-    st = d.stop()
-    assert st == 0, "kvshared exited with status %s" % st
+    yield from cuda_daemon_serving(monkeypatch, [SPEC])
 
 
 def test_device_pool_is_cuda_dlpack_only(cuda_daemon):

@@ -94,6 +94,15 @@ def same_pages(host_a, slots_a, host_b, slots_b, n):
                            H.page_bytes(host_b, slots_b[i * PS])) for i in range(n))
 
 
+def round_trip(writer, host_w, reader, host_r, keys):
+    """@writer stores the pages of @keys from @host_w; @reader then loads
+    every one of them into @host_r, byte for byte."""
+    slots = stored(host_w, keys)
+    assert all(writer.batch_set_v1(keys, slots))
+    n, got = H.prefetch(SG, reader, host_r, keys)
+    assert n == len(keys) and same_pages(host_w, slots, host_r, got, n)
+
+
 # -- construction ---------------------------------------------------------------
 
 def test_factory_builds_it_and_creates_the_pool_with_the_engines_geometry(
@@ -141,11 +150,7 @@ def test_a_pool_with_a_namespace_per_uid_works_too(daemon, pools, arbiter):
     hw, hr = host_pool(), host_pool()
     w = H.attach(SG, H.storage_config(SG, H.kvshare_extra(name, arbiter=daemon.socket)), hw)
     r = H.attach(SG, H.storage_config(SG, H.kvshare_extra(name, arbiter=daemon.socket)), hr)
-    keys = chain(3)
-    slots = stored(hw, keys)
-    assert all(w.batch_set_v1(keys, slots))
-    n, got = H.prefetch(SG, r, hr, keys)
-    assert n == 3 and same_pages(hw, slots, hr, got, 3)
+    round_trip(w, hw, r, hr, chain(3))
     w.close()
     r.close()
 
@@ -378,10 +383,7 @@ def test_another_model_rank_layout_or_tenant_never_hits(daemon, pools):
     h0, h1 = host_pool(mla=True), host_pool(mla=True)
     r0 = backend(daemon, name2, h0, mla=True, tp_rank=0, tp_size=2)
     r1 = backend(daemon, name2, h1, mla=True, tp_rank=1, tp_size=2)
-    slots = stored(h0, keys)
-    assert all(r0.batch_set_v1(keys, slots))
-    n, s1 = H.prefetch(SG, r1, h1, keys)
-    assert n == 4 and same_pages(h0, slots, h1, s1, 4)
+    round_trip(r0, h0, r1, h1, keys)
     r0.close()
     r1.close()
 
@@ -645,10 +647,7 @@ def test_a_foreign_owners_pool_of_the_same_name_is_never_used(daemon, arbiter):
         b = backend(daemon, name, host)                 # create: root's own pool
         keys = H.page_keys(list(range(4 * 16)), 16)
         assert b.batch_exists(keys) == 0                # the poison is not in it
-        slots = stored(host, keys)
-        assert all(b.batch_set_v1(keys, slots))
-        n, dst = H.prefetch(SG, b, host, keys)
-        assert n == 4 and same_pages(host, slots, host, dst, 4)
+        round_trip(b, host, b, host, keys)
         assert b.options.mode == 0o600 and b._local.handle.pool.owner == 0
         b.close()
         # Now root has one: the attacker is refused by its mode.

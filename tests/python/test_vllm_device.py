@@ -19,11 +19,9 @@ import textwrap
 
 import pytest
 
-from conftest import BUILD, _kvshared
-from kvshare.session import Daemon
+from conftest import cuda_daemon_serving
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-STUB_DIR = os.path.abspath(os.path.join(BUILD, "tests", "gpu"))
 GEO = "layers=3,kv_heads=2,head_dim=8,tokens_per_page=4,dtype=bf16,mode=0600,memory=cuda"
 POOLS = ["vgpu:pages=128," + GEO, "veng:pages=512," + GEO]
 
@@ -176,18 +174,7 @@ FAIL_CHILD = textwrap.dedent(r'''
 
 @pytest.fixture
 def cuda_daemon(monkeypatch):
-    if not os.path.exists(os.path.join(STUB_DIR, "libcuda.so.1")):
-        pytest.skip("the CUDA driver stand-in is not built (%s/libcuda.so.1)" % STUB_DIR)
-    old = os.environ.get("LD_LIBRARY_PATH")
-    monkeypatch.setenv("LD_LIBRARY_PATH", STUB_DIR + (":" + old if old else ""))
-    d = Daemon(pools=POOLS, kvshared=_kvshared())
-    try:
-        d.start()
-    except RuntimeError as e:
-        pytest.skip("kvshared cannot create a memory=cuda pool on the stand-in: %s" % e)
-    yield d
-    st = d.stop()
-    assert st == 0, "kvshared exited with status %s" % st
+    yield from cuda_daemon_serving(monkeypatch, POOLS)
 
 
 def run_child(script, env, *args):
