@@ -612,14 +612,11 @@ static void tier_stop(struct tier **pp)
 		 t->tier_name[0] ? " " : "", t->tier_name);
 }
 
-const char *kvsd_remote_tier_of(uint32_t pool_id, bool *runtime)
+const char *kvsd_remote_tier_of(uint32_t pool_id)
 {
 	struct tier *t = tier_of(pool_id);
 
-	if (!t)
-		return NULL;
-	*runtime = t->tier_name[0];
-	return t->tier_name;
+	return t ? t->tier_name : NULL;
 }
 
 int kvsd_remote_tier_off(uint32_t pool_id)
