@@ -141,8 +141,8 @@ int kvsd_remote_tier_cmd(struct kvsd *d, uint32_t uid, bool admin,
 	/* The names were checked: [A-Za-z0-9._-] only. */
 	kvsd_log_limited(KVSD_LOG_REMOTE_TIER,
 			 "uid %u: remote tier '%s' %s for pool '%s' of uid %u: %s", uid,
-		 rt->tier, rt->flags & KVS_REMOTE_TIER_OFF ? "off" : "on",
-		 rt->pool, rt->owner, ret ? strerror(-ret) : "done");
+			 rt->tier, rt->flags & KVS_REMOTE_TIER_OFF ? "off" : "on",
+			 rt->pool, rt->owner, ret ? strerror(-ret) : "done");
 	if (!ret)
 		rt->pool_id = pd.pool_id;
 	return ret;
