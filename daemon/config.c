@@ -98,20 +98,6 @@ static void usage(FILE *f)
 	      "2 on a usage or configuration error.\n", f);
 }
 
-static void cfg_err(const char *where, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-static void cfg_err(const char *where, const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "kvshared: %s: ", where);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
-
 /* Decimal or 0x hex, with an optional binary k/M/G suffix; nothing else. */
 static int parse_num(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
@@ -157,10 +143,10 @@ static int num_key(const char *where, const char *key, const char *val,
 	int ret = parse_num(val, min, max, out);
 
 	if (ret == -ERANGE)
-		cfg_err(where, "%s: '%s' is out of range (%llu..%llu)", key, val,
+		kvsd_err(where, "%s: '%s' is out of range (%llu..%llu)", key, val,
 			(unsigned long long)min, (unsigned long long)max);
 	else if (ret)
-		cfg_err(where, "%s: '%s' is not a number", key, val);
+		kvsd_err(where, "%s: '%s' is not a number", key, val);
 	return ret;
 }
 
@@ -185,7 +171,7 @@ static int bool_key(const char *where, const char *key, const char *val, bool *o
 		*out = false;
 		return 0;
 	}
-	cfg_err(where, "%s: '%s' is not yes or no", key, val);
+	kvsd_err(where, "%s: '%s' is not yes or no", key, val);
 	return -EINVAL;
 }
 
@@ -240,7 +226,7 @@ static int id_key(const char *where, const char *key, const char *val,
 
 	if (isdigit((unsigned char)val[0])) {
 		if (parse_num(val, 0, UINT32_MAX - 1, &v)) {
-			cfg_err(where, "%s: '%s' is not a valid id", key, val);
+			kvsd_err(where, "%s: '%s' is not a valid id", key, val);
 			return -EINVAL;
 		}
 		*out = v;
@@ -261,7 +247,7 @@ static int id_key(const char *where, const char *key, const char *val,
 			return 0;
 		}
 	}
-	cfg_err(where, "%s: no such %s '%s'", key, group ? "group" : "user", val);
+	kvsd_err(where, "%s: no such %s '%s'", key, group ? "group" : "user", val);
 	return -EINVAL;
 }
 
@@ -276,7 +262,7 @@ static int enum_key(const char *where, const char *key, const char *val,
 			return 0;
 		}
 	}
-	cfg_err(where, "%s: unknown value '%s'", key, val);
+	kvsd_err(where, "%s: unknown value '%s'", key, val);
 	return -EINVAL;
 }
 
@@ -327,7 +313,7 @@ static int pool_set_one(struct kvsd_pool_cfg *pc, int k, const char *where,
 		errno = 0;
 		m = strtoul(val, &end, 8);
 		if (!isdigit((unsigned char)val[0]) || errno || *end || m > 0777) {
-			cfg_err(where, "%s: '%s' is not an octal mode (0..0777)", key, val);
+			kvsd_err(where, "%s: '%s' is not an octal mode (0..0777)", key, val);
 			return -EINVAL;
 		}
 		pc->mode = m;
@@ -370,16 +356,16 @@ static int pool_set(struct pool_parse *pp, const char *where, const char *key,
 		if (!strcmp(pool_keys[k], key))
 			break;
 	if (k == PK_COUNT) {
-		cfg_err(where, "unknown pool key '%s'", key);
+		kvsd_err(where, "unknown pool key '%s'", key);
 		return -EINVAL;
 	}
 	if (pp->seen[k]) {
-		cfg_err(where, "pool key '%s' given twice", key);
+		kvsd_err(where, "pool key '%s' given twice", key);
 		return -EINVAL;
 	}
 	pp->seen[k] = true;
 	if (!*val) {
-		cfg_err(where, "pool key '%s' has no value", key);
+		kvsd_err(where, "pool key '%s' has no value", key);
 		return -EINVAL;
 	}
 	return pool_set_one(pp->pc, k, where, key, val);
@@ -403,20 +389,20 @@ static struct kvsd_pool_cfg *pool_new(struct kvsd_config *cfg, const char *where
 	unsigned int i;
 
 	if (!name_valid(name)) {
-		cfg_err(where, "bad pool name '%s' (1..%d of [A-Za-z0-9._-])", name,
+		kvsd_err(where, "bad pool name '%s' (1..%d of [A-Za-z0-9._-])", name,
 			KVS_NAME_MAX - 1);
 		return NULL;
 	}
 	for (i = 0; i < cfg->n_pools; i++) {
 		if (!strcmp(cfg->pools[i].name, name)) {
-			cfg_err(where, "pool '%s' is already defined at %s", name,
+			kvsd_err(where, "pool '%s' is already defined at %s", name,
 				cfg->pools[i].where);
 			return NULL;
 		}
 	}
 	pc = realloc(cfg->pools, (cfg->n_pools + 1) * sizeof(*pc));
 	if (!pc) {
-		cfg_err(where, "out of memory");
+		kvsd_err(where, "out of memory");
 		return NULL;
 	}
 	cfg->pools = pc;
@@ -442,22 +428,22 @@ static int pool_finish(struct pool_parse *pp)
 
 	for (i = 0; i < ARRAY_SIZE(required); i++) {
 		if (!pp->seen[required[i]]) {
-			cfg_err(pc->where, "pool '%s': missing key '%s'", pc->name,
+			kvsd_err(pc->where, "pool '%s': missing key '%s'", pc->name,
 				pool_keys[required[i]]);
 			return -EINVAL;
 		}
 	}
 	if (!kvsd_page_bytes(&pc->geom)) {
-		cfg_err(pc->where, "pool '%s': a page would exceed 1 GiB", pc->name);
+		kvsd_err(pc->where, "pool '%s': a page would exceed 1 GiB", pc->name);
 		return -EINVAL;
 	}
 	if (pc->quota > pc->n_pages) {
-		cfg_err(pc->where, "pool '%s': quota %u is above pages %llu", pc->name,
+		kvsd_err(pc->where, "pool '%s': quota %u is above pages %llu", pc->name,
 			pc->quota, (unsigned long long)pc->n_pages);
 		return -EINVAL;
 	}
 	if (pp->seen[PK_CUDA_DEVICE] && pc->mem != KVSD_MEM_CUDA) {
-		cfg_err(pc->where, "pool '%s': cuda_device needs memory=cuda", pc->name);
+		kvsd_err(pc->where, "pool '%s': cuda_device needs memory=cuda", pc->name);
 		return -EINVAL;
 	}
 	return kvsd_remote_cfg_finish(pc->remote, pc->where, pc->name,
@@ -473,20 +459,20 @@ static struct kvsd_tier_cfg *tier_new(struct kvsd_config *cfg, const char *where
 	unsigned int i;
 
 	if (!name_valid(name)) {
-		cfg_err(where, "bad remote tier name '%s' (1..%d of [A-Za-z0-9._-])",
+		kvsd_err(where, "bad remote tier name '%s' (1..%d of [A-Za-z0-9._-])",
 			name, KVS_NAME_MAX - 1);
 		return NULL;
 	}
 	for (i = 0; i < cfg->n_tiers; i++) {
 		if (!strcmp(cfg->tiers[i].name, name)) {
-			cfg_err(where, "remote tier '%s' is already defined at %s",
+			kvsd_err(where, "remote tier '%s' is already defined at %s",
 				name, cfg->tiers[i].where);
 			return NULL;
 		}
 	}
 	tc = realloc(cfg->tiers, (cfg->n_tiers + 1) * sizeof(*tc));
 	if (!tc) {
-		cfg_err(where, "out of memory");
+		kvsd_err(where, "out of memory");
 		return NULL;
 	}
 	cfg->tiers = tc;
@@ -500,7 +486,7 @@ static struct kvsd_tier_cfg *tier_new(struct kvsd_config *cfg, const char *where
 static int tier_finish(struct kvsd_tier_cfg *tc)
 {
 	if (!tc->rc) {
-		cfg_err(tc->where, "remote tier '%s' has no keys", tc->name);
+		kvsd_err(tc->where, "remote tier '%s' has no keys", tc->name);
 		return -EINVAL;
 	}
 	return kvsd_remote_cfg_finish(tc->rc, tc->where, NULL, false);
@@ -531,7 +517,7 @@ static int tier_flag(struct kvsd_config *cfg, const char *arg)
 		char *eq = strchr(item, '=');
 
 		if (!eq) {
-			cfg_err(tc->where, "'%s' is not KEY=VALUE", item);
+			kvsd_err(tc->where, "'%s' is not KEY=VALUE", item);
 			ret = -EINVAL;
 			goto out;
 		}
@@ -571,7 +557,7 @@ static int pool_flag(struct kvsd_config *cfg, const char *arg)
 		char *eq = strchr(item, '=');
 
 		if (!eq) {
-			cfg_err(pp.pc->where, "'%s' is not KEY=VALUE", item);
+			kvsd_err(pp.pc->where, "'%s' is not KEY=VALUE", item);
 			ret = -EINVAL;
 			goto out;
 		}
@@ -591,11 +577,11 @@ static int check_path(const char *where, const char *what, const char *path)
 	size_t max = sizeof(((struct sockaddr_un *)0)->sun_path) - 1;
 
 	if (!*path) {
-		cfg_err(where, "empty %s path", what);
+		kvsd_err(where, "empty %s path", what);
 		return -EINVAL;
 	}
 	if (strlen(path) > max) {
-		cfg_err(where, "%s path '%s' is longer than %zu bytes", what, path, max);
+		kvsd_err(where, "%s path '%s' is longer than %zu bytes", what, path, max);
 		return -EINVAL;
 	}
 	return 0;
@@ -667,9 +653,9 @@ static int check_metrics(const char *where, const char *spec)
 		return check_path(where, "metrics socket", spec + 5);
 	ret = kvsd_metrics_addr(spec, &ss, &len);
 	if (ret == -EPERM)
-		cfg_err(where, "'%s': only loopback addresses are accepted", spec);
+		kvsd_err(where, "'%s': only loopback addresses are accepted", spec);
 	else if (ret)
-		cfg_err(where, "'%s': want unix:/PATH, 127.0.0.1:PORT, [::1]:PORT "
+		kvsd_err(where, "'%s': want unix:/PATH, 127.0.0.1:PORT, [::1]:PORT "
 			"or localhost:PORT", spec);
 	return ret ? -EINVAL : 0;
 }
@@ -767,7 +753,7 @@ static int daemon_key(struct kvsd_config *cfg, const struct flags_seen *fs,
 	int i;
 
 	if (!*val) {
-		cfg_err(where, "'%s' has no value", key);
+		kvsd_err(where, "'%s' has no value", key);
 		return -EINVAL;
 	}
 	if (!strcmp(key, "socket")) {
@@ -791,7 +777,7 @@ static int daemon_key(struct kvsd_config *cfg, const struct flags_seen *fs,
 		}
 		return num_opt_set(cfg, i, where, key, val);
 	}
-	cfg_err(where, "unknown [daemon] key '%s'", key);
+	kvsd_err(where, "unknown [daemon] key '%s'", key);
 	return -EINVAL;
 }
 
@@ -827,7 +813,7 @@ static int file_section(struct file_parse *fp, const char *where, char *line)
 	int ret = 0;
 
 	if (!end || trim(end + 1)[0]) {
-		cfg_err(where, "bad section header '%s'", line);
+		kvsd_err(where, "bad section header '%s'", line);
 		return -EINVAL;
 	}
 	*end = '\0';
@@ -843,7 +829,7 @@ static int file_section(struct file_parse *fp, const char *where, char *line)
 		return ret;
 	if (!strcmp(body, "daemon")) {
 		if (fp->daemon_seen) {
-			cfg_err(where, "second [daemon] section");
+			kvsd_err(where, "second [daemon] section");
 			return -EINVAL;
 		}
 		fp->daemon_seen = fp->in_daemon = true;
@@ -861,7 +847,7 @@ static int file_section(struct file_parse *fp, const char *where, char *line)
 		fp->tier = tier_new(fp->cfg, where, trim(body + 7));
 		return fp->tier ? 0 : -EINVAL;
 	}
-	cfg_err(where, "unknown section [%s] (want [daemon], [pool NAME] or "
+	kvsd_err(where, "unknown section [%s] (want [daemon], [pool NAME] or "
 		"[remote NAME])", body);
 	return -EINVAL;
 }
@@ -897,7 +883,7 @@ static int file_line(struct file_parse *fp, const char *where, char *line)
 		return file_section(fp, where, line);
 	eq = strchr(line, '=');
 	if (!eq) {
-		cfg_err(where, "expected KEY = VALUE, got '%s'", line);
+		kvsd_err(where, "expected KEY = VALUE, got '%s'", line);
 		return -EINVAL;
 	}
 	*eq = '\0';
@@ -908,11 +894,11 @@ static int file_line(struct file_parse *fp, const char *where, char *line)
 	if (fp->tier)
 		return kvsd_remote_tier_set(&fp->tier->rc, where, key, val);
 	if (!fp->in_daemon) {
-		cfg_err(where, "'%s' outside a section", key);
+		kvsd_err(where, "'%s' outside a section", key);
 		return -EINVAL;
 	}
 	if (daemon_key_repeated(fp, key)) {
-		cfg_err(where, "'%s' given twice", key);
+		kvsd_err(where, "'%s' given twice", key);
 		return -EINVAL;
 	}
 	return daemon_key(fp->cfg, fp->fs, where, key, val);
@@ -928,7 +914,7 @@ static int config_file(struct kvsd_config *cfg, const struct flags_seen *fs)
 
 	f = fopen(cfg->config_file, "re");
 	if (!f) {
-		cfg_err(cfg->config_file, "%s", strerror(errno));
+		kvsd_err(cfg->config_file, "%s", strerror(errno));
 		return -EINVAL;
 	}
 	while (fgets(line, sizeof(line), f)) {
@@ -937,7 +923,7 @@ static int config_file(struct kvsd_config *cfg, const struct flags_seen *fs)
 		lineno++;
 		snprintf(where, sizeof(where), "%s:%u", cfg->config_file, lineno);
 		if (len == sizeof(line) - 1 && line[len - 1] != '\n') {
-			cfg_err(where, "line longer than %d bytes", KVSD_LINE_MAX);
+			kvsd_err(where, "line longer than %d bytes", KVSD_LINE_MAX);
 			ret = -EINVAL;
 			break;
 		}
@@ -946,7 +932,7 @@ static int config_file(struct kvsd_config *cfg, const struct flags_seen *fs)
 			break;
 	}
 	if (!ret && ferror(f)) {
-		cfg_err(cfg->config_file, "read error");
+		kvsd_err(cfg->config_file, "read error");
 		ret = -EINVAL;
 	}
 	if (!ret && fp.in_pool)
@@ -1051,7 +1037,7 @@ static int parse_args(int argc, char **argv, struct kvsd_config *cfg,
 			break;
 		case OPT_MODE:
 			if (mode_opt(optarg, &cfg->mode)) {
-				cfg_err("--mode", "'%s' is not auto, module or socket", optarg);
+				kvsd_err("--mode", "'%s' is not auto, module or socket", optarg);
 				return KVSD_EXIT_USAGE;
 			}
 			break;
@@ -1067,19 +1053,19 @@ static int parse_args(int argc, char **argv, struct kvsd_config *cfg,
 				return KVSD_EXIT_USAGE;
 			break;
 		case ':':
-			cfg_err(argv[optind - 1], "option needs a value");
+			kvsd_err(argv[optind - 1], "option needs a value");
 			return KVSD_EXIT_USAGE;
 		default:
-			cfg_err(argv[optind - 1], "unknown option (see kvshared --help)");
+			kvsd_err(argv[optind - 1], "unknown option (see kvshared --help)");
 			return KVSD_EXIT_USAGE;
 		}
 		if (ret) {
-			cfg_err("kvshared", "out of memory");
+			kvsd_err("kvshared", "out of memory");
 			return KVSD_EXIT_USAGE;
 		}
 	}
 	if (optind < argc) {
-		cfg_err(argv[optind], "unexpected argument (see kvshared --help)");
+		kvsd_err(argv[optind], "unexpected argument (see kvshared --help)");
 		return KVSD_EXIT_USAGE;
 	}
 	return 0;
@@ -1122,7 +1108,7 @@ int kvsd_config_load(int argc, char **argv, struct kvsd_config **out)
 		const struct kvsd_pool_cfg *pc = &cfg->pools[i];
 
 		if (pc->n_pages > cfg->max_pool_pages) {
-			cfg_err(pc->where, "pool '%s': %llu pages is above max_pool_pages %llu",
+			kvsd_err(pc->where, "pool '%s': %llu pages is above max_pool_pages %llu",
 				pc->name, (unsigned long long)pc->n_pages,
 				(unsigned long long)cfg->max_pool_pages);
 			ret = KVSD_EXIT_USAGE;

@@ -30,6 +30,7 @@
 #include "log.h"
 #include "loop.h"
 
+struct kvs_call;
 struct kvs_client;
 
 #define ARRAY_SIZE(a)	(sizeof(a) / sizeof((a)[0]))
@@ -56,6 +57,13 @@ struct kvsd {
  * fields are plain addresses.  Returns 0 or -errno.
  */
 int kvsd_self_cmd(struct kvsd *d, unsigned int cmd, void *arg);
+/*
+ * kvs_call's copy_in/copy_out for the daemon's own commands (the remote
+ * tier's too): pointer fields are plain addresses.  0 or -EFAULT.
+ */
+int kvsd_self_copy_in(struct kvs_call *call, void *dst, __u64 src, __u64 len);
+int kvsd_self_copy_out(struct kvs_call *call, __u64 dst, const void *src,
+		       __u64 len);
 
 /* All pools the arbiter knows now; *out is malloc'd.  0 or -errno. */
 int kvsd_pool_list(struct kvsd *d, struct kvs_pool_desc **out, uint32_t *n);

@@ -108,3 +108,14 @@ void kvsd_log_tick(void)
 		if (limiters[i].suppressed)
 			limiter_roll(&limiters[i], now);
 }
+
+void kvsd_err(const char *where, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "kvshared: %s: ", where);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}

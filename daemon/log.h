@@ -35,6 +35,13 @@ void kvsd_log_limited(enum kvsd_log_kind kind, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 /* Say how many lines were suppressed, for every kind whose window passed. */
 void kvsd_log_tick(void);
+/*
+ * An error at WHERE (a config line or option), "kvshared: WHERE: ...":
+ * config.c and remote_config.c, before the daemon serves anyone, so it
+ * is never limited.
+ */
+void kvsd_err(const char *where, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
 extern bool kvsd_verbose;
 

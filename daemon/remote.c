@@ -25,24 +25,6 @@
 struct tier *kvsd_remote_tiers;
 struct tier *kvsd_remote_stopping;
 
-static int own_copy_in(struct kvs_call *call, void *dst, __u64 src, __u64 len)
-{
-	(void)call;
-	if (len && !src)
-		return -EFAULT;
-	memcpy(dst, (const void *)(uintptr_t)src, len);
-	return 0;
-}
-
-static int own_copy_out(struct kvs_call *call, __u64 dst, const void *src, __u64 len)
-{
-	(void)call;
-	if (len && !dst)
-		return -EFAULT;
-	memcpy((void *)(uintptr_t)dst, src, len);
-	return 0;
-}
-
 /* A command of one of the tier's clients: admin, as the pool's owner. */
 static int tier_cmd(struct kvs_client *cl, uint32_t uid, unsigned int cmd,
 		    void *arg, void **mem_out)
@@ -50,8 +32,8 @@ static int tier_cmd(struct kvs_client *cl, uint32_t uid, unsigned int cmd,
 	struct kvs_cred cred = { .uid = uid, .gid = uid, .admin = 1 };
 	struct kvs_call call = {
 		.cred = &cred,
-		.copy_in = own_copy_in,
-		.copy_out = own_copy_out,
+		.copy_in = kvsd_self_copy_in,
+		.copy_out = kvsd_self_copy_out,
 	};
 	int ret;
 
@@ -630,14 +612,11 @@ static void tier_stop(struct tier **pp)
 		 t->tier_name[0] ? " " : "", t->tier_name);
 }
 
-const char *kvsd_remote_tier_of(uint32_t pool_id, bool *runtime)
+const char *kvsd_remote_tier_of(uint32_t pool_id)
 {
 	struct tier *t = tier_of(pool_id);
 
-	if (!t)
-		return NULL;
-	*runtime = t->tier_name[0];
-	return t->tier_name;
+	return t ? t->tier_name : NULL;
 }
 
 int kvsd_remote_tier_off(uint32_t pool_id)

@@ -76,8 +76,11 @@ struct kvsd_tier_spec {
 int kvsd_remote_tier_on(const struct kvsd_tier_spec *sp);
 /* Turn pool_id's tier off (its thread stops, then it is freed).  -ENOENT: none. */
 int kvsd_remote_tier_off(uint32_t pool_id);
-/* pool_id's tier's name ("": its pool's remote_* keys), NULL if none. */
-const char *kvsd_remote_tier_of(uint32_t pool_id, bool *runtime);
+/*
+ * pool_id's tier's name, NULL if none; "" for the tier of its pool's
+ * remote_* keys (the configuration's, not turned on at run time).
+ */
+const char *kvsd_remote_tier_of(uint32_t pool_id);
 /* Run-time tiers on or stopping: all of them, and those @uid turned on. */
 void kvsd_remote_tier_counts(uint32_t uid, unsigned int *all, unsigned int *of_uid);
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "log.h"
 #include "remote_config.h"
 
 #define PASSWORD_MAX	512
@@ -28,20 +29,6 @@ static const char *const keys[RK_COUNT] = {
 	"remote_queue", "remote_fetch_max", "remote_ttl_s",
 };
 
-static void rc_err(const char *where, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-static void rc_err(const char *where, const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "kvshared: %s: ", where);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
-
 static int yes_no(const char *where, const char *key, const char *val, bool *out)
 {
 	if (!strcmp(val, "yes") || !strcmp(val, "true") || !strcmp(val, "1"))
@@ -49,7 +36,7 @@ static int yes_no(const char *where, const char *key, const char *val, bool *out
 	else if (!strcmp(val, "no") || !strcmp(val, "false") || !strcmp(val, "0"))
 		*out = false;
 	else {
-		rc_err(where, "%s: '%s' is not yes or no", key, val);
+		kvsd_err(where, "%s: '%s' is not yes or no", key, val);
 		return -EINVAL;
 	}
 	return 0;
@@ -64,7 +51,7 @@ static int number(const char *where, const char *key, const char *val,
 	errno = 0;
 	v = strtoul(val, &end, 10);
 	if (!*val || *end || errno || v < min || v > max) {
-		rc_err(where, "%s: '%s' is not a number in %u..%u", key, val, min, max);
+		kvsd_err(where, "%s: '%s' is not a number in %u..%u", key, val, min, max);
 		return -EINVAL;
 	}
 	*out = (uint32_t)v;
@@ -75,7 +62,7 @@ static int str(const char *where, const char *key, const char *val, char **out)
 {
 	*out = strdup(val);
 	if (!*out) {
-		rc_err(where, "%s: out of memory", key);
+		kvsd_err(where, "%s: out of memory", key);
 		return -ENOMEM;
 	}
 	return 0;
@@ -95,12 +82,12 @@ static int nodes(struct kvsd_remote_cfg *rc, const char *where, const char *val)
 		port = colon ? strtol(colon + 1, &end, 10) : 0;
 		if (!colon || colon == item || colon - item >= 64 || *end ||
 		    port < 1 || port > 65535) {
-			rc_err(where, "remote: '%s' is not HOST:PORT", item);
+			kvsd_err(where, "remote: '%s' is not HOST:PORT", item);
 			ret = -EINVAL;
 			break;
 		}
 		if (rc->n_nodes == KVSD_REMOTE_MAX_NODES) {
-			rc_err(where, "remote: more than %d nodes", KVSD_REMOTE_MAX_NODES);
+			kvsd_err(where, "remote: more than %d nodes", KVSD_REMOTE_MAX_NODES);
 			ret = -EINVAL;
 			break;
 		}
@@ -111,7 +98,7 @@ static int nodes(struct kvsd_remote_cfg *rc, const char *where, const char *val)
 	}
 	free(copy);
 	if (!ret && !rc->n_nodes) {
-		rc_err(where, "remote: no node");
+		kvsd_err(where, "remote: no node");
 		ret = -EINVAL;
 	}
 	return ret;
@@ -150,23 +137,23 @@ int kvsd_remote_cfg_set(struct kvsd_remote_cfg **rcp, const char *where,
 		if (!strcmp(keys[k], key))
 			break;
 	if (k == RK_COUNT) {
-		rc_err(where, "unknown pool key '%s'", key);
+		kvsd_err(where, "unknown pool key '%s'", key);
 		return -EINVAL;
 	}
 	if (!*rcp)
 		*rcp = rc_new();
 	rc = *rcp;
 	if (!rc) {
-		rc_err(where, "out of memory");
+		kvsd_err(where, "out of memory");
 		return -ENOMEM;
 	}
 	if (rc->seen & (1u << k)) {
-		rc_err(where, "pool key '%s' given twice", key);
+		kvsd_err(where, "pool key '%s' given twice", key);
 		return -EINVAL;
 	}
 	rc->seen |= 1u << k;
 	if (!*val) {
-		rc_err(where, "pool key '%s' has no value", key);
+		kvsd_err(where, "pool key '%s' has no value", key);
 		return -EINVAL;
 	}
 	switch (k) {
@@ -188,8 +175,8 @@ int kvsd_remote_cfg_set(struct kvsd_remote_cfg **rcp, const char *where,
 		return str(where, key, val, &rc->tls_key);
 	case RK_NAMESPACE:
 		if (!ns_valid(val)) {
-			rc_err(where, "remote_namespace '%s': 1..%d of [A-Za-z0-9._-]",
-			       val, KVSD_RNS_MAX - 1);
+			kvsd_err(where, "remote_namespace '%s': 1..%d of [A-Za-z0-9._-]",
+				 val, KVSD_RNS_MAX - 1);
 			return -EINVAL;
 		}
 		snprintf(rc->ns, sizeof(rc->ns), "%s", val);
@@ -200,7 +187,7 @@ int kvsd_remote_cfg_set(struct kvsd_remote_cfg **rcp, const char *where,
 		else if (!strcmp(val, "none"))
 			rc->write = KVSD_REMOTE_WRITE_NONE;
 		else {
-			rc_err(where, "remote_write: '%s' is not publish or none", val);
+			kvsd_err(where, "remote_write: '%s' is not publish or none", val);
 			return -EINVAL;
 		}
 		return 0;
@@ -233,41 +220,41 @@ static int read_password(struct kvsd_remote_cfg *rc, const char *where)
 
 	fd = open(rc->password_file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0) {
-		rc_err(where, "remote_password_file '%s': %s", rc->password_file,
-		       strerror(errno));
+		kvsd_err(where, "remote_password_file '%s': %s", rc->password_file,
+			 strerror(errno));
 		return -EINVAL;
 	}
 	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-		rc_err(where, "remote_password_file '%s' is not a regular file",
-		       rc->password_file);
+		kvsd_err(where, "remote_password_file '%s' is not a regular file",
+			 rc->password_file);
 		goto fail;
 	}
 	if (st.st_uid != geteuid()) {
-		rc_err(where, "remote_password_file '%s' belongs to uid %u, not to "
-		       "kvshared's uid %u", rc->password_file, (unsigned int)st.st_uid,
-		       (unsigned int)geteuid());
+		kvsd_err(where, "remote_password_file '%s' belongs to uid %u, not to "
+			 "kvshared's uid %u", rc->password_file, (unsigned int)st.st_uid,
+			 (unsigned int)geteuid());
 		goto fail;
 	}
 	if (st.st_mode & 077) {
-		rc_err(where, "remote_password_file '%s' has mode %04o: others may "
-		       "read it; chmod 600 it", rc->password_file,
-		       (unsigned int)(st.st_mode & 07777));
+		kvsd_err(where, "remote_password_file '%s' has mode %04o: others may "
+			 "read it; chmod 600 it", rc->password_file,
+			 (unsigned int)(st.st_mode & 07777));
 		goto fail;
 	}
 	n = read(fd, buf, sizeof(buf) - 1);
 	close(fd);
 	fd = -1;
 	if (n < 0 || n > PASSWORD_MAX) {
-		rc_err(where, "remote_password_file '%s': %s", rc->password_file,
-		       n < 0 ? strerror(errno) : "longer than 512 bytes");
+		kvsd_err(where, "remote_password_file '%s': %s", rc->password_file,
+			 n < 0 ? strerror(errno) : "longer than 512 bytes");
 		goto fail;
 	}
 	buf[n] = '\0';
 	while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
 		buf[--n] = '\0';
 	if (!n || strpbrk(buf, "\r\n")) {
-		rc_err(where, "remote_password_file '%s': %s", rc->password_file,
-		       n ? "more than one line" : "empty");
+		kvsd_err(where, "remote_password_file '%s': %s", rc->password_file,
+			 n ? "more than one line" : "empty");
 		goto fail;
 	}
 	rc->password = strdup(buf);
@@ -292,9 +279,9 @@ int kvsd_remote_tier_set(struct kvsd_remote_cfg **rc, const char *where,
 
 	if (!strcmp(key, "namespace") || !strncmp(key, "remote", 6) ||
 	    strlen(key) > 40) {
-		rc_err(where, "unknown remote tier key '%s'%s", key,
-		       !strcmp(key, "namespace") ?
-		       " (each pool that turns the tier on names its own)" : "");
+		kvsd_err(where, "unknown remote tier key '%s'%s", key,
+			 !strcmp(key, "namespace") ?
+			 " (each pool that turns the tier on names its own)" : "");
 		return -EINVAL;
 	}
 	if (!strcmp(key, "nodes"))
@@ -316,48 +303,48 @@ int kvsd_remote_cfg_finish(struct kvsd_remote_cfg *rc, const char *where,
 		return 0;
 	if (!(rc->seen & (1u << RK_NODES))) {
 		if (pool)
-			rc_err(where, "pool '%s': remote_* keys without "
-			       "remote=HOST:PORT", pool);
+			kvsd_err(where, "pool '%s': remote_* keys without "
+				 "remote=HOST:PORT", pool);
 		else
-			rc_err(where, "remote tier without nodes=HOST:PORT");
+			kvsd_err(where, "remote tier without nodes=HOST:PORT");
 		return -EINVAL;
 	}
 	if (!pool)
 		goto checked;	/* a named tier: pool checks at turn-on */
 	if (!host_memory) {
-		rc_err(where, "pool '%s': a remote tier needs memory=host or hugetlb", pool);
+		kvsd_err(where, "pool '%s': a remote tier needs memory=host or hugetlb", pool);
 		return -EINVAL;
 	}
 	if (rc->user && !rc->password_file) {
-		rc_err(where, "pool '%s': remote_user needs remote_password_file", pool);
+		kvsd_err(where, "pool '%s': remote_user needs remote_password_file", pool);
 		return -EINVAL;
 	}
 	if ((rc->tls_ca || rc->tls_cert || rc->tls_key) && !rc->tls) {
-		rc_err(where, "pool '%s': remote_tls_* keys need remote_tls=yes", pool);
+		kvsd_err(where, "pool '%s': remote_tls_* keys need remote_tls=yes", pool);
 		return -EINVAL;
 	}
 	if (rc->tls_key && !rc->tls_cert) {
-		rc_err(where, "pool '%s': remote_tls_key needs remote_tls_cert", pool);
+		kvsd_err(where, "pool '%s': remote_tls_key needs remote_tls_cert", pool);
 		return -EINVAL;
 	}
 	if (!rc->ns[0]) {
 		if (!ns_valid(pool)) {
-			rc_err(where, "pool '%s': set remote_namespace", pool);
+			kvsd_err(where, "pool '%s': set remote_namespace", pool);
 			return -EINVAL;
 		}
 		snprintf(rc->ns, sizeof(rc->ns), "%s", pool);
 	}
 checked:
 	if (rc->user && !rc->password_file) {
-		rc_err(where, "remote_user needs remote_password_file");
+		kvsd_err(where, "remote_user needs remote_password_file");
 		return -EINVAL;
 	}
 	if ((rc->tls_ca || rc->tls_cert || rc->tls_key) && !rc->tls) {
-		rc_err(where, "remote_tls_* keys need remote_tls=yes");
+		kvsd_err(where, "remote_tls_* keys need remote_tls=yes");
 		return -EINVAL;
 	}
 	if (rc->tls_key && !rc->tls_cert) {
-		rc_err(where, "remote_tls_key needs remote_tls_cert");
+		kvsd_err(where, "remote_tls_key needs remote_tls_cert");
 		return -EINVAL;
 	}
 	if (rc->password_file)

@@ -76,12 +76,11 @@ static const struct kvsd_tier_cfg *find_tier(const struct kvsd_config *cfg,
 
 static int tier_off(const struct kvs_remote_tier *rt, uint32_t pool_id)
 {
-	bool runtime;
-	const char *on = kvsd_remote_tier_of(pool_id, &runtime);
+	const char *on = kvsd_remote_tier_of(pool_id);
 
 	if (!on || (rt->tier[0] && strcmp(on, rt->tier)))
 		return -ENOENT;
-	if (!runtime)
+	if (!on[0])
 		return -EBUSY;	/* the pool's remote_* keys: the configuration's */
 	return kvsd_remote_tier_off(pool_id);
 }
@@ -92,11 +91,10 @@ static int tier_on(struct kvsd *d, const struct kvs_remote_tier *rt,
 	const struct kvsd_tier_cfg *tc = find_tier(d->cfg, rt->tier);
 	struct kvsd_tier_spec spec = { 0 };
 	unsigned int all, mine;
-	bool runtime;
 
 	if (!tc)
 		return -ENOENT;
-	if (kvsd_remote_tier_of(pd->pool_id, &runtime))
+	if (kvsd_remote_tier_of(pd->pool_id))
 		return -EBUSY;
 	if (!pd->has_mem_fd || (pd->flags & KVS_POOL_DEVICE_MEM))
 		return -EOPNOTSUPP;	/* the tier copies host memory */
@@ -143,8 +141,8 @@ int kvsd_remote_tier_cmd(struct kvsd *d, uint32_t uid, bool admin,
 	/* The names were checked: [A-Za-z0-9._-] only. */
 	kvsd_log_limited(KVSD_LOG_REMOTE_TIER,
 			 "uid %u: remote tier '%s' %s for pool '%s' of uid %u: %s", uid,
-		 rt->tier, rt->flags & KVS_REMOTE_TIER_OFF ? "off" : "on",
-		 rt->pool, rt->owner, ret ? strerror(-ret) : "done");
+			 rt->tier, rt->flags & KVS_REMOTE_TIER_OFF ? "off" : "on",
+			 rt->pool, rt->owner, ret ? strerror(-ret) : "done");
 	if (!ret)
 		rt->pool_id = pd.pool_id;
 	return ret;

@@ -2,7 +2,7 @@
 # The remote tier end to end: real redis-server processes (one server, a
 # 3-master cluster with replicas, a TLS server) and two kvshared hosts.
 $(BUILD)/tests/remote_test: tests/remote/remote_test.sh tests/remote/lib.sh \
-		$(BUILD)/kvshared $(BUILD)/kvserve $(BUILD)/tests/remote_lookup_storm
+		$(BUILD)/kvshared $(BUILD)/kvctl $(BUILD)/kvserve $(BUILD)/tests/remote_lookup_storm
 	@mkdir -p $(@D)
 	cp $< $@
 	chmod +x $@

@@ -30,7 +30,7 @@ W=(--workers 2 --requests 4 --system-tokens 256 --doc-tokens 256 --docs 2
    --question-tokens 20 --verify 1)
 
 echo "TAP version 13"
-echo "1..37"
+echo "1..38"
 
 # ---- one redis-server -----------------------------------------------------------
 
@@ -41,6 +41,17 @@ spec=$(pool_spec "127.0.0.1:$r1" ",remote_namespace=t1")
 start_kvshared A "$spec" && start_kvshared B "$spec"
 check "two hosts start with the tier up" \
 	grep -q "remote tier up: 1 node, namespace 't1'" "$tmp/B.log"
+
+# The pool's remote_* keys are the configuration's: kvctl cannot turn
+# that tier off at run time (EBUSY), and it stays up.
+"$build/kvctl" --device "$tmp/A.sock" pool remote kvserve --off >"$tmp/cfgoff" 2>&1
+st=$?
+if [ "$st" != 0 ] && grep -q "set by kvshared's configuration" "$tmp/cfgoff" &&
+   [ "$(metric A '^kvshare_remote_up\{pool="kvserve"\}')" = 1 ]; then
+	ok "the configured tier cannot be turned off at run time (EBUSY)"
+else
+	notok "pool remote --off on the configured tier: status $st"; show "$tmp/cfgoff"
+fi
 
 # Auth: a wrong password is a clear error at startup, and never logged.
 printf 'not-the-password-%s\n' $$ >"$tmp/badpw"
