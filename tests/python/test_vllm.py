@@ -104,6 +104,20 @@ def test_factory_builds_both_roles(daemon, mkpool):
     eng.close()
 
 
+def test_shutdown_gives_the_pool_back(daemon, mkpool, arbiter):
+    """After serving, both roles hold the pool; once both have shut down the
+    arbiter counts no file of theirs (the handles really closed, with every
+    page they held)."""
+    name = mkpool(**geometry("NHD"))
+    eng = Engine(daemon.socket, name, "NHD")
+    serve(eng, prompts(12))
+    assert eng.worker.stats["saved_blocks"] > 0
+    assert arbiter.stats(name)["n_files"] >= 2
+    eng.close()
+    st = arbiter.stats(name)
+    assert st["n_files"] == 0 and st["n_held"] == 0, st
+
+
 def test_metadata_is_plain_data(daemon, mkpool):
     """build_connector_meta's result pickles and holds only plain types."""
     eng = Engine(daemon.socket, mkpool(**geometry("NHD")), "NHD")
