@@ -31,6 +31,8 @@
 #error "KV_MUTATE breaks the kernels on purpose: stand-in test builds only"
 #endif
 
+#include "cuda_tc.cuh"
+
 #define TC_ROWS		16	/* q heads a block: the M of m16n8k16 */
 #define TC_MIN_GROUP	4	/* smaller groups waste too much of M: the SIMT kernel */
 
@@ -43,17 +45,6 @@ template <int D> struct tc_shape {
 							 * padded: conflict-free fragments */
 	static constexpr int PAGES = TILE + 1;		/* most pages a tile spans */
 };
-
-/* Page index @i of tile @k's pages (0 past them): thread i stages the i-th. */
-static __device__ __forceinline__ uint32_t tc_page(const uint32_t *pt, uint32_t tb, uint32_t t1,
-						   uint32_t shift, int tile, uint32_t i)
-{
-	uint32_t te = min(tb + (uint32_t)tile, t1), p0 = tb >> shift;
-
-	if (tb >= t1 || i > ((te - 1) >> shift) - p0)
-		return 0;
-	return pt[p0 + i];
-}
 
 template <typename T, int D>
 __global__ void __launch_bounds__(tc_shape<D>::THREADS)
@@ -127,10 +118,10 @@ kv_decode_tc_kernel(const struct dec_args a)
 		}
 	};
 
-	pg_next = tc_page(pt, t0, t1, shift, TILE, threadIdx.x);
+	pg_next = kv_tc_page(pt, t0, t1, shift, TILE, threadIdx.x);
 	if (threadIdx.x < SH::PAGES)
 		sm_pg[0][threadIdx.x] = pg_next;
-	pg_next = tc_page(pt, t0 + TILE, t1, shift, TILE, threadIdx.x);
+	pg_next = kv_tc_page(pt, t0 + TILE, t1, shift, TILE, threadIdx.x);
 	__syncthreads();
 	if (n_tiles > 0)
 		issue(0, 0);
@@ -145,7 +136,7 @@ kv_decode_tc_kernel(const struct dec_args a)
 		/* Tile it + 1's page indices, loaded a tile ago; fetch tile it + 2's. */
 		if (threadIdx.x < SH::PAGES)
 			sm_pg[st ^ 1][threadIdx.x] = pg_next;
-		pg_next = tc_page(pt, tb + 2 * TILE, t1, shift, TILE, threadIdx.x);
+		pg_next = kv_tc_page(pt, tb + 2 * TILE, t1, shift, TILE, threadIdx.x);
 #if KV_MUTATE != 1
 		__syncthreads();	/* stage st ^ 1 consumed (tile it - 1), its pages staged */
 #endif
@@ -164,25 +155,11 @@ kv_decode_tc_kernel(const struct dec_args a)
 		float s[2][4], mx[2] = { -INFINITY, -INFINITY }, c[2], mu[2];
 		uint32_t ph[4], pl[4];
 
-		/*
-		 * S = Q K^T.  B fragments by ldmatrix.x4: the 8x8 blocks (tokens
-		 * nt*8.., dims 16 kk, 16 kk + 8, 16 kk + 16, 16 kk + 24), lane
-		 * 8i + k giving row k of block i, are b[0..1] of k-steps kk, kk + 1.
-		 */
+		/* S = Q K^T, tokens nt * 8.. of the warp's 16. */
 #pragma unroll
-		for (int nt = 0; nt < 2; nt++) {
-			const char *kr = ks + (nt * 8 + (lane & 7)) * ROW + (lane >> 3) * 16;
-
-			s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0;
-#pragma unroll
-			for (int kk = 0; kk < KSTEPS; kk += 2) {
-				uint32_t b[4];
-
-				kv_ldmatrix_x4<false>(b, kr + kk * 32);
-				kv_mma<T>::run(s[nt], qa[kk], b, s[nt]);
-				kv_mma<T>::run(s[nt], qa[kk + 1], b + 2, s[nt]);
-			}
-		}
+		for (int nt = 0; nt < 2; nt++)
+			kv_tc_qk<T, KSTEPS>(s[nt], qa, ks + (nt * 8 + (lane & 7)) * ROW +
+						       (lane >> 3) * 16);
 		/* Scores in base 2; tokens past t1 are -inf.  c_i: rows gid, gid + 8. */
 #pragma unroll
 		for (int nt = 0; nt < 2; nt++)
@@ -193,29 +170,9 @@ kv_decode_tc_kernel(const struct dec_args a)
 				s[nt][i] = t < t1 ? s[nt][i] * a.scale2 : -INFINITY;
 				mx[i >> 1] = fmaxf(mx[i >> 1], s[nt][i]);
 			}
-#pragma unroll
-		for (int r = 0; r < 2; r++) {
-			float mn;
-
-			mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-			mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-			mn = fmaxf(m[r], mx[r]);
-			mu[r] = mn == -INFINITY ? 0.0f : mn;	/* nothing seen yet: no NaN */
-			c[r] = kv_ex2(m[r] - mu[r]);
-			m[r] = mn;
-			l[r] *= c[r];
-		}
+		kv_tc_rescale(mx, m, l, c, mu);
 		/* P, its high and low 16-bit parts as A fragments; O rescaled once. */
-#pragma unroll
-		for (int f = 0; f < 4; f++) {
-			const int nt = f >> 1, i = (f & 1) * 2, r = f & 1;
-			const float p0 = kv_ex2(s[nt][i] - mu[r]), p1 = kv_ex2(s[nt][i + 1] - mu[r]);
-
-			l[r] += p0 + p1;
-			ph[f] = kv_mma<T>::pack(p0, p1);
-			pl[f] = kv_mma<T>::pack(p0 - kv_mma<T>::elem(ph[f], 0),
-						p1 - kv_mma<T>::elem(ph[f], 1));
-		}
+		kv_tc_p_frags<T>(s, mu, l, ph, pl);
 #if KV_MUTATE == 3
 		{
 			uint32_t x = ph[1];
@@ -255,10 +212,8 @@ kv_decode_tc_kernel(const struct dec_args a)
 	float *sm_m = sm_o + WARPS * TC_ROWS * D, *sm_l = sm_m + WARPS * TC_ROWS;
 
 #pragma unroll
-	for (int r = 0; r < 2; r++) {
-		l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-		l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-	}
+	for (int r = 0; r < 2; r++)
+		l[r] = kv_quad_sum(l[r]);
 #pragma unroll
 	for (int j = 0; j < NTILES; j++)
 #pragma unroll

@@ -29,6 +29,8 @@
 #error "KV_MUTATE breaks the kernels on purpose: stand-in test builds only"
 #endif
 
+#include "cuda_tc.cuh"
+
 #define EXT_TC_WARPS	4
 #define EXT_TC_THREADS	(32 * EXT_TC_WARPS)
 #define EXT_TC_VECS	(16 * EXT_TC_WARPS)	/* query vectors a block */
@@ -38,18 +40,6 @@ template <int D> struct ext_tc_shape {
 	static constexpr int ROW = D * 2 + 16;		/* padded: conflict-free ldmatrix */
 	static constexpr int PAGES = TILE + 1;		/* most pages a tile spans */
 };
-
-/* Page index @i of the tile from token @tb (0 past the tile's pages). */
-static __device__ __forceinline__ uint32_t ext_tc_page(const uint32_t *pt, uint32_t tb,
-						       uint32_t end, uint32_t shift, int tile,
-						       uint32_t i)
-{
-	uint32_t te = min(tb + (uint32_t)tile, end), p0 = tb >> shift;
-
-	if (tb >= end || i > ((te - 1) >> shift) - p0)
-		return 0;
-	return pt[p0 + i];
-}
 
 template <typename T, int D>
 __global__ void __launch_bounds__(EXT_TC_THREADS)
@@ -131,10 +121,10 @@ kv_extend_tc_kernel(const struct ext_args a)
 		}
 	};
 
-	pg_next = ext_tc_page(pt, 0, kv_end, shift, TILE, threadIdx.x);
+	pg_next = kv_tc_page(pt, 0, kv_end, shift, TILE, threadIdx.x);
 	if (threadIdx.x < SH::PAGES)
 		sm_pg[0][threadIdx.x] = pg_next;
-	pg_next = ext_tc_page(pt, TILE, kv_end, shift, TILE, threadIdx.x);
+	pg_next = kv_tc_page(pt, TILE, kv_end, shift, TILE, threadIdx.x);
 	__syncthreads();
 	issue(0, 0);
 	kv_cp_async_commit();
@@ -146,7 +136,7 @@ kv_extend_tc_kernel(const struct ext_args a)
 		KV_MAIN_LOOP();
 		if (threadIdx.x < SH::PAGES)
 			sm_pg[st ^ 1][threadIdx.x] = pg_next;
-		pg_next = ext_tc_page(pt, tb + 2 * TILE, kv_end, shift, TILE, threadIdx.x);
+		pg_next = kv_tc_page(pt, tb + 2 * TILE, kv_end, shift, TILE, threadIdx.x);
 		__syncthreads();	/* stage st ^ 1 consumed (tile it - 1), its pages staged */
 		if (it + 1 < n_tiles)
 			issue(it + 1, st ^ 1);
@@ -161,21 +151,11 @@ kv_extend_tc_kernel(const struct ext_args a)
 		const char *ks = (const char *)sm_kv[st][0], *vs = (const char *)sm_kv[st][1];
 		float s[SN][4], mx[2] = { -INFINITY, -INFINITY }, c[2], mu[2];
 
-		/* S = Q K^T (fragments as in the decode kernel). */
+		/* S = Q K^T, tokens nt * 8.. of the tile. */
 #pragma unroll
-		for (int nt = 0; nt < SN; nt++) {
-			const char *kr = ks + (nt * 8 + (lane & 7)) * ROW + (lane >> 3) * 16;
-
-			s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0;
-#pragma unroll
-			for (int kk = 0; kk < KSTEPS; kk += 2) {
-				uint32_t b[4];
-
-				kv_ldmatrix_x4<false>(b, kr + kk * 32);
-				kv_mma<T>::run(s[nt], qa[kk], b, s[nt]);
-				kv_mma<T>::run(s[nt], qa[kk + 1], b + 2, s[nt]);
-			}
-		}
+		for (int nt = 0; nt < SN; nt++)
+			kv_tc_qk<T, KSTEPS>(s[nt], qa, ks + (nt * 8 + (lane & 7)) * ROW +
+						       (lane >> 3) * 16);
 		/* Base-2 scores; the causal mask per row; one rescale per tile. */
 #pragma unroll
 		for (int nt = 0; nt < SN; nt++)
@@ -186,18 +166,7 @@ kv_extend_tc_kernel(const struct ext_args a)
 				s[nt][i] = t < visible[i >> 1] ? s[nt][i] * a.scale2 : -INFINITY;
 				mx[i >> 1] = fmaxf(mx[i >> 1], s[nt][i]);
 			}
-#pragma unroll
-		for (int r = 0; r < 2; r++) {
-			float mn;
-
-			mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-			mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-			mn = fmaxf(m[r], mx[r]);
-			mu[r] = mn == -INFINITY ? 0.0f : mn;
-			c[r] = kv_ex2(m[r] - mu[r]);
-			m[r] = mn;
-			l[r] *= c[r];
-		}
+		kv_tc_rescale(mx, m, l, c, mu);
 #pragma unroll
 		for (int j = 0; j < NTILES; j++) {
 			o[j][0] *= c[0];
@@ -218,16 +187,7 @@ kv_extend_tc_kernel(const struct ext_args a)
 					 (lane >> 4) * 16;
 #endif
 
-#pragma unroll
-			for (int f = 0; f < 4; f++) {
-				const int nt = 2 * pk + (f >> 1), i = (f & 1) * 2, r = f & 1;
-				const float p0 = kv_ex2(s[nt][i] - mu[r]), p1 = kv_ex2(s[nt][i + 1] - mu[r]);
-
-				l[r] += p0 + p1;
-				ph[f] = kv_mma<T>::pack(p0, p1);
-				pl[f] = kv_mma<T>::pack(p0 - kv_mma<T>::elem(ph[f], 0),
-							p1 - kv_mma<T>::elem(ph[f], 1));
-			}
+			kv_tc_p_frags<T>(s + 2 * pk, mu, l, ph, pl);
 #pragma unroll
 			for (int j = 0; j < NTILES; j += 2) {
 				uint32_t b[4];
@@ -248,8 +208,7 @@ kv_extend_tc_kernel(const struct ext_args a)
 	for (int r = 0; r < 2; r++) {
 		float inv;
 
-		l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-		l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+		l[r] = kv_quad_sum(l[r]);
 		inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
 		if (!row_ok[r])
 			continue;

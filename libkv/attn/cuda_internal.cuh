@@ -186,19 +186,28 @@ template <> struct kv_vec<__nv_bfloat16> {
  */
 template <typename T> struct kv_mma;
 
+/*
+ * The one mma statement of both kv_mma<T>::run, but for the PTX type name
+ * @TY (pasted into the asm string, which must be a literal) and the
+ * stand-in's @MODE.
+ */
+#ifdef KV_SIMT
+#define KV_MMA_16816(TY, MODE, d, a, b, c) \
+	kv_simt_mma_m16n8k16(MODE, d, a, b, c KV_SITE_ARGS)
+#else
+#define KV_MMA_16816(TY, MODE, d, a, b, c)					\
+	asm("mma.sync.aligned.m16n8k16.row.col.f32." #TY "." #TY ".f32 "	\
+	    "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"	\
+	    : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])			\
+	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),	\
+	      "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]))
+#endif
+
 template <> struct kv_mma<__nv_bfloat16> {
 	static __device__ __forceinline__ void run(float d[4], const uint32_t a[4],
 						   const uint32_t b[2], const float c[4] KV_SITE_PARAM)
 	{
-#ifdef KV_SIMT
-		kv_simt_mma_m16n8k16(kv_simt::MMA_BF16, d, a, b, c KV_SITE_ARGS);
-#else
-		asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-		    "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"
-		    : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-		    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
-		      "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
-#endif
+		KV_MMA_16816(bf16, kv_simt::MMA_BF16, d, a, b, c);
 	}
 	/* Two floats as two elements, the first in the low half (cvt.rn). */
 	static __device__ __forceinline__ uint32_t pack(float lo, float hi)
@@ -217,15 +226,7 @@ template <> struct kv_mma<__half> {
 	static __device__ __forceinline__ void run(float d[4], const uint32_t a[4],
 						   const uint32_t b[2], const float c[4] KV_SITE_PARAM)
 	{
-#ifdef KV_SIMT
-		kv_simt_mma_m16n8k16(kv_simt::MMA_F16, d, a, b, c KV_SITE_ARGS);
-#else
-		asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-		    "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"
-		    : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-		    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
-		      "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
-#endif
+		KV_MMA_16816(f16, kv_simt::MMA_F16, d, a, b, c);
 	}
 	static __device__ __forceinline__ uint32_t pack(float lo, float hi)
 	{
