@@ -76,6 +76,20 @@ static void chain_key(struct kvs_key *k, unsigned int i)
 	k->w[1] = i;
 }
 
+/* Publish entries for @pages, chained from the first: keys 0 .. @n-1. */
+static void chain_entries(struct kvs_publish_entry *ents, const uint32_t *pages,
+			  unsigned int n)
+{
+	unsigned int i;
+
+	memset(ents, 0, n * sizeof(*ents));
+	for (i = 0; i < n; i++) {
+		ents[i].page = pages[i];
+		ents[i].parent = i ? KVS_PARENT_PREV : KVS_NO_PAGE;
+		chain_key(&ents[i].key, i);
+	}
+}
+
 FIXTURE(client) {
 	struct kv_arbiter *ctl;
 	char name[KVS_NAME_MAX];
@@ -152,12 +166,7 @@ TEST_F(client, share_a_chain)
 	ASSERT_EQ(0, kv_arbiter_attach(b, self->name, 7, NULL));
 
 	ASSERT_EQ(0, kv_alloc(a, CHAIN, pages));
-	memset(ents, 0, sizeof(ents));
-	for (i = 0; i < CHAIN; i++) {
-		ents[i].page = pages[i];
-		ents[i].parent = i ? KVS_PARENT_PREV : KVS_NO_PAGE;
-		chain_key(&ents[i].key, i);
-	}
+	chain_entries(ents, pages, CHAIN);
 	ASSERT_EQ(0, kv_publish(a, ents, CHAIN));
 
 	/* b finds the whole chain and stops at the first unknown key. */
@@ -169,12 +178,7 @@ TEST_F(client, share_a_chain)
 
 	/* b computed the same chain: PUBLISH tells it the canonical pages. */
 	ASSERT_EQ(0, kv_alloc(b, 2, got + CHAIN));
-	memset(ents, 0, sizeof(ents));
-	for (i = 0; i < 2; i++) {
-		ents[i].page = got[CHAIN + i];
-		ents[i].parent = i ? KVS_PARENT_PREV : KVS_NO_PAGE;
-		chain_key(&ents[i].key, i);
-	}
+	chain_entries(ents, got + CHAIN, 2);
 	ASSERT_EQ(2, kv_publish(b, ents, 2));
 	ASSERT_EQ(pages[0], ents[0].result);
 	ASSERT_EQ(pages[1], ents[1].result);
@@ -224,12 +228,7 @@ TEST_F(client, peek_counts_the_run_and_takes_nothing)
 	ASSERT_EQ(0, kv_arbiter_attach(a, self->name, 7, NULL));
 	ASSERT_EQ(0, kv_arbiter_attach(b, self->name, 7, NULL));
 	ASSERT_EQ(0, kv_alloc(a, CHAIN, pages));
-	memset(ents, 0, sizeof(ents));
-	for (i = 0; i < CHAIN; i++) {
-		ents[i].page = pages[i];
-		ents[i].parent = i ? KVS_PARENT_PREV : KVS_NO_PAGE;
-		chain_key(&ents[i].key, i);
-	}
+	chain_entries(ents, pages, CHAIN);
 	ASSERT_EQ(0, kv_publish(a, ents, CHAIN));
 	/* The last two pages CACHED: a peek must not make them SHARED. */
 	ASSERT_EQ(0, kv_put(a, pages + CHAIN - 2, 2));
