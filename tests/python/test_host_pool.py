@@ -188,7 +188,8 @@ VLLM_CHILD = PRELUDE + textwrap.dedent(r'''
             assert eng.worker._copier.direction == "host-cuda", eng.worker._copier.direction
             engines.append(eng)
         # Each attachment pinned its own mapping of the pool, once.
-        assert delta(c0)["host_registers"] == 2 and delta(c0)["host_registered"] == 2
+        d = delta(c0)
+        assert d["host_registers"] == 2 and d["host_registered"] == 2, ("host_registers", d)
         outs = []
         for eng in engines:
             reqs = [Request("r%d" % j, p) for j, p in enumerate(ps)]
@@ -327,3 +328,40 @@ def test_host_pool_sglang_backend_copies_host_to_host(cuda_daemon):
     pytest.importorskip("sglang_harness")
     out = run_child(SGLANG_CHILD, cuda_daemon)
     assert "ok: the SGLang backend copies host to host" in out, out[-4000:]
+
+
+# Two mutants of the copy path, applied in the child before anything runs:
+# the tests above must fail on each (their assertion is named).
+MUTANTS = {
+    # wait_for_layer_load no longer waits for the layer's event: the
+    # engine reads its blocks before the copies landed.
+    "dropped_event_wait": (textwrap.dedent(r'''
+        from kvshare.blockcopy import BlockCopier as _B
+        _B.wait = lambda self, layer: self._unwaited.discard(layer)
+    '''), "AssertionError: NHD"),
+    # The pool never pinned, one copy per block: every copy is pageable.
+    "pageable_per_block": (textwrap.dedent(r'''
+        from kvshare.blockcopy import BlockCopier as _B
+        _orig = _B._async
+        _B._register = lambda self, pool: None
+        def _per_block(self, layer, pairs, to_engine):
+            for p in pairs:
+                _orig(self, layer, [p], to_engine)
+        _B._async = _per_block
+    '''), "host_registers"),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+def test_host_pool_mutants_fail(cuda_daemon, mutant):
+    patch, expect = MUTANTS[mutant]
+    assert VLLM_CHILD.startswith(PRELUDE)
+    script = PRELUDE + patch + VLLM_CHILD[len(PRELUDE):]
+    env = os.environ.copy()
+    env["PYTHONPATH"] = HERE + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-c", script, cuda_daemon.socket],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                       timeout=120, cwd=HERE)
+    out = r.stdout.decode(errors="replace")
+    assert r.returncode != 0, "mutant %s passed:\n%s" % (mutant, out[-2000:])
+    assert expect in out, out[-2000:]
