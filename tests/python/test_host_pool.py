@@ -365,3 +365,35 @@ def test_host_pool_mutants_fail(cuda_daemon, mutant):
     out = r.stdout.decode(errors="replace")
     assert r.returncode != 0, "mutant %s passed:\n%s" % (mutant, out[-2000:])
     assert expect in out, out[-2000:]
+
+
+def test_host_pool_copy_bench_runs_on_the_stand_in(cuda_daemon, tmp_path):
+    """The GPU bundle's copy bench (tools/kvbench/vllm_bench.py --device
+    cuda) run on the stand-in, and its table (tools/gpu/gpu_table.py), so
+    that neither rots before a GPU runs them: every row and both goals."""
+    root = os.path.join(HERE, "..", "..")
+    env = os.environ.copy()
+    bench = subprocess.run([sys.executable, os.path.join(root, "tools", "kvbench",
+                                                         "vllm_bench.py"),
+                            "--device", "standin", "--blocks", "3", "--reps", "1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                           timeout=120, cwd=HERE)
+    out = bench.stdout.decode(errors="replace")
+    if bench.returncode and "vLLM's peer files are not at" in out:
+        pytest.skip(out.strip().splitlines()[-1])
+    assert bench.returncode == 0, out[-4000:]
+    copies = tmp_path / "copies.txt"
+    copies.write_text(out)
+    table = subprocess.run([sys.executable, os.path.join(root, "tools", "gpu",
+                                                         "gpu_table.py"),
+                            os.devnull, "", str(copies)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    text = table.stdout.decode(errors="replace")
+    assert table.returncode == 0, text
+    assert "engine copies (issue 25) on the CUDA driver stand-in" in text, text
+    for what in ("load", "save", "pinned_h2d", "pinned_d2h", "pageable_h2d",
+                 "pageable_d2h"):
+        assert any(line.split()[:2] == ["copy", what] for line in text.splitlines()), \
+            (what, text)
+    for what in ("load", "save"):
+        assert "connector %s >= 80%% of the pinned copy" % what in text, text
