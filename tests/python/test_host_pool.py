@@ -267,6 +267,25 @@ VLLM_CHILD = PRELUDE + textwrap.dedent(r'''
     # A GPU pool for an engine in host memory is refused, naming both.
     e = refused(ValueError, lambda: Engine(sock, "hgpu", "NHD"), "GPU pool",
                 "host memory")
+    # Layers in both memories: refused, naming the first that differs.
+    mixed = caches(6)
+    mixed[2] = torch.zeros(mixed[2].permute(0, 2, 1, 3).shape,
+                           dtype=torch.bfloat16).permute(0, 2, 1, 3)
+    refused(ValueError, lambda: Engine(sock, "hpool", "NHD", kv_caches=mixed),
+            "layer 2 is in host memory", "all layers in one place")
+    # An engine in host memory (CPU tensors) with the driver there: CPU
+    # copies, as without one; nothing registered, no driver copy.
+    c0 = counts()
+    cpu = Engine(sock, "hpool", "NHD")
+    assert cpu.worker._copier.direction == "host"
+    reqs = [Request("c%d" % j, p) for j, p in enumerate(ps)]
+    for r in reqs:
+        cpu.add(r)
+    cpu.run(24)
+    assert cpu.worker.stats["loaded_blocks"] > 0 and cpu.worker.stats["load_errors"] == 0
+    cpu.close()
+    d = delta(c0)
+    assert d["host_registers"] == 0 and d["async_copies"] == 0 and d["syncs"] == 0, d
     print("ok: CUDA engines shared through the host pool")
 ''').replace("import vllm_engine", "import numpy, vllm_engine")
 
