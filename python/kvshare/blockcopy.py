@@ -230,6 +230,10 @@ class BlockCopier:
                     "device %d: a GPU pool serves engines on its own GPU" % (
                         po, self._ordinal))
             self.direction = "cuda"
+        elif memory_of(pool.address)[0] != "host":
+            raise ValueError("kvshare pool: libkv says it is host memory, the CUDA "
+                             "driver says its address %#x is device memory"
+                             % pool.address)
         elif kind == "device":
             self.direction = "host-cuda"
         else:
