@@ -22,6 +22,7 @@ cuda_inc=${CUDA_HOME:-/usr/local/cuda}/include
 [ -f "$inc/Python.h" ] || { echo "build-pyext.sh: no Python.h in $inc ($py)" >&2; exit 1; }
 [ -f "$cuda_inc/cuda.h" ] || { echo "build-pyext.sh: no cuda.h in $cuda_inc (set CUDA_HOME)" >&2; exit 1; }
 cc=${CC:-cc}
+command -v "$cc" >/dev/null || cc=gcc
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kvshare-pyext.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 version=$(cat py/VERSION)
