@@ -29,7 +29,7 @@
 #include <kvshare/arbiter.h>
 #include <kvshare/blockhash.h>
 #include <kvshare/kv_layout.h>
-#include <kvshare/radix.h>
+#include <kvshare/prefix.h>
 #include <kvshare/req_table.h>
 
 /* errors.c */

@@ -9,7 +9,7 @@
  * on a machine with a GPU, find it instead of the real driver.
  *
  * It implements the driver entry points the project calls (daemon/mem_cuda.c
- * and libkv/pool_cuda.c): initialisation, devices and their attributes,
+ * and libkv/client/pool_cuda.c): initialisation, devices and their attributes,
  * primary contexts, the virtual memory management group (cuMemCreate,
  * export and import of POSIX-fd handles, address reservation, map, access,
  * unmap, release) and the synchronous copies the tests check contents with
