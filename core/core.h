@@ -148,6 +148,26 @@ void kvs_cmd_undo(struct kvs_client *cl, unsigned int cmd, void *arg,
 		  const struct kvs_cred *cred);
 
 /*
+ * Event channels (KVS_IOC_CHAN_OPEN in <linux/kvshare.h>).  The host
+ * makes a file of the channel; @wake(@arg) is called with a pool lock
+ * held (it must not sleep) when a record is queued.  kvs_chan_close()
+ * releases everything the channel holds; no other call on it may be in
+ * flight.  kvs_chan_client() is the client through which the host runs
+ * the channel's PUT and PUBLISH (kvs_chan_cmd_ok() says which commands).
+ */
+struct kvs_chan;
+int kvs_chan_open(struct kvs_chan_open *req, const struct kvs_cred *cred,
+		  void (*wake)(void *arg), void *arg, struct kvs_chan **out);
+void kvs_chan_close(struct kvs_chan *ch);
+/* Move up to @max records into @out; returns how many. */
+__u32 kvs_chan_read(struct kvs_chan *ch, struct kvs_event *out, __u32 max);
+/* Whether read would return a record now (read without the lock). */
+int kvs_chan_ready(struct kvs_chan *ch);
+int kvs_chan_stats(struct kvs_chan *ch, struct kvs_chan_stats *st);
+struct kvs_client *kvs_chan_client(struct kvs_chan *ch);
+int kvs_chan_cmd_ok(unsigned int cmd);
+
+/*
  * Host hooks, implemented once per host.
  */
 int kvs_host_in_group(const struct kvs_cred *cred, __u32 gid);

@@ -3,3 +3,5 @@
 # unused by design (a table of handlers shares one signature), and the
 # kernel itself builds without -Wunused-parameter; so does the core here.
 KVCORE_CFLAGS += -Wno-unused-parameter
+# The pool event channel (KVS_IOC_CHAN_OPEN), also in Kbuild's kvshare-y.
+KVCORE_SRCS += core/core_chan.c

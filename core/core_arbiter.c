@@ -358,6 +358,83 @@ int kvs_arb_alloc(struct kvs_client *cl, u32 count, u32 *pages,
 }
 
 /*
+ * Event channel records (core_chan.c).  A record that cannot be queued,
+ * or whose holdings the channel's quota or its opener's limits refuse,
+ * is dropped and counted: the client whose call made it never notices.
+ */
+
+/* Page @i was just published: a record holding one reference on it. */
+static void kvs_chan_published(struct kvs_pool *pool, struct kvs_chan *ch, u32 i)
+{
+	struct kvs_client *cc = ch->cl;
+	struct kvs_page *pg = &pool->pages[i];
+	struct kvs_event *ev;
+
+	if (ch->gone)
+		return;
+	if (!kvs_chan_room(ch)) {
+		ch->dropped_full++;
+		return;
+	}
+	if (kvs_charge(cc, 1)) {
+		ch->dropped_held++;
+		return;
+	}
+	kvs_ref(cc, i);
+	cc->held++;
+	pool->n_held++;
+	ev = kvs_chan_push(ch, KVS_EVENT_PUBLISHED);
+	ev->page = i;
+	ev->ns = pg->ns;
+	ev->key = pg->key;
+	ev->parent = pg->parent;
+	ch->published++;
+}
+
+/*
+ * @cl's LOOKUP stopped at keys[0]: the channel claims the keys nobody has
+ * from there, up to its fetch_max, as ALLOC with KVS_ALLOC_CLAIM would
+ * (so they are in flight for every file of @cl's namespace), one MISS
+ * record each.  All or nothing.
+ */
+static void kvs_chan_missed(struct kvs_client *cl, struct kvs_chan *ch,
+			    const struct kvs_key *keys, u32 count)
+{
+	struct kvs_pool *pool = cl->pool;
+	struct kvs_client *cc = ch->cl;
+	u32 k, n, max = min(count, ch->fetch_max);
+
+	if (ch->gone)
+		return;
+	for (n = 0; n < max; n++)
+		if (kvs_index_find(pool, cl->ns, &keys[n]) != KVS_NO_PAGE)
+			break;
+	if (!n)
+		return;
+	if (kvs_chan_room(ch) < n) {
+		ch->dropped_full++;
+		return;
+	}
+	/* The channel has no namespace of its own: claims take the caller's. */
+	cc->ns = cl->ns;
+	if (kvs_arb_alloc(cc, n, ch->miss_pages, keys)) {
+		ch->dropped_held++;
+		return;
+	}
+	for (k = 0; k < n; k++) {
+		struct kvs_event *ev = kvs_chan_push(ch, KVS_EVENT_MISS);
+
+		ev->page = ch->miss_pages[k];
+		ev->k = k;
+		ev->n = n;
+		ev->ns = cl->ns;
+		ev->key = keys[k];
+		ev->parent = KVS_NO_PAGE;
+	}
+	ch->missed += n;
+}
+
+/*
  * Index lookups are bound by cache misses at large pools: the index slot,
  * then the page it names.  PUBLISH and LOOKUP start the misses of the
  * keys SLOT_AHEAD and PAGE_AHEAD entries ahead of the one they work on.
@@ -410,9 +487,13 @@ int kvs_arb_publish(struct kvs_client *cl, struct kvs_publish_entry *ents,
 		    u32 count, u32 *n_dup)
 {
 	struct kvs_pool *pool = cl->pool;
+	struct kvs_chan *ch = pool->chan;
 	u32 k, prev = KVS_NO_PAGE;
 	int ret = 0;
 
+	/* A tier publishing what it fetched is not news to itself. */
+	if (cl->is_chan)
+		ch = NULL;
 	for (k = 0; k < count; k++) {
 		ret = kvs_publish_check(cl, &ents[k], k);
 		if (ret)
@@ -431,6 +512,8 @@ int kvs_arb_publish(struct kvs_client *cl, struct kvs_publish_entry *ents,
 		struct kvs_publish_entry *e = &ents[k];
 		struct kvs_page *pg = &pool->pages[e->page];
 		u32 canon, parent = e->parent;
+		/* A channel publishes its claims in the namespace they name. */
+		u64 ns = cl->is_chan ? pg->ns : cl->ns;
 
 		/* Each key misses in the index once: start that miss early. */
 		if (k + KVS_SLOT_AHEAD < count)
@@ -443,7 +526,7 @@ int kvs_arb_publish(struct kvs_client *cl, struct kvs_publish_entry *ents,
 		/* Our holding of the OWNED page becomes a reference. */
 		kvs_holds_sub(&cl->holds, e->page, 1);
 
-		canon = kvs_index_find(pool, cl->ns, &e->key);
+		canon = kvs_index_find(pool, ns, &e->key);
 		if (canon == e->page) {
 			/* Our own claim on this key: published in place. */
 			kvs_claim_end(pool, canon);
@@ -468,7 +551,7 @@ int kvs_arb_publish(struct kvs_client *cl, struct kvs_publish_entry *ents,
 		} else {
 			canon = e->page;
 			pg->key = e->key;
-			pg->ns = cl->ns;
+			pg->ns = ns;
 			pg->parent = parent;
 			if (parent != KVS_NO_PAGE)
 				pool->pages[parent].n_children++;
@@ -477,6 +560,8 @@ int kvs_arb_publish(struct kvs_client *cl, struct kvs_publish_entry *ents,
 			pg->refcount = 1;
 			pool->n_refs++;
 			kvs_holds_add(&cl->holds, canon, 1);
+			if (unlikely(ch))
+				kvs_chan_published(pool, ch, canon);
 		}
 		e->result = canon;
 		prev = canon;
@@ -611,6 +696,8 @@ int kvs_arb_lookup(struct kvs_client *cl, const struct kvs_key *keys,
 	cl->held += hits;
 	pool->n_held += hits;
 	*n_hit = hits;
+	if (unlikely(pool->chan) && hits < count && !cl->is_chan)
+		kvs_chan_missed(cl, pool->chan, keys + hits, count - hits);
 	if (n_inflight)
 		*n_inflight = kvs_lookup_inflight(cl, keys + hits, count - hits,
 						  park_ms);

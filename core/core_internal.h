@@ -95,6 +95,7 @@ struct kvs_pool {
 	u64 lookups, hits, evictions;
 	u64 n_claimed, inflight_waits;
 	u32 n_waiting;			/* armed waits, poll and parked */
+	struct kvs_chan *chan;		/* the event channel, or NULL (core_chan.c) */
 };
 
 struct kvs_client {
@@ -128,6 +129,26 @@ struct kvs_client {
 	bool parked;
 	u32 park_page;
 	void (*wake)(void *arg);
+	void *wake_arg;
+	bool is_chan;			/* an event channel's own client */
+};
+
+/*
+ * A pool's event channel (KVS_IOC_CHAN_OPEN).  Its holdings (references
+ * of PUBLISHED records, claims of MISS records) are those of its own
+ * client @cl, so they are bounded by that client's quota, checked by
+ * kvs_arb_check() and released with it.  All fields under pool->lock.
+ */
+struct kvs_chan {
+	struct kvs_client *cl;
+	struct kvs_pool *pool;		/* @cl's pool; the channel keeps its reference */
+	struct kvs_event *ring;
+	u32 size, head, len;		/* a FIFO of @len records from @head */
+	u32 fetch_max;
+	u32 *miss_pages;		/* fetch_max entries: scratch of a miss */
+	bool gone, gone_read;		/* pool destroyed; its record was read */
+	u64 published, missed, dropped_full, dropped_held;
+	void (*wake)(void *arg);	/* called under pool->lock: must not sleep */
 	void *wake_arg;
 };
 
@@ -201,6 +222,14 @@ void kvs_arb_release_all(struct kvs_client *cl);
 int kvs_arb_check(struct kvs_pool *pool);
 void kvs_arb_init_pages(struct kvs_pool *pool);
 
+/* core_chan.c: with pool->lock held */
+static inline u32 kvs_chan_room(const struct kvs_chan *ch)
+{
+	return ch->size - ch->len;
+}
+struct kvs_event *kvs_chan_push(struct kvs_chan *ch, u32 type);
+void kvs_chan_pool_gone(struct kvs_pool *pool);
+
 /* core_pool.c */
 extern atomic64_t kvs_objects;
 int kvs_pool_create(struct kvs_pool_create *req, const struct kvs_cred *cred);
@@ -214,6 +243,7 @@ int kvs_pool_list(struct kvs_pool_list *req, struct kvs_call *call);
 struct kvs_pool *kvs_pool_get_readable(struct kvs_client *cl, u32 pool_id,
 				       const struct kvs_cred *cred, int *err);
 void kvs_pool_put(struct kvs_pool *pool);
+int kvs_pool_attach_chan(struct kvs_chan *ch, u32 pool_id, const struct kvs_cred *cred);
 void kvs_fill_info(struct kvs_info *info);
 
 /* core_user.c */

@@ -519,6 +519,57 @@ unlock:
 	return ret;
 }
 
+/*
+ * Bind an event channel's client to pool @pool_id, as ATTACH binds a file
+ * (quota max_pages_per_file, charged to the opener unless admin), and
+ * make it the pool's channel.  Only the owner or an admin may.
+ */
+int kvs_pool_attach_chan(struct kvs_chan *ch, u32 pool_id, const struct kvs_cred *cred)
+{
+	struct kvs_client *cl = ch->cl;
+	struct kvs_user *user = NULL;
+	struct kvs_pool *pool;
+	int ret;
+
+	if (!cred->admin) {
+		user = kvs_user_get(cred->uid);
+		if (!user)
+			return -ENOMEM;
+	}
+	mutex_lock(&kvs_reg.lock);
+	ret = -ENOENT;
+	pool = pool_id ? kvs_pool_find_id(pool_id) : NULL;
+	if (!pool)
+		goto unlock;
+	ret = -EPERM;
+	if (!cred->admin && cred->uid != pool->uid)
+		goto unlock;
+	mutex_lock(&pool->lock);
+	ret = -EBUSY;
+	if (pool->chan) {
+		mutex_unlock(&pool->lock);
+		goto unlock;
+	}
+	refcount_inc(&pool->ref);
+	cl->id = kvs_reg.next_client_id++;
+	if (kvs_reg.next_client_id == U32_MAX)
+		kvs_reg.next_client_id = 1;
+	cl->quota = pool->max_per_file;
+	cl->user = user;
+	user = NULL;
+	cl->pool = pool;
+	ch->pool = pool;
+	list_add_tail(&cl->node, &pool->clients);
+	pool->n_files++;
+	pool->chan = ch;
+	mutex_unlock(&pool->lock);
+	ret = 0;
+unlock:
+	mutex_unlock(&kvs_reg.lock);
+	kvs_user_put(user);
+	return ret;
+}
+
 /* Take @pool's name out of the registry; its reference goes to the caller. */
 static void kvs_reg_unlink(struct kvs_pool *pool)
 {
@@ -548,6 +599,9 @@ int kvs_pool_destroy(const struct kvs_pool_destroy *req,
 	if (!cred->admin && cred->uid != pool->uid)
 		goto unlock;
 	kvs_reg_unlink(pool);
+	mutex_lock(&pool->lock);
+	kvs_chan_pool_gone(pool);
+	mutex_unlock(&pool->lock);
 	ret = 0;
 unlock:
 	mutex_unlock(&kvs_reg.lock);

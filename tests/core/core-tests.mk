@@ -12,6 +12,7 @@
 #   build/tests/core_stress_test    threads racing on one prefix chain
 #   build/tests/core_stress_tsan    the same stress, core and test under TSan
 #   build/tests/core_peek_test      KVS_LOOKUP_PEEK counts and changes nothing
+#   build/tests/core_chan_test      the pool event channel (KVS_IOC_CHAN_OPEN)
 #
 # Knobs (environment, read by the tests): KVS_MODEL_SEED, KVS_MODEL_STEPS,
 # KVS_STRESS_MS, KVS_STRESS_THREADS.
@@ -19,7 +20,7 @@
 CORE_TESTS_DIR  := tests/core
 CORE_TEST_NAMES := core_cmd_test core_page_test core_badinput_test \
                    core_model_test core_stress_test core_user_test \
-                   core_inflight_test core_peek_test
+                   core_inflight_test core_peek_test core_chan_test
 CORE_TEST_BINS  := $(addprefix $(BUILD)/tests/,$(CORE_TEST_NAMES))
 CORE_TEST_HDRS  := $(CORE_TESTS_DIR)/kt.h tests/open_fds.h include/uapi/linux/kvshare.h core/core.h
 # The harness compares int literals with unsigned fields and leaves

@@ -810,6 +810,84 @@ struct kvs_wait_fd {
 	__u64 reserved[2];
 };
 
+/*
+ * KVS_IOC_CHAN_OPEN: open a pool's event channel, the feed of a remote
+ * tier (docs/remote.md).  Only the pool's owner or an admin may open it,
+ * and a pool has at most one.  The channel is a file (the module: an
+ * anon-inode fd in fd, O_CLOEXEC; the daemon: a descriptor sent with the
+ * reply) whose read(2) returns whole struct kvs_event records, oldest
+ * first, as many as fit the buffer (EINVAL for a buffer smaller than one
+ * record; EAGAIN when empty and O_NONBLOCK).  poll(2) says EPOLLIN while a
+ * record is pending.  The channel is also a client of the pool, bound to
+ * no namespace: KVS_IOC_PUT and KVS_IOC_PUBLISH issued on it give back
+ * what its records hold (nothing else is accepted: ENOTTY).
+ *
+ * - KVS_EVENT_PUBLISHED: a file published key (in namespace ns) on page;
+ *   the channel holds one reference on the page until it is PUT on the
+ *   channel, so the page cannot be recycled before the tier copied it.
+ * - KVS_EVENT_MISS: a LOOKUP stopped after its hits on a key nobody has
+ *   (neither published nor in flight).  The channel claims that key and
+ *   those after it (up to fetch_max, up to the first one present) on
+ *   OWNED pages of its own, exactly as ALLOC with KVS_ALLOC_CLAIM does, so
+ *   waiting LOOKUPs see them in flight.  One record per key: k of n in
+ *   the miss, in chain order.  The tier fills the pages and PUBLISHes
+ *   them on the channel (the namespace is the claim's), or PUTs them.
+ * - KVS_EVENT_POOL_GONE: the pool was destroyed; always the last record.
+ *
+ * Bounds: the channel never blocks or fails a client's call.  A record
+ * that finds the ring full is dropped (dropped_full); one whose reference
+ * or claims would take the channel's holdings past the pool's
+ * max_pages_per_file (max_held), or that finds no free page, is dropped
+ * (dropped_held).  Closing the channel (its holder exiting, however)
+ * releases every reference and claim it holds at once.
+ * Errors: ENOENT no such pool; EPERM not the owner nor admin; EBUSY the
+ *         pool has a channel; EINVAL ring or fetch_max out of range.
+ */
+struct kvs_chan_open {
+	__u32 pool_id;			/* in */
+	__u32 flags;			/* must be 0 */
+	__u32 ring;			/* in: records buffered, 1..KVS_CHAN_RING_MAX */
+	__u32 fetch_max;		/* in: keys one miss claims, 0..KVS_CHAN_FETCH_MAX */
+	__s32 fd;			/* out: the channel */
+	__u32 max_held;			/* out: bound on references + claims */
+	__u64 reserved[2];
+};
+
+#define KVS_CHAN_RING_MAX	65536
+#define KVS_CHAN_FETCH_MAX	256
+
+enum kvs_event_type {
+	KVS_EVENT_PUBLISHED	= 1,
+	KVS_EVENT_MISS		= 2,
+	KVS_EVENT_POOL_GONE	= 3,
+};
+
+struct kvs_event {
+	__u32 type;			/* enum kvs_event_type */
+	__u32 page;			/* PUBLISHED, MISS: held by the channel */
+	__u32 k;			/* MISS: this key's position in the miss */
+	__u32 n;			/* MISS: keys the miss claimed */
+	__u64 ns;			/* the key's namespace */
+	struct kvs_key key;
+	__u32 parent;			/* PUBLISHED: the page's parent or KVS_NO_PAGE */
+	__u32 pad;
+	__u64 reserved;
+};
+
+/*
+ * KVS_IOC_CHAN_STATS, on the channel only: its counters.
+ */
+struct kvs_chan_stats {
+	__u32 flags;			/* must be 0 */
+	__u32 pending;			/* out: records not yet read */
+	__u64 published;		/* out: records queued, by type */
+	__u64 missed;
+	__u64 dropped_full;		/* out: records dropped, ring full */
+	__u64 dropped_held;		/* out: dropped, max_held or no page */
+	__u64 held;			/* out: references + claims held now */
+	__u64 reserved[2];
+};
+
 #define KVS_IOC_MAGIC		0xB8
 
 #define KVS_IOC_INFO		_IOWR(KVS_IOC_MAGIC, 0x00, struct kvs_info)
@@ -825,6 +903,8 @@ struct kvs_wait_fd {
 #define KVS_IOC_PUBLISH		_IOWR(KVS_IOC_MAGIC, 0x11, struct kvs_publish)
 #define KVS_IOC_LOOKUP		_IOWR(KVS_IOC_MAGIC, 0x12, struct kvs_lookup)
 #define KVS_IOC_PUT		_IOWR(KVS_IOC_MAGIC, 0x13, struct kvs_put)
+#define KVS_IOC_CHAN_OPEN	_IOWR(KVS_IOC_MAGIC, 0x20, struct kvs_chan_open)
+#define KVS_IOC_CHAN_STATS	_IOWR(KVS_IOC_MAGIC, 0x21, struct kvs_chan_stats)
 
 /* Socket only: never an ioctl of the module. */
 #define KVS_SOCK_RING_SETUP	_IOWR(KVS_IOC_MAGIC, 0x40, struct kvs_ring_setup)
