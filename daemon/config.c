@@ -92,7 +92,7 @@ static void usage(FILE *f)
 	      "  [remote_tls=no remote_tls_ca=F remote_tls_cert=F remote_tls_key=F]\n"
 	      "  [remote_namespace=POOL] [remote_write=publish|none] [remote_fetch=yes]\n"
 	      "  [remote_timeout_ms=200] [remote_queue=4096] [remote_fetch_max=256]\n"
-	      "  [remote_ttl_s=0]\n"
+	      "  [remote_ttl_s=0] [remote_mac_key_file=F [remote_mac_key_file_old=F]]\n"
 	      "\n"
 	      "Exit status: 0 after SIGTERM/SIGINT, 1 on a runtime failure,\n"
 	      "2 on a usage or configuration error.\n", f);

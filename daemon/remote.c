@@ -100,7 +100,7 @@ static struct tns *ns_get(struct tier *t, uint64_t ns, uint32_t uid)
 		free(s);
 		return NULL;
 	}
-	kvsd_rpage_id_init(&s->id, t->ns, t->owner, ns, &t->geom);
+	kvsd_rpage_id_init(&s->id, t->ns, t->owner, ns, &t->geom, t->rc->mac);
 	s->next = t->nss;
 	t->nss = s;
 	t->n_ns++;
@@ -686,6 +686,21 @@ int kvsd_remote_start(struct kvsd *d)
 			kvsd_log("pool '%s': remote tier off: %s", pc->name, strerror(-ret));
 	}
 	return 0;
+}
+
+void kvsd_remote_reload(const struct kvsd_config *cfg)
+{
+	char what[KVS_NAME_MAX + 16];
+	unsigned int i;
+
+	for (i = 0; i < cfg->n_pools; i++) {
+		snprintf(what, sizeof(what), "pool '%s'", cfg->pools[i].name);
+		kvsd_remote_cfg_reload(cfg->pools[i].remote, what);
+	}
+	for (i = 0; i < cfg->n_tiers; i++) {
+		snprintf(what, sizeof(what), "tier '%s'", cfg->tiers[i].name);
+		kvsd_remote_cfg_reload(cfg->tiers[i].rc, what);
+	}
 }
 
 void kvsd_remote_stop(void)

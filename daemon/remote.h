@@ -34,6 +34,7 @@
 #include <linux/kvshare.h>
 
 struct kvsd;
+struct kvsd_config;
 struct kvs_call;
 struct kvs_client;
 
@@ -44,6 +45,12 @@ struct kvs_client;
  * itself.  0 or -errno.
  */
 int kvsd_remote_start(struct kvsd *d);
+/*
+ * SIGHUP: read every tier's MAC key files again (remote_mac.h), so that
+ * keys rotate without a restart; a tier whose files are wrong keeps the
+ * keys it has (logged).
+ */
+void kvsd_remote_reload(const struct kvsd_config *cfg);
 /* Stops the threads and releases everything the tiers hold. */
 void kvsd_remote_stop(void);
 
