@@ -12,7 +12,8 @@ KVSD_SRCS := daemon/main.c daemon/config.c daemon/server.c daemon/pools.c \
              daemon/listen.c daemon/remote.c daemon/remote_thread.c \
              daemon/remote_metrics.c daemon/remote_cluster.c \
              daemon/remote_config.c daemon/remote_conn.c daemon/remote_page.c \
-             daemon/remote_ctl.c daemon/remote_mac.c
+             daemon/remote_ctl.c daemon/remote_mac.c \
+             daemon/remote_state.c
 KVSD_OBJS     := $(KVSD_SRCS:daemon/%.c=$(BUILD)/daemon/%.o)
 KVSD_SAN_OBJS := $(KVSD_SRCS:daemon/%.c=$(BUILD)/san/daemon/%.o)
 # The remote tier (remote*.c): hiredis for RESP, OpenSSL for TLS and the

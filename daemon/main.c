@@ -25,6 +25,7 @@
 #include "core.h"
 #include "kvshared.h"
 #include "remote.h"
+#include "remote_ctl.h"
 #include "server.h"
 
 #define TICK_MS		1000
@@ -200,6 +201,8 @@ static int run(struct kvsd *d)
 	if (ret)
 		goto out;
 	ret = kvsd_remote_start(d);
+	if (!ret)
+		ret = kvsd_remote_state_start(d);
 	if (ret)
 		goto out;
 	if (d->mode == KVSD_MODE_SOCKET) {
@@ -224,6 +227,7 @@ out:
 	kvsd_metrics_stop();
 	kvsd_server_stop();
 	kvsd_remote_stop();
+	kvsd_remote_state_stop();
 	close_arbiter(d);
 	/* Paths and specs were checked with the configuration: all runtime. */
 	if (ret)

@@ -612,6 +612,16 @@ static void tier_stop(struct tier **pp)
 		 t->tier_name[0] ? " " : "", t->tier_name);
 }
 
+bool kvsd_remote_pool_has_tier(uint32_t owner, const char *pool)
+{
+	struct tier *t;
+
+	for (t = kvsd_remote_tiers; t; t = t->next)
+		if (t->owner == owner && !strcmp(t->name, pool))
+			return true;
+	return false;
+}
+
 const char *kvsd_remote_tier_of(uint32_t pool_id)
 {
 	struct tier *t = tier_of(pool_id);

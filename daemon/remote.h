@@ -88,6 +88,8 @@ int kvsd_remote_tier_off(uint32_t pool_id);
  * remote_* keys (the configuration's, not turned on at run time).
  */
 const char *kvsd_remote_tier_of(uint32_t pool_id);
+/* Whether pool (@owner, @pool) has a tier now. */
+bool kvsd_remote_pool_has_tier(uint32_t owner, const char *pool);
 /* Run-time tiers on or stopping: all of them, and those @uid turned on. */
 void kvsd_remote_tier_counts(uint32_t uid, unsigned int *all, unsigned int *of_uid);
 

@@ -68,3 +68,13 @@ $(BUILD)/tests/remote_mac_test: tests/remote/mac_test.sh tests/remote/lib.sh \
 
 ALL_TARGETS += $(BUILD)/tests/remote_mac_test
 HOST_TESTS  += $(BUILD)/tests/remote_mac_test
+
+# Run-time tiers remembered across a restart (state_dir).
+$(BUILD)/tests/remote_state_test: tests/remote/state_test.sh tests/remote/lib.sh \
+		$(BUILD)/san/kvshared $(BUILD)/kvshared $(BUILD)/kvctl $(BUILD)/kvserve
+	@mkdir -p $(@D)
+	cp $< $@
+	chmod +x $@
+
+ALL_TARGETS += $(BUILD)/tests/remote_state_test
+HOST_TESTS  += $(BUILD)/tests/remote_state_test
