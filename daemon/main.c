@@ -24,8 +24,8 @@
 #include "closer.h"
 #include "core.h"
 #include "kvshared.h"
-#include "remote.h"
-#include "remote_ctl.h"
+#include "remote/ctl.h"
+#include "remote/remote.h"
 #include "server.h"
 
 #define TICK_MS		1000

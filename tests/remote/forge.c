@@ -5,7 +5,7 @@
  * stdin, one a line, it plants a page of its own: the bytes rewritten, the header
  * left as the key wants it, and the XXH3-128 checksum recomputed, as
  * docs/remote.md documents the format (written from that text, not from
- * daemon/remote_page.c).
+ * daemon/remote/page.c).
  *
  *	remote_forge PORT USER PASSWORD keep|strip <KEYS
  *

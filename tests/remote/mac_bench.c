@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * remote_mac_bench: what the remote tier's page MAC costs (remote_mac.h),
+ * remote_mac_bench: what the remote tier's page MAC costs (mac.h),
  * for `make bench`.  One thread seals and checks pages of 16 KiB and of
  * 2 MiB (a Llama-8B page) with and without a key, side by side in one run:
  * the rate is page bytes per second of the thread's own CPU time (one
@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
-#include "remote_page.h"
+#include "page.h"
 
 #define RUNS		5
 #define BYTES_PER_RUN	(512ull << 20)	/* page bytes sealed (or checked) a run */

@@ -15,11 +15,11 @@ HOST_TESTS  += $(BUILD)/tests/remote_test
 BENCH_CMDS  += BUILD=$(BUILD) tests/remote/remote_bench.sh;
 
 # The page format and the key slot, without servers.
-REMOTE_UNIT_OBJS := $(BUILD)/daemon/remote_page.o $(BUILD)/daemon/remote_cluster.o \
-		    $(BUILD)/daemon/remote_conn.o $(BUILD)/daemon/remote_mac.o
+REMOTE_UNIT_OBJS := $(BUILD)/daemon/remote/page.o $(BUILD)/daemon/remote/cluster.o \
+		    $(BUILD)/daemon/remote/conn.o $(BUILD)/daemon/remote/mac.o
 $(BUILD)/tests/remote_unit_test: tests/remote/remote_unit_test.c $(REMOTE_UNIT_OBJS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Idaemon -o $@ $^ -lhiredis -lssl -lcrypto -lxxhash -pthread
+	$(CC) $(CFLAGS) -Idaemon/remote -o $@ $^ $(KVSD_REMOTE_LDLIBS) -pthread
 
 ALL_TARGETS += $(BUILD)/tests/remote_unit_test
 HOST_TESTS  += $(BUILD)/tests/remote_unit_test
@@ -42,11 +42,11 @@ $(BUILD)/tests/remote_tier_test: tests/remote/tier_test.sh tests/remote/lib.sh \
 ALL_TARGETS += $(BUILD)/tests/remote_tier_test
 HOST_TESTS  += $(BUILD)/tests/remote_tier_test
 
-# make bench: the page MAC's cost beside the checksum alone (remote_mac.h).
-$(BUILD)/tests/remote_mac_bench: tests/remote/mac_bench.c $(BUILD)/daemon/remote_page.o \
-		$(BUILD)/daemon/remote_mac.o
+# make bench: the page MAC's cost beside the checksum alone (mac.h).
+$(BUILD)/tests/remote_mac_bench: tests/remote/mac_bench.c $(BUILD)/daemon/remote/page.o \
+		$(BUILD)/daemon/remote/mac.o
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Idaemon -o $@ $^ -lssl -lcrypto -lxxhash -pthread
+	$(CC) $(CFLAGS) -Idaemon/remote -o $@ $^ $(KVSD_REMOTE_LDLIBS) -pthread
 
 ALL_TARGETS += $(BUILD)/tests/remote_mac_bench
 BENCH_CMDS  += $(BUILD)/tests/remote_mac_bench;

@@ -16,8 +16,8 @@
 
 #include <xxhash.h>
 
-#include "remote_cluster.h"
-#include "remote_page.h"
+#include "cluster.h"
+#include "page.h"
 
 static int n_test, n_failed;
 

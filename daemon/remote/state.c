@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Run-time tiers remembered across restarts (remote_state.h).  The file:
+ * Run-time tiers remembered across restarts (state.h).  The file:
  *
  *	kvshared-remote-tiers 1
  *	OWNER POOL TIER NAMESPACE BY ADMIN
@@ -18,9 +18,9 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
-#include "log.h"
-#include "remote_config.h"
-#include "remote_state.h"
+#include "../log.h"
+#include "config.h"
+#include "state.h"
 
 #define FILE_NAME	"remote-tiers"
 #define TMP_NAME	".remote-tiers.tmp"

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The remote tier's page format (remote_page.h).  Little-endian on the
- * wire; the header's fields in order, the page bytes, and with RPAGE_F_MAC
- * the nonce and the tag (remote_mac.h).
+ * The remote tier's page format (page.h).  Little-endian on the wire;
+ * the header's fields in order, the page bytes, and with RPAGE_F_MAC the
+ * nonce and the tag (mac.h).
  */
 #include <endian.h>
 #include <stdbool.h>
@@ -13,7 +13,7 @@
 #define XXH_STATIC_LINKING_ONLY	/* XXH3_state_t on the stack */
 #include <xxhash.h>
 
-#include "remote_page.h"
+#include "page.h"
 
 static const char magic[8] = "KVSPAGE";
 
@@ -33,7 +33,7 @@ struct rpage_hdr {
 
 _Static_assert(sizeof(struct rpage_hdr) == KVSD_RPAGE_HDR, "page header is 128 bytes");
 
-/* A MAC (remote_mac.h: nonce, tag) follows the page bytes. */
+/* A MAC (mac.h: nonce, tag) follows the page bytes. */
 #define RPAGE_F_MAC	1ull
 
 const char *const kvsd_rpage_bad_names[KVSD_RPAGE_N_BAD] = {

@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <linux/kvshare.h>
 
-#include "remote_page.h"
+#include "page.h"
 
 #define KVSD_RSTATE_MAX		256	/* entries, pools gone included */
 #define KVSD_RSTATE_UID_MAX	8	/* of them turned on by one non-admin uid */

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The remote tier's page MAC (remote_mac.h): the key files, their
+ * The remote tier's page MAC (mac.h): the key files, their
  * generations, and ChaCha20-keyed Poly1305 from OpenSSL's EVP interface.
  */
 #include <errno.h>
@@ -16,7 +16,7 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
-#include "remote_mac.h"
+#include "mac.h"
 
 /* 64 hex digits and a newline, and one byte to tell a longer file. */
 #define KEY_FILE_MAX	(2 * KVSD_RMAC_KEY + 2)
@@ -263,7 +263,7 @@ static struct tag_ctx *ctx_get(void)
 	return x;
 }
 
-/* The tag of @msg under @key and @nonce (the one-time key of remote_mac.h). */
+/* The tag of @msg under @key and @nonce (the one-time key of mac.h). */
 static int tag(const uint8_t key[KVSD_RMAC_KEY], const uint8_t nonce[KVSD_RMAC_NONCE],
 	       const void *msg, size_t len, uint8_t out[KVSD_RMAC_TAG])
 {

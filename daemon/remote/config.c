@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The remote_* pool keys (remote_config.h).
+ * The remote_* pool keys (config.h).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -12,8 +12,8 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
-#include "log.h"
-#include "remote_config.h"
+#include "../log.h"
+#include "config.h"
 
 #define PASSWORD_MAX	512
 
@@ -273,7 +273,7 @@ fail:
 	return -EINVAL;
 }
 
-/* The MAC keys (remote_mac.h): refused at startup like the password. */
+/* The MAC keys (mac.h): refused at startup like the password. */
 static int read_mac_keys(struct kvsd_remote_cfg *rc, const char *where)
 {
 	char err[PATH_MAX + 128];

@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "remote_page.h"
+#include "page.h"
 
 #define KVSD_REMOTE_MAX_NODES	16	/* configured seeds */
 
@@ -32,7 +32,7 @@ struct kvsd_remote_cfg {
 	bool tls;
 	char *tls_ca, *tls_cert, *tls_key;
 	char *mac_key_file, *mac_key_file_old;
-	struct kvsd_rmac *mac;		/* their keys (remote_mac.h); NULL: none */
+	struct kvsd_rmac *mac;		/* their keys (mac.h); NULL: none */
 	char ns[KVSD_RNS_MAX];		/* remote_namespace; default: the pool's name */
 	enum kvsd_remote_write write;
 	bool fetch;			/* LOOKUP misses go on to the tier */

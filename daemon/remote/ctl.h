@@ -17,7 +17,7 @@ int kvsd_remote_tier_cmd(struct kvsd *d, uint32_t uid, bool admin,
 			 struct kvs_remote_tier *rt);
 /*
  * Pool @pool_id was destroyed: its tier, if any, goes off.  A tier turned
- * on at run time stays remembered (remote_state.h): the pool made again
+ * on at run time stays remembered (state.h): the pool made again
  * under that owner and name gets it back.
  */
 void kvsd_remote_pool_gone(uint32_t pool_id);

@@ -8,7 +8,7 @@
  * value stored under another key, of another geometry, or damaged is
  * refused on import.  The checksum stops corruption and mistakes, not a
  * forger: anyone who can write the key can compute it (docs/remote.md).
- * A tier with a MAC key (remote_mac.h) appends a nonce and a tag over the
+ * A tier with a MAC key (mac.h) appends a nonce and a tag over the
  * header and the bytes, says so in the header's flags, and refuses any
  * value without a tag valid under one of its keys.
  */
@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <linux/kvshare.h>
 
-#include "remote_mac.h"
+#include "mac.h"
 
 #define KVSD_RPAGE_VERSION	1
 #define KVSD_RPAGE_HDR		128
