@@ -52,5 +52,8 @@ int kvs_uring_cmd(struct io_uring_cmd *ioucmd, unsigned int issue_flags);
 void kvs_uwait_init(struct kvs_uwait *uw, struct kvs_client *cl);
 void kvs_uwait_wake(struct kvs_uwait *uw);
 void kvs_uwait_fini(struct kvs_uwait *uw);
+/* chan.c */
+long kvs_chan_open_ioctl(struct file *dev, void __user *uarg, unsigned int cmd);
+bool kvs_is_chan_file(const struct file *file);
 
 #endif /* _KVSHARE_KERNEL_H */

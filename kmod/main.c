@@ -228,7 +228,7 @@ static int kvs_device_mem_check(struct file *file, __u64 bytes)
 {
 	umode_t mode = file_inode(file)->i_mode;
 
-	if (file->f_op == &kvs_fops || S_ISSOCK(mode) || S_ISDIR(mode) || S_ISFIFO(mode))
+	if (file->f_op == &kvs_fops || kvs_is_chan_file(file) || S_ISSOCK(mode) || S_ISDIR(mode) || S_ISFIFO(mode))
 		return -EINVAL;
 	if (!strcmp(file->f_path.dentry->d_name.name, "[io_uring]"))
 		return -EINVAL;
@@ -389,6 +389,10 @@ static long kvs_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	int mem_fd = -1;
 	int ret;
 
+	if (_IOC_TYPE(cmd) == KVS_IOC_MAGIC &&
+	    _IOC_NR(cmd) == _IOC_NR(KVS_IOC_CHAN_OPEN) &&
+	    _IOC_DIR(cmd) == (_IOC_READ | _IOC_WRITE))
+		return kvs_chan_open_ioctl(file, uarg, cmd);
 	if (!ksize)
 		return -ENOTTY;
 	BUILD_BUG_ON(sizeof(buf) > 256);

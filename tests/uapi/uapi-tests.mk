@@ -6,9 +6,10 @@
 # /dev/kvshare every test reports SKIP and the suite exits 0.
 #
 # unload_test unloads and reloads kvshare.ko, so it is listed last.
+# chan_test: the pool event channel (KVS_IOC_CHAN_OPEN), module only.
 
 UAPI_TEST_DIR   := tests/uapi
-UAPI_TEST_NAMES := arbiter_test bad_input_test proc_test multiuser_test inflight_test \
+UAPI_TEST_NAMES := arbiter_test bad_input_test proc_test multiuser_test inflight_test chan_test \
                    unload_test
 UAPI_TEST_BINS  := $(addprefix $(BUILD)/guest/,$(UAPI_TEST_NAMES))
 

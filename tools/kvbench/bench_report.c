@@ -32,7 +32,9 @@ static void print_ns(double ns)
 		printf(" %13.1f", ns);
 }
 
-const char *const bench_slot_names[N_SLOTS] = { "core", "ioctl", "uring", "daemon", "socket" };
+const char *const bench_slot_names[N_SLOTS] = {
+	"core", "ioctl", "uring", "daemon", "socket", "core+chan"
+};
 
 static void print_notes(const struct bench_results *r, int p)
 {

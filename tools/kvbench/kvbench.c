@@ -33,7 +33,8 @@ static void usage(FILE *f)
 {
 	fputs("usage: kvbench arbiter [--pages LIST] [--reps R] [--json]\n"
 	      "       kvbench ioctl [--pages LIST] [--reps R] [--json] [--device PATH]\n"
-	      "       kvbench daemon --device SOCKET [--pages LIST] [--reps R] [--json]\n\n"
+	      "       kvbench daemon --device SOCKET [--pages LIST] [--reps R] [--json]\n"
+	      "       kvbench chan [--pages LIST] [--reps R] [--json]\n\n"
 	      "Median over R repetitions (default 31), in ns per page, of ALLOC,\n"
 	      "PUBLISH, LOOKUP+PUT (one LOOKUP of a cached chain, one PUT of its\n"
 	      "pages) and ALLOC with eviction (every page CACHED), for chains of\n"
@@ -46,7 +47,9 @@ static void usage(FILE *f)
 	      "         by ioctl and by io_uring, beside the core in the same run,\n"
 	      "         with their ratios.\n"
 	      "daemon   the same through kvshared, beside the core: page commands on its\n"
-	      "         shared ring (daemon), then everything on its socket (socket).\n", f);
+	      "         shared ring (daemon), then everything on its socket (socket).\n"
+	      "chan     the core beside the same core with the pool's event channel\n"
+	      "         open (KVS_IOC_CHAN_OPEN), drained and PUT after each PUBLISH.\n", f);
 }
 
 /* --name VALUE or --name=VALUE: true, with the value in *out. */
@@ -149,6 +152,7 @@ static int run_core(struct bench_results *r)
 }
 
 static const struct bench_view view_core = { "arbiter", 1, { SLOT_CORE } };
+static const struct bench_view view_chan = { "chan", 2, { SLOT_CORE, SLOT_CHAN } };
 static const struct bench_view view_ioctl = {
 	"ioctl", 3, { SLOT_CORE, SLOT_IOCTL, SLOT_URING }
 };
@@ -179,6 +183,27 @@ static int cmd_arbiter(const struct opts *o)
 		return 2;
 	ret = run_core(&r);
 	report(&r, o, &view_core, "arbiter: native arbiter core, no transport");
+	return ret;
+}
+
+/* The core rows side by side with the same core with a channel open. */
+static int cmd_chan(const struct opts *o)
+{
+	struct bench_results r;
+	struct bench_target t;
+	int ret;
+
+	if (setup_results(&r, o))
+		return 2;
+	ret = run_core(&r);
+	if (target_core_chan_init(&t)) {
+		fprintf(stderr, "kvbench: arbiter core init failed\n");
+		return 1;
+	}
+	ret |= run_target(&t, &r, SLOT_CHAN, KVS_MAX_POOL_PAGES);
+	t.fini(&t);
+	report(&r, o, &view_chan, "chan: native core, and with the pool's event channel "
+	       "open (PUBLISH includes the tier's read and PUT of its records)");
 	return ret;
 }
 
@@ -283,6 +308,12 @@ int main(int argc, char **argv)
 		return bench_radix_main(argc, argv);
 	ioctl_mode = !strcmp(argv[1], "ioctl");
 	daemon_mode = !strcmp(argv[1], "daemon");
+	if (!strcmp(argv[1], "chan")) {
+		o.pages = ARBITER_POOLS;
+		if (parse_opts(argc, argv, &o, false))
+			return 2;
+		return cmd_chan(&o);
+	}
 	if (!ioctl_mode && !daemon_mode && strcmp(argv[1], "arbiter")) {
 		fprintf(stderr, "kvbench: unknown mode '%s' (arbiter, ioctl or daemon)\n",
 			argv[1]);

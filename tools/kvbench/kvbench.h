@@ -30,6 +30,8 @@ struct bench_target {
 };
 
 int target_core_init(struct bench_target *t);
+/* The same with the pool's event channel open and drained after PUBLISH. */
+int target_core_chan_init(struct bench_target *t);
 /* -ENOENT when the device does not exist. */
 int target_ioctl_init(struct bench_target *t, const char *device);
 /* The same device through libkv, page commands by io_uring. */
@@ -50,12 +52,13 @@ enum bench_op {
 #define N_CHAINS	3	/* 16, 256 and 4096 pages */
 #define MAX_CHAIN	4096
 #define MAX_POOLS	8
-#define N_SLOTS		5	/* core, ioctl, uring, daemon, socket */
+#define N_SLOTS		6	/* core, ioctl, uring, daemon, socket, core+chan */
 #define SLOT_CORE	0
 #define SLOT_IOCTL	1
 #define SLOT_URING	2
 #define SLOT_DAEMON	3	/* kvshared, page commands on its shared ring */
 #define SLOT_SOCKET	4	/* kvshared, everything on the socket */
+#define SLOT_CHAN	5	/* the core with an event channel open */
 
 extern const char *const bench_slot_names[N_SLOTS];
 

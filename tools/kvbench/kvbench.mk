@@ -45,6 +45,7 @@ $(BUILD)/guest/kvbench: $(KVBENCH_OBJS) $(BUILD)/tools/kvbench/bench_read_stub.o
 ALL_TARGETS += $(BUILD)/kvbench $(BUILD)/guest/kvbench
 GUEST_BINS  += $(BUILD)/guest/kvbench
 BENCH_CMDS  += $(BUILD)/kvbench arbiter;
+BENCH_CMDS  += $(BUILD)/kvbench chan;
 BENCH_CMDS  += $(BUILD)/kvbench attn;
 BENCH_CMDS  += $(BUILD)/kvbench radix;
 BENCH_CMDS  += BUILD=$(BUILD) tools/kvbench/bench-daemon.sh;
