@@ -5,10 +5,12 @@
  * when one is pending.  A PUBLISHED record holds a reference until the
  * channel PUTs it; a channel left unread until full drops and counts,
  * and the clients' calls go on; only the pool's owner (or an admin) may
- * open it; its holder killed with references and claims held leaves
+ * open it; io_uring polls and reads it as any file; its holder killed
+ * with references and claims held leaves
  * nothing behind; the module's reference count comes back, so rmmod
  * (unload_test, run after this suite) still succeeds.
  */
+#include <liburing.h>
 #include <poll.h>
 
 #include "kvs_test.h"
@@ -280,6 +282,47 @@ TEST_F(chan, destroyed_pool_is_the_last_record)
 	ASSERT_FALSE(readable(fd));
 	close(fd);
 	kvs_env_assert_baseline(_metadata, &self->env);
+}
+
+TEST_F(chan, io_uring_polls_and_reads)
+{
+	struct io_uring_sqe *sqe;
+	struct io_uring_cqe *cqe;
+	struct io_uring ring;
+	struct kvs_event ev[4];
+	__u32 page;
+	int fd, ret;
+
+	CH_BEGIN();
+	fd = chan_open(&self->env.ctl, self->pool, 8, 0);
+	ASSERT_LE(0, fd);
+	ret = io_uring_queue_init(4, &ring, 0);
+	if (ret)
+		SKIP(close(fd); return, "io_uring_queue_init: %s", strerror(-ret));
+	/* A poll armed on the empty channel completes when a record comes. */
+	sqe = io_uring_get_sqe(&ring);
+	io_uring_prep_poll_add(sqe, fd, POLLIN);
+	sqe->user_data = 1;
+	ASSERT_EQ(1, io_uring_submit(&ring));
+	ASSERT_EQ(-EAGAIN, io_uring_peek_cqe(&ring, &cqe));
+	ASSERT_EQ(0, publish_one(self->a, 600, &page));
+	ASSERT_EQ(0, io_uring_wait_cqe(&ring, &cqe));
+	ASSERT_EQ(1, cqe->user_data);
+	ASSERT_TRUE(cqe->res & POLLIN);
+	io_uring_cqe_seen(&ring, cqe);
+	sqe = io_uring_get_sqe(&ring);
+	io_uring_prep_read(sqe, fd, ev, sizeof(ev), 0);
+	sqe->user_data = 2;
+	ASSERT_EQ(1, io_uring_submit(&ring));
+	ASSERT_EQ(0, io_uring_wait_cqe(&ring, &cqe));
+	ASSERT_EQ(2, cqe->user_data);
+	ASSERT_EQ((int)sizeof(ev[0]), cqe->res);
+	io_uring_cqe_seen(&ring, cqe);
+	ASSERT_EQ(KVS_EVENT_PUBLISHED, ev[0].type);
+	ASSERT_EQ(page, ev[0].page);
+	io_uring_queue_exit(&ring);
+	close(fd);
+	CH_END();
 }
 
 TEST_HARNESS_MAIN

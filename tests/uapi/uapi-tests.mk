@@ -13,9 +13,12 @@ UAPI_TEST_NAMES := arbiter_test bad_input_test proc_test multiuser_test inflight
                    unload_test
 UAPI_TEST_BINS  := $(addprefix $(BUILD)/guest/,$(UAPI_TEST_NAMES))
 
+# chan_test reads its channel through io_uring too (liburing-dev, static).
+UAPI_LDLIBS_chan_test := -luring
+
 $(UAPI_TEST_BINS): $(BUILD)/guest/%: $(UAPI_TEST_DIR)/%.c $(KSFT_HDRS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(DEPFLAGS) -I$(KSFT_DIR) -static -pthread -o $@ $< -pthread
+	$(CC) $(CFLAGS) $(DEPFLAGS) -I$(KSFT_DIR) -static -pthread -o $@ $< $(UAPI_LDLIBS_$*) -pthread
 
 -include $(UAPI_TEST_BINS:=.d)
 

@@ -839,7 +839,10 @@ struct kvs_wait_fd {
  * or claims would take the channel's holdings past the pool's
  * max_pages_per_file (max_held), or that finds no free page, is dropped
  * (dropped_held).  Closing the channel (its holder exiting, however)
- * releases every reference and claim it holds at once.
+ * releases every reference and claim it holds at once.  While open the
+ * channel counts in its pool's statistics as one more file (n_files), its
+ * holdings in n_held, n_refs, n_owned and n_claimed, and its claims in
+ * allocs (alloc_fails when no page could be had).
  * Errors: ENOENT no such pool; EPERM not the owner nor admin; EBUSY the
  *         pool has a channel; EINVAL ring or fetch_max out of range.
  */
