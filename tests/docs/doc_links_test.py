@@ -6,7 +6,8 @@ One TAP result per tracked *.md file (git ls-files, else a walk of the
 tree): each [text](target) that is not a URL must name a file or folder of
 the repository, and a #fragment must name a heading of the target (GitHub's
 anchors: lower case, punctuation dropped, spaces to hyphens, -1, -2 for
-repeats).  Links inside code (fenced blocks, `spans`) are not links.  A
+repeats).  Links inside code (fenced blocks, `spans`) are not links, and
+a fence left open (which would hide the rest of the file) is an error.  A
 link may not leave the repository, and no file outside tests/ may name
 ../shared at all (only the tests load the engines' interface files from
 there): the docs must read the same in any clone.
@@ -38,6 +39,15 @@ def markdown_files(root):
             files += [os.path.relpath(os.path.join(d, n), root)
                       for n in names if n.endswith(".md")]
     return sorted(f for f in files if os.path.isfile(os.path.join(root, f)))
+
+
+def unclosed_fence(text):
+    """The line of a code fence that is never closed, or 0."""
+    opened = 0
+    for n, line in enumerate(text.splitlines(), 1):
+        if FENCE.match(line):
+            opened = 0 if opened else n
+    return opened
 
 
 def prose_lines(text):
@@ -90,6 +100,10 @@ def check_file(root, rel):
     with open(path, encoding="utf-8") as f:
         text = f.read()
     real_root = os.path.realpath(root)
+    fence = unclosed_fence(text)
+    if fence:
+        # Everything after it would be code: its links would go unchecked.
+        errors.append("%s:%d: code fence never closed" % (rel, fence))
     for n, line in prose_lines(text):
         for m in list(LINK.finditer(line)) + list(IMAGE.finditer(line)):
             target = m.group(1)
