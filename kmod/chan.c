@@ -133,7 +133,10 @@ static long kvs_chan_ioctl(struct file *file, unsigned int cmd, unsigned long ar
 	ret = kvs_cmd(kvs_chan_client(cf->ch), cmd, &buf, &call);
 	if (ret)
 		return ret;
-	/* PUBLISH's results: like the device, undone if they cannot be told. */
+	/*
+	 * The struct was probed writable above; PUBLISH's entries were
+	 * written back (or its holdings undone) inside kvs_cmd().
+	 */
 	if (copy_to_user(uarg, &buf, usize))
 		return -EFAULT;
 	return 0;
