@@ -90,6 +90,10 @@ logger = logging.getLogger(__name__)
 # within any sane per-handle quota.
 CHUNK = 4096
 
+# A handle broken with these lost its kvshared (the connection closed, as
+# when the daemon exits or restarts): a new one can be opened at once.
+_DAEMON_GONE = (errno.ENOTCONN, errno.EPIPE, errno.ECONNRESET)
+
 MHA_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
 MLA_LAYOUTS = ("layer_first", "page_first", "page_first_direct")
 
@@ -439,7 +443,8 @@ class KVShareStorage(HiCacheStorage):
             broken = h.pool.broken
             if broken is None:
                 return h
-            self._drop(h, "broken (%s)" % errno.errorcode.get(broken, broken))
+            self._drop(h, "broken (%s)" % errno.errorcode.get(broken, broken),
+                       wait=broken not in _DAEMON_GONE)
         if self._closed or self.page is None or time.monotonic() < self._retry_at:
             return None
         # One thread at a time attaches: while kvshared is stopped, an open
@@ -449,7 +454,10 @@ class KVShareStorage(HiCacheStorage):
             if self._closed or time.monotonic() < self._retry_at:
                 return None
             try:
-                pool = self._checked(self._open())
+                # A kvshared restarted without the pool gets it back when
+                # the operator asked for creation.
+                pool = self._checked(self._attach(pool_geometry(self.page),
+                                                  self.mem_pool_host))
             except Exception as e:
                 self._retry_at = time.monotonic() + self.options.retry_s
                 self._log("open", "kvshare.sglang: cannot attach pool %r: %s; serving "
@@ -459,11 +467,12 @@ class KVShareStorage(HiCacheStorage):
         self._stats.add(handles=1)
         return self._adopt(pool)
 
-    def _drop(self, h, why):
+    def _drop(self, h, why, wait=True):
         """Close a broken handle.  Every thread then waits retry_s before
-        attaching again: the daemon is likely down for all of them."""
+        attaching again (@wait): the daemon is likely down for all of them."""
         self._local.handle = None
-        self._retry_at = time.monotonic() + self.options.retry_s
+        if wait:
+            self._retry_at = time.monotonic() + self.options.retry_s
         self._stats.add(broken=1)
         with self._handles_lock:
             if h in self._handles:
@@ -473,8 +482,9 @@ class KVShareStorage(HiCacheStorage):
                 h.pool.close()
             except Exception as e:
                 logger.debug("kvshare.sglang: closing a broken handle: %s", e)
-        self._log("drop", "kvshare.sglang: pool %r handle %s: closed; reopening in %gs"
-                  % (self.options.pool, why, self.options.retry_s))
+        self._log("drop", "kvshare.sglang: pool %r handle %s: closed; reopening %s"
+                  % (self.options.pool, why,
+                     "in %gs" % self.options.retry_s if wait else "now"))
 
     def _log(self, what, msg):
         """Log at most every 10 s per kind: a dead daemon must not flood."""
@@ -485,21 +495,33 @@ class KVShareStorage(HiCacheStorage):
 
     def _call(self, what, failed, fn, *args):
         """fn(handle, *args) on this thread's handle; @failed when there is
-        no handle or anything goes wrong (logged, never raised)."""
-        h = self._handle()
-        if h is None:
-            return failed
-        with h.lock:
-            if h.pool.closed:
+        no handle or anything goes wrong (logged, never raised).  A handle
+        whose daemon went away (the connection closed: kvshared restarted)
+        is replaced at once and the call made again, once: after a restart
+        no call is lost to a stale handle.  A call that timed out is not
+        retried; the handle waits retry_s (the daemon may be stopped)."""
+        for attempt in (0, 1):
+            h = self._handle()
+            if h is None:
                 return failed
-            try:
-                return fn(h, *args)
-            except kvshare.Error as e:
-                self._stats.add(errors=1)
-                self._log(what, "kvshare.sglang: %s failed: %s" % (what, e))
-            except Exception:
-                self._stats.add(errors=1)
-                logger.exception("kvshare.sglang: %s failed", what)
+            with h.lock:
+                if h.pool.closed:
+                    return failed
+                try:
+                    return fn(h, *args)
+                except kvshare.Error as e:
+                    lost = e.errno
+                    if not (attempt == 0 and lost in _DAEMON_GONE
+                            and h.pool.broken in _DAEMON_GONE):
+                        self._stats.add(errors=1)
+                        self._log(what, "kvshare.sglang: %s failed: %s" % (what, e))
+                        return failed
+                except Exception:
+                    self._stats.add(errors=1)
+                    logger.exception("kvshare.sglang: %s failed", what)
+                    return failed
+            self._drop(h, "lost its daemon (%s)" % errno.errorcode.get(lost, lost),
+                       wait=False)
         return failed
 
     # -- keys and host memory --------------------------------------------
