@@ -20,7 +20,8 @@ kvshare page, byte for byte, in the order the host pool's
 ``get_page_buffer_meta`` lists its pieces; for MHA layer_first that is
 kvshare's own layout, [layer][K, V][token][head][dim], and for the other
 layouts it is SGLang's flat page (``get_data_page``), so both the zero-copy
-calls and the generic ones move whole pages with memmove.  The pool's
+calls and the generic ones move whole pages, a batch in one call
+(``Pool.copy_pages``: no GIL, streaming stores).  The pool's
 geometry must fit exactly: MHA pages need (layers, kv_heads, head_dim,
 page_size, dtype); an MLA page holds one C-wide vector per token and layer
 (C = kv_lora_rank + qk_rope_head_dim, no K/V split), stored in a pool of
@@ -61,7 +62,6 @@ default 0o600), ``timeout_ms`` (call deadline), ``namespace`` (a salt:
 tenants that must never hit each other's pages set different ones),
 ``retry_s`` (seconds before a broken handle is opened again, default 5).
 """
-import ctypes
 import errno
 import hashlib
 import logging
@@ -293,13 +293,12 @@ class BackendOptions:
 
 
 class _Handle:
-    """One thread's attachment: the Pool, its mapping's address, and a lock
-    that close() takes so that no copy runs while the mapping goes away."""
-    __slots__ = ("pool", "base", "lock")
+    """One thread's attachment: the Pool and a lock that close() takes so
+    that no copy runs while the mapping goes away."""
+    __slots__ = ("pool", "lock")
 
     def __init__(self, pool):
         self.pool = pool
-        self.base = pool.address
         self.lock = threading.Lock()
 
 
@@ -395,7 +394,7 @@ class KVShareStorage(HiCacheStorage):
 
     def _checked(self, pool):
         """@pool if its pages are the engine's and in host memory (the
-        copies are memmoves by the CPU); else closed, and ValueError."""
+        copies are the CPU's); else closed, and ValueError."""
         try:
             check_pool_fits(pool, self.page)
             if pool.is_device:
@@ -598,19 +597,15 @@ class KVShareStorage(HiCacheStorage):
         """LOOKUP (one reference a page found), copy, PUT."""
         t0 = time.perf_counter()
         ptrs, sizes = pieces
-        per = len(ptrs) // len(keys)
-        pb, base, memmove = self.page.page_bytes, h.base, ctypes.memmove
+        per, pb = len(ptrs) // len(keys), self.page.page_bytes
         pages = h.pool.lookup(self._keys(keys))
-        try:
-            for i, page in enumerate(pages.tolist()):
-                src = base + page * pb
-                for j in range(i * per, (i + 1) * per):
-                    memmove(ptrs[j], src, sizes[j])
-                    src += sizes[j]
-        finally:
-            if len(pages):
-                h.pool.put(pages)
         n = len(pages)
+        try:
+            if n:
+                h.pool.copy_pages(pages, ptrs[:n * per], sizes[:n * per], False)
+        finally:
+            if n:
+                h.pool.put(pages)
         self._stats.add(get_calls=1, get_pages=n, get_misses=len(keys) - n)
         self._stats.sample("get", n, n * pb, time.perf_counter() - t0)
         return [True] * n + [False] * (len(keys) - n)
@@ -645,7 +640,7 @@ class KVShareStorage(HiCacheStorage):
         t0 = time.perf_counter()
         ptrs, sizes = pieces
         n, per = len(keys), len(ptrs) // len(keys)
-        pb, memmove, pool = self.page.page_bytes, ctypes.memmove, h.pool
+        pb, pool = self.page.page_bytes, h.pool
         kk = self._keys(keys)
         have = pool.lookup(kk)
         k = len(have)
@@ -661,11 +656,7 @@ class KVShareStorage(HiCacheStorage):
                     self._stats.add(set_calls=1, set_skipped=k, set_failed=n - k)
                     return [True] * k + [False] * (n - k)
                 try:
-                    for i, page in enumerate(fresh.tolist()):
-                        dst = h.base + page * pb
-                        for j in range((k + i) * per, (k + i + 1) * per):
-                            memmove(dst, ptrs[j], sizes[j])
-                            dst += sizes[j]
+                    pool.copy_pages(fresh, ptrs[k * per:], sizes[k * per:], True)
                 except BaseException:
                     pool.put(fresh)
                     raise
