@@ -396,10 +396,20 @@ class KVShareConnector(KVConnectorBase_V1):
     def _keys(self, r, start, end):
         return numpy.frombuffer(r["keys"], numpy.uint64).reshape(-1, 4)[start:end]
 
+    def bind_connector_metadata(self, connector_metadata):
+        # The step begins here, not at start_load_kv: vLLM >= 0.32 calls
+        # start_load_kv after the forward (so after save_kv_layer) on steps
+        # without synchronous loads (SchedulerOutput.has_sync_kv_loads).
+        super().bind_connector_metadata(connector_metadata)
+        self._step = dict(loads=[], refs=[], left=set(), saves=None, saved=set(),
+                          failed=set(), load_started=False)
+
     def start_load_kv(self, forward_context, **kwargs):
         meta = self._get_connector_metadata()
-        step = self._step = dict(loads=[], refs=[], left=set(), saves=None,
-                                 saved=set(), failed=set())
+        step = self._step
+        if step is None or step["load_started"]:
+            return
+        step["load_started"] = True
         pool = self._get() if self._copier is not None else None
         for r in meta.reqs:
             s, e = r["load"]
@@ -445,6 +455,8 @@ class KVShareConnector(KVConnectorBase_V1):
 
     def wait_for_layer_load(self, layer_name):
         step = self._step
+        if step is not None and not step["load_started"]:
+            self.start_load_kv(None)    # loads must precede the forward
         layer = self._layers.get(layer_name)
         if step is not None and layer in step["left"]:
             self._load_layer(layer)
