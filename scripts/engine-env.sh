@@ -73,6 +73,11 @@ if current; then
 	exit 0
 fi
 
+# PyPI and the pins only: no pip configuration, find-links or index of
+# this machine, no user site.
+unset PIP_FIND_LINKS PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_REQUIRE_VIRTUALENV
+export PIP_CONFIG_FILE=/dev/null PYTHONNOUSERSITE=1
+
 mkdir -p "$(dirname "$env_dir")" "$wheels"
 # One builder at a time (several work trees may share the cache).
 exec 9>"$env_dir.lock"
