@@ -80,13 +80,35 @@ def _options(kv_transfer_config):
     return opts
 
 
+def _resolved_layout(vllm_config):
+    """NHD or HND from the layout vLLM's engine core resolved (vLLM >= 0.32:
+    cache_config.kv_cache_layout names a KVCacheLayout, e.g. LBHNC, whose
+    stride order puts the heads (logical axis 2) before or after the
+    tokens (axis 3); the old names are aliases); None if not resolved."""
+    name = getattr(getattr(vllm_config, "cache_config", None), "kv_cache_layout", None)
+    if not isinstance(name, str):
+        return None
+    if name in ("NHD", "HND"):
+        return name
+    try:
+        from vllm.v1.kv_cache_layout import KVCacheLayout
+        order = KVCacheLayout[name].stride_order
+    except (ImportError, KeyError, AttributeError):
+        return None
+    return "HND" if order.index(2) < order.index(3) else "NHD"
+
+
 def _layout(vllm_config, opts):
-    """The KV layout the workers use: MLA, the one configured, or vLLM's."""
+    """The KV layout the workers use: MLA, the one configured, the one
+    vLLM's engine core resolved, or vLLM's global one (before 0.32)."""
     model = getattr(vllm_config, "model_config", None)
     if getattr(model, "use_mla", False):
         return "MLA"
     if opts["kv_layout"]:
         return opts["kv_layout"]
+    resolved = _resolved_layout(vllm_config)
+    if resolved:
+        return resolved
     try:
         from vllm.v1.attention.backends.utils import get_kv_cache_layout
         return get_kv_cache_layout()
@@ -354,6 +376,9 @@ class KVShareConnector(KVConnectorBase_V1):
     # ---- worker side ----
 
     def register_kv_caches(self, kv_caches):
+        # vLLM >= 0.32 resolves the layout in the engine core and hands it
+        # to the workers before allocating the caches: read it again now.
+        self._layout = _layout(self._vllm_config, self._opts)
         names = list(kv_caches)
         eng = EngineLayout([(n, kv_caches[n]) for n in names], self._block_size,
                            self._layout == "MLA")
@@ -377,10 +402,20 @@ class KVShareConnector(KVConnectorBase_V1):
     def _keys(self, r, start, end):
         return numpy.frombuffer(r["keys"], numpy.uint64).reshape(-1, 4)[start:end]
 
+    def bind_connector_metadata(self, connector_metadata):
+        # The step begins here, not at start_load_kv: vLLM >= 0.32 calls
+        # start_load_kv after the forward (so after save_kv_layer) on steps
+        # without synchronous loads (SchedulerOutput.has_sync_kv_loads).
+        super().bind_connector_metadata(connector_metadata)
+        self._step = dict(loads=[], refs=[], left=set(), saves=None, saved=set(),
+                          failed=set(), load_started=False)
+
     def start_load_kv(self, forward_context, **kwargs):
         meta = self._get_connector_metadata()
-        step = self._step = dict(loads=[], refs=[], left=set(), saves=None,
-                                 saved=set(), failed=set())
+        step = self._step
+        if step is None or step["load_started"]:
+            return
+        step["load_started"] = True
         pool = self._get() if self._copier is not None else None
         for r in meta.reqs:
             s, e = r["load"]
@@ -446,6 +481,8 @@ class KVShareConnector(KVConnectorBase_V1):
 
     def wait_for_layer_load(self, layer_name):
         step = self._step
+        if step is not None and not step["load_started"]:
+            self.start_load_kv(None)    # loads must precede the forward
         layer = self._layers.get(layer_name)
         if step is not None and layer in step["left"]:
             self._load_layer(layer)
