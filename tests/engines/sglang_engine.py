@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0
-"""The installed SGLang's own KV classes on a CPU, for the test_real_* tests.
+"""The installed SGLang's own KV classes on a CPU, for test_real_sglang.py.
 
 Everything here is SGLang's code as ``pip install sglang==`` ships it
 (python/requirements/sglang.txt), built the way SGLang's scheduler builds

@@ -1,9 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0
 """kvshare.sglang inside the installed SGLang's own HiCache classes (issue 26).
 
-Runs where ``sglang`` is installed (the engine environment,
-python/requirements/sglang.txt); skipped under Debian's python3, whose
-torch 1.13 SGLang does not run on.  What runs is SGLang's code
+Runs in the engine environment (tests/engines/engines_test.sh;
+python/requirements/sglang.txt); skipped where sglang is not installed.  What runs is SGLang's code
 (sglang_engine.py says what, and what is not run because it needs a GPU):
 its ServerArgs and runtime context, device pools, paged allocator, the
 MHA and MLA host pools in every layout, the "dynamic" StorageBackendFactory
@@ -28,10 +27,17 @@ torch = pytest.importorskip("torch")
 
 import kvshare  # noqa: E402
 import sglang_engine as E  # noqa: E402
+from conftest import kvshared_binary  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ALL = [(False, lay) for lay in E.MHA_LAYOUTS] + [(True, lay) for lay in E.MLA_LAYOUTS]
 _n = iter(range(1 << 30))
+
+
+@pytest.fixture
+def arbiter(daemon):
+    with kvshare.Arbiter(daemon.socket) as a:
+        yield a
 
 
 @pytest.fixture(scope="module")
@@ -186,8 +192,7 @@ def test_real_controller_survives_kvshared_kill(published, pool_name):
     threads, and they keep running; a new kvshared on the same socket is
     attached again after retry_s, and pages flow again."""
     from kvshare.session import Daemon
-    d = Daemon().start() if not os.environ.get("KVS_BUILD") else Daemon(
-        kvshared=os.path.join(os.environ["KVS_BUILD"], "kvshared")).start()
+    d = Daemon(kvshared=kvshared_binary()).start()
     dev, alloc = E.device_pool(False)
     host = E.host_pool(dev, "page_first")
     ctl = E.controller(alloc, host, extra=E.kvshare_extra(
