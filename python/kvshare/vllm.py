@@ -27,7 +27,6 @@ pool after retry_s.
 import errno
 import logging
 import os
-import time
 
 import numpy
 
@@ -35,6 +34,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole)
 
 import kvshare
+from kvshare import adapter
 from kvshare.blockcopy import BlockCopier, EngineLayout, check_fits
 
 __all__ = ["KVShareConnector", "KVShareConnectorMetadata"]
@@ -42,41 +42,25 @@ __all__ = ["KVShareConnector", "KVShareConnectorMetadata"]
 logger = logging.getLogger("vllm.kvshare")
 
 KEY_BYTES = 32
-OPTIONS = {
-    # key: (default, type check, meaning)
-    "pool": ("vllm-kv", str, "pool name (.tpR/.ppR appended with TP/PP > 1)"),
-    "socket": (None, str, "kvshared socket (default: libkv's choice)"),
-    "owner": (None, (int, str), "the pool owner's uid or name (default: ours)"),
-    "create_pages": (0, int, "create the pool with this many pages, if missing"),
-    "create_mode": (0o600, int, "the created pool's mode"),
-    "timeout_ms": (1000, int, "deadline of every call to kvshared"),
-    "retry_s": (5.0, (int, float), "wait before reopening after a failure"),
-    "kv_layout": (None, str, "NHD or HND: required of vLLM, salted into keys"),
-    "namespace": ("", str, "extra salt: keeps tenants of one model apart"),
+# The connector's keys beyond kvshare.adapter's common ones (pool, arbiter,
+# owner, create, pages, mode, timeout_ms, retry_s, namespace).
+OWN_OPTIONS = {
+    "kv_layout": (str, "NHD or HND: required of vLLM, salted into keys"),
 }
+# The owner: never someone else's pool unless named.
+DEFAULTS = {"pool": "vllm-kv", "owner": None, "create": False, "mode": 0o600,
+            "timeout_ms": 1000, "retry_s": 5.0, "namespace": ""}
 
 
 def _options(kv_transfer_config):
-    extra = dict(kv_transfer_config.kv_connector_extra_config or {})
-    unknown = sorted(set(extra) - set(OPTIONS))
-    if unknown:
-        raise ValueError("kvshare: unknown kv_connector_extra_config keys %s (known: "
-                         "%s)" % (unknown, ", ".join(sorted(OPTIONS))))
-    opts = {}
-    for k, (default, types, _) in OPTIONS.items():
-        v = extra.get(k, default)
-        if v is not None and (not isinstance(v, types) or isinstance(v, bool)):
-            raise ValueError("kvshare: kv_connector_extra_config %r is %r, not %s"
-                             % (k, v, types))
-        opts[k] = v
-    if opts["kv_layout"] not in (None, "NHD", "HND"):
-        raise ValueError("kvshare: kv_layout is %r, not NHD or HND" % opts["kv_layout"])
-    if opts["create_pages"] < 0 or not 0 <= opts["timeout_ms"] <= 86400000 \
-            or opts["retry_s"] < 0:
-        raise ValueError("kvshare: create_pages, timeout_ms and retry_s must be >= 0 "
-                         "(timeout_ms at most 86400000)")
-    if opts["owner"] is None:
-        opts["owner"] = os.getuid()       # never attach to someone else's pool
+    opts = adapter.Options(kv_transfer_config.kv_connector_extra_config, "kvshare.vllm",
+                           dict(DEFAULTS, owner=os.getuid()), own=OWN_OPTIONS,
+                           strict=True, log=logger)
+    if opts.kv_layout not in (None, "NHD", "HND"):
+        raise ValueError("kvshare.vllm: kv_layout is %r, not NHD or HND" % opts.kv_layout)
+    if opts.create and not opts.pages:
+        raise ValueError("kvshare.vllm: create needs pages (the size of the pool "
+                         "created)")
     return opts
 
 
@@ -104,8 +88,8 @@ def _layout(vllm_config, opts):
     model = getattr(vllm_config, "model_config", None)
     if getattr(model, "use_mla", False):
         return "MLA"
-    if opts["kv_layout"]:
-        return opts["kv_layout"]
+    if opts.kv_layout:
+        return opts.kv_layout
     resolved = _resolved_layout(vllm_config)
     if resolved:
         return resolved
@@ -160,14 +144,14 @@ class KVShareConnector(KVConnectorBase_V1):
         self._block_size = vllm_config.cache_config.block_size
         self._layout = _layout(vllm_config, self._opts)
         tp_rank, tp, pp_rank, pp = _ranks(vllm_config, role)
-        name = self._opts["pool"]
+        name = self._opts.pool
         name += ".tp%d" % tp_rank if tp > 1 else ""
         name += ".pp%d" % pp_rank if pp > 1 else ""
         self._pool_name = name
         model = getattr(vllm_config, "model_config", None)
         self._model = str(getattr(model, "model", "") or "")
         self._pool = None
-        self._retry_at = 0.0
+        self._reopen = adapter.Reopen(self._opts.retry_s)
         self._copier = None
         self._layers = {}
         self.stats = dict(lookups=0, hit_tokens=0, loaded_blocks=0, load_errors=0,
@@ -199,45 +183,30 @@ class KVShareConnector(KVConnectorBase_V1):
 
     def _salt(self):
         p = self._pool
-        return ("kvshare.vllm/1|model=%s|namespace=%s|layout=%s|layers=%d|kv_heads=%d|"
-                "head_dim=%d|block=%d|dtype=%s" % (
-                    self._model, self._opts["namespace"], self._layout, p.n_layers,
-                    p.n_kv_heads, p.head_dim, p.tokens_per_page, p.dtype))
+        return adapter.salt_text("kvshare.vllm/1", [
+            ("model", self._model), ("namespace", self._opts.namespace),
+            ("layout", self._layout), ("layers", p.n_layers), ("kv_heads", p.n_kv_heads),
+            ("head_dim", p.head_dim), ("block", p.tokens_per_page), ("dtype", p.dtype)])
 
     def _open(self, create, eng=None):
-        o = self._opts
-        try:
-            pool = kvshare.Pool(self._pool_name, o["socket"], owner=o["owner"],
-                                timeout_ms=o["timeout_ms"])
-        except kvshare.Error as e:
-            if e.errno != errno.ENOENT or not (create and o["create_pages"]):
-                raise kvshare.Error(e.errno, "kvshare: cannot attach pool %r of uid %s "
-                                    "(%s)%s" % (self._pool_name, o["owner"], e,
-                                                "" if e.errno != errno.ENOENT else
-                                                ": create it, or set create_pages"))
-            with kvshare.Arbiter(o["socket"], timeout_ms=o["timeout_ms"]) as arb:
-                try:
-                    arb.create_pool(self._pool_name, pages=o["create_pages"],
-                                    layers=eng.layers, kv_heads=eng.kv_heads,
-                                    head_dim=eng.head_dim,
-                                    tokens_per_page=eng.block_size, dtype=eng.dtype,
-                                    mode=o["create_mode"])
-                except kvshare.Error as ce:
-                    if ce.errno != errno.EEXIST:    # another worker won the race
-                        raise
-            pool = kvshare.Pool(self._pool_name, o["socket"], owner=o["owner"],
-                                timeout_ms=o["timeout_ms"])
-        if isinstance(o["owner"], int) and pool.owner != o["owner"]:
-            pool.close()
-            raise kvshare.Error(errno.EACCES, "kvshare: pool %r is owned by uid %d, not "
-                                "%s" % (self._pool_name, pool.owner, o["owner"]))
-        return pool
+        """The pool; the worker (@create, engine geometry @eng) creates it
+        when missing and the config says ``create`` (kvshare.adapter)."""
+        geometry = None
+        if create and eng is not None:
+            geometry = {"layers": eng.layers, "kv_heads": eng.kv_heads,
+                        "head_dim": eng.head_dim, "tokens_per_page": eng.block_size,
+                        "dtype": eng.dtype}
+        return adapter.open_pool(self._opts, name=self._pool_name, geometry=geometry,
+                                 log=logger)
 
     def _get(self):
-        """The pool, reopened after a failure once retry_s passed; or None."""
-        if self._pool is None and time.monotonic() >= self._retry_at:
+        """The pool, reopened after a failure once retry_s passed (at once
+        when its daemon went away; a worker creates it again, as at start,
+        if a restarted kvshared lacks it); or None."""
+        if self._pool is None and self._reopen.ready():
             try:
-                self._pool = self._open(create=False)
+                eng = self._copier.eng if self._copier is not None else None
+                self._pool = self._open(create=eng is not None, eng=eng)
                 if self._copier is not None:
                     check_fits(self._pool, self._copier.eng, self._pool_name)
                     self._copier = BlockCopier(self._pool, self._copier.eng)
@@ -250,9 +219,11 @@ class KVShareConnector(KVConnectorBase_V1):
         """Serve without sharing for retry_s: close the handle (the arbiter
         then drops everything it held), recompute meanwhile."""
         self.stats["failures"] += 1
-        logger.warning("kvshare: pool %r failed (%s); recomputing without it for "
-                       "%.1f s", self._pool_name, e, self._opts["retry_s"])
-        self._retry_at = time.monotonic() + self._opts["retry_s"]
+        wait = self._reopen.failed(getattr(e, "errno", None)
+                                   if self._pool is None else self._pool.broken)
+        logger.warning("kvshare: pool %r failed (%s); recomputing without it%s",
+                       self._pool_name, e, " for %.1f s" % wait if wait else
+                       " until the next call reopens it")
         self._close_pool()
 
     def _close_pool(self):

@@ -42,7 +42,7 @@ def write_model(path, **changes):
 
 def connector(pool, socket, create_pages=256, module="kvshare.vllm", **extra):
     """--kv-transfer-config as docs/engines.md gives it."""
-    ex = dict(pool=pool, socket=socket, create_pages=create_pages)
+    ex = dict(pool=pool, arbiter=socket, create=True, pages=create_pages)
     ex.update(extra)
     return {"kv_connector": "KVShareConnector", "kv_role": "kv_both",
             "kv_connector_module_path": module, "kv_load_failure_policy": "recompute",
