@@ -12,11 +12,12 @@ KVSD_SRCS := daemon/main.c daemon/config.c daemon/server.c daemon/pools.c \
              daemon/listen.c daemon/remote.c daemon/remote_thread.c \
              daemon/remote_metrics.c daemon/remote_cluster.c \
              daemon/remote_config.c daemon/remote_conn.c daemon/remote_page.c \
-             daemon/remote_ctl.c
+             daemon/remote_ctl.c daemon/remote_resp.c
 KVSD_OBJS     := $(KVSD_SRCS:daemon/%.c=$(BUILD)/daemon/%.o)
 KVSD_SAN_OBJS := $(KVSD_SRCS:daemon/%.c=$(BUILD)/san/daemon/%.o)
-# The remote tier (remote*.c): hiredis for RESP, OpenSSL for TLS, XXH3.
-KVSD_LDLIBS   := -ldl -lhiredis -lssl -lcrypto -lxxhash $(LIBKVCORE_LDLIBS)
+# The remote tier (remote*.c): OpenSSL for TLS, XXH3; RESP is its own
+# (remote_resp.c: bounded against a hostile Redis).
+KVSD_LDLIBS   := -ldl -lssl -lcrypto -lxxhash $(LIBKVCORE_LDLIBS)
 # libkv's public headers (kv_layout.h: element sizes), not its library.
 KVSD_CFLAGS   := -Iinclude
 

@@ -132,12 +132,22 @@ enum kvsd_rpage_bad kvsd_rpage_check(const void *val, size_t len,
 				     const struct kvsd_rpage_id *id,
 				     const struct kvs_key *key)
 {
+	if (len < KVSD_RPAGE_HDR)
+		return KVSD_RPAGE_BAD_SIZE;
+	return kvsd_rpage_check_parts(val, (const uint8_t *)val + KVSD_RPAGE_HDR,
+				      len - KVSD_RPAGE_HDR, id, key);
+}
+
+enum kvsd_rpage_bad kvsd_rpage_check_parts(const void *hdr, const void *bytes,
+					   size_t len, const struct kvsd_rpage_id *id,
+					   const struct kvs_key *key)
+{
 	struct rpage_hdr want, got;
 	uint8_t sum[16];
 
-	if (len != KVSD_RPAGE_HDR + id->geom.page_bytes)
+	if (len != id->geom.page_bytes)
 		return KVSD_RPAGE_BAD_SIZE;
-	memcpy(&got, val, sizeof(got));
+	memcpy(&got, hdr, sizeof(got));
 	hdr_fill(&want, id, key);
 	if (memcmp(got.magic, want.magic, sizeof(got.magic)) ||
 	    got.version != want.version || got.hdr_len != want.hdr_len)
@@ -151,7 +161,7 @@ enum kvsd_rpage_bad kvsd_rpage_check(const void *val, size_t len,
 	    memcmp(got.name_digest, want.name_digest, sizeof(got.name_digest)) ||
 	    memcmp(got.key, want.key, sizeof(got.key)) || got.reserved)
 		return KVSD_RPAGE_BAD_KEY;
-	checksum(&got, (const uint8_t *)val + KVSD_RPAGE_HDR, id->geom.page_bytes, sum);
+	checksum(&got, bytes, id->geom.page_bytes, sum);
 	if (memcmp(sum, got.sum, sizeof(sum)))
 		return KVSD_RPAGE_BAD_CHECKSUM;
 	return KVSD_RPAGE_OK;

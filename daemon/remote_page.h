@@ -54,7 +54,13 @@ size_t kvsd_rpage_key(char *buf, const struct kvsd_rpage_id *id,
 void kvsd_rpage_seal(uint8_t hdr[KVSD_RPAGE_HDR], const struct kvsd_rpage_id *id,
 		     const struct kvs_key *key, const void *bytes);
 
-/* Check a value fetched for @key: KVSD_RPAGE_OK or why not. */
+/*
+ * Check a value fetched for @key: KVSD_RPAGE_OK or why not.  _parts: the
+ * value's header and its @len bytes apart (read into different places).
+ */
+enum kvsd_rpage_bad kvsd_rpage_check_parts(const void *hdr, const void *bytes,
+					   size_t len, const struct kvsd_rpage_id *id,
+					   const struct kvs_key *key);
 enum kvsd_rpage_bad kvsd_rpage_check(const void *val, size_t len,
 				     const struct kvsd_rpage_id *id,
 				     const struct kvs_key *key);

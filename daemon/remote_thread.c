@@ -12,8 +12,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <hiredis/hiredis.h>
-
 #include "remote_tier.h"
 
 static void set_up(struct tier *t, bool up)
@@ -40,11 +38,19 @@ static void lat_count(struct tier *t, uint64_t us)
 	count(&t->st.lat_sum_us, us);
 }
 
+/*
+ * One pipeline of GETs for the job's keys.  Each value is read straight
+ * into its claimed page (its header beside it): the page is the job's
+ * until the loop publishes or puts it, and only what passes the check
+ * below is published, so bytes that fail never reach a reader.
+ */
 static void do_fetch(struct tier *t, struct job *j)
 {
 	const struct tns *s = j->tns;
 	size_t page_bytes = t->geom.page_bytes;
 	struct kvsd_rcmd *cmds = calloc(j->n, sizeof(*cmds));
+	struct kvsd_rsink *sinks = calloc(j->n, sizeof(*sinks));
+	uint8_t *hdrs = malloc((size_t)j->n * KVSD_RPAGE_HDR);
 	char key[KVSD_RPAGE_KEY_MAX];
 	unsigned int i;
 	struct timespec ts;
@@ -54,9 +60,9 @@ static void do_fetch(struct tier *t, struct job *j)
 	t0 = (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 	count(&t->st.fetches, 1);
 	count(&t->st.fetch_pages, j->n);
-	if (!cmds) {
+	if (!cmds || !sinks || !hdrs) {
 		j->failed = true;
-		return;
+		goto out;
 	}
 	for (i = 0; i < j->n; i++) {
 		const char *argv[2] = { "GET", key };
@@ -66,6 +72,11 @@ static void do_fetch(struct tier *t, struct job *j)
 			break;
 		cmds[i].slot = kvsd_rcl_slot(key, lens[1]);
 		cmds[i].read = true;
+		sinks[i].head = hdrs + (size_t)i * KVSD_RPAGE_HDR;
+		sinks[i].head_len = KVSD_RPAGE_HDR;
+		sinks[i].body = t->mem + (size_t)j->pages[i] * page_bytes;
+		sinks[i].body_len = page_bytes;
+		cmds[i].sink = &sinks[i];
 	}
 	if (i == j->n) {	/* every GET formatted */
 		kvsd_rcl_exec(&t->rcl, cmds, j->n, KVSD_RPAGE_HDR + page_bytes + 64,
@@ -73,36 +84,41 @@ static void do_fetch(struct tier *t, struct job *j)
 		set_up(t, kvsd_rcl_reachable(&t->rcl));
 	}
 	for (i = 0; i < j->n; i++) {
-		redisReply *r = cmds[i].reply;
+		struct kvsd_reply *r = cmds[i].reply;
 		enum kvsd_rpage_bad bad;
 
-		if (!r || r->type == REDIS_REPLY_ERROR) {
+		if (!r || r->type == KVSD_REPLY_ERROR) {
 			j->failed = true;
 			count(&t->st.error_fetches, 1);
 			break;
 		}
-		if (r->type == REDIS_REPLY_NIL) {
+		if (r->type == KVSD_REPLY_NIL) {
 			count(&t->st.miss_pages, 1);
 			break;
 		}
-		bad = r->type == REDIS_REPLY_STRING ?
-		      kvsd_rpage_check(r->str, r->len, &s->id, &j->keys[i]) :
-		      KVSD_RPAGE_BAD_FORMAT;
+		if (r->type != KVSD_REPLY_STRING)
+			bad = KVSD_RPAGE_BAD_FORMAT;
+		else if (!r->sunk)	/* not a page's length: discarded */
+			bad = KVSD_RPAGE_BAD_SIZE;
+		else
+			bad = kvsd_rpage_check_parts(sinks[i].head, sinks[i].body,
+						     page_bytes, &s->id, &j->keys[i]);
 		if (bad) {
 			count(&t->st.dropped[bad], 1);
 			break;
 		}
-		memcpy(t->mem + (size_t)j->pages[i] * page_bytes, r->str + KVSD_RPAGE_HDR,
-		       page_bytes);
 		count(&t->st.bytes_in, r->len);
 		j->n_ok++;
 	}
 	count(&t->st.hit_pages, j->n_ok);
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	lat_count(t, (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000 - t0);
-	for (i = 0; i < j->n; i++)
+out:
+	for (i = 0; cmds && i < j->n; i++)
 		kvsd_rcmd_free(&cmds[i]);
 	free(cmds);
+	free(sinks);
+	free(hdrs);
 }
 
 /*
@@ -206,9 +222,9 @@ static void do_writes(struct tier *t, struct job *list)
 			set_up(t, kvsd_rcl_reachable(&t->rcl));
 		}
 		for (i = 0; i < n; i++) {
-			redisReply *r = cmds[i].reply;
+			struct kvsd_reply *r = cmds[i].reply;
 
-			if (r && r->type == REDIS_REPLY_STATUS) {
+			if (r && r->type == KVSD_REPLY_STATUS) {
 				count(&t->st.written, 1);
 				count(&t->st.bytes_out, value);
 			} else {

@@ -16,10 +16,10 @@ BENCH_CMDS  += BUILD=$(BUILD) tests/remote/remote_bench.sh;
 
 # The page format and the key slot, without servers.
 REMOTE_UNIT_OBJS := $(BUILD)/daemon/remote_page.o $(BUILD)/daemon/remote_cluster.o \
-		    $(BUILD)/daemon/remote_conn.o
+		    $(BUILD)/daemon/remote_conn.o $(BUILD)/daemon/remote_resp.o
 $(BUILD)/tests/remote_unit_test: tests/remote/remote_unit_test.c $(REMOTE_UNIT_OBJS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Idaemon -o $@ $^ -lhiredis -lssl -lcrypto -lxxhash
+	$(CC) $(CFLAGS) -Idaemon -o $@ $^ -lssl -lcrypto -lxxhash
 
 ALL_TARGETS += $(BUILD)/tests/remote_unit_test
 HOST_TESTS  += $(BUILD)/tests/remote_unit_test
