@@ -7,6 +7,7 @@
  * MAX_PASSES passes, all under the caller's deadline.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,13 +19,30 @@
 typedef char c_host_t[sizeof(((struct kvsd_rnode *)0)->host)];
 #define MAP_EVERY_MS	100	/* a stale map is asked for at most this often */
 
+/* CRC16-CCITT (XMODEM), as Redis Cluster's keyHashSlot(), a byte at a time. */
+static uint16_t crc16_table[256];
+
+static void crc16_init(void)
+{
+	unsigned int i, b;
+	uint16_t crc;
+
+	for (i = 0; i < 256; i++) {
+		crc = (uint16_t)(i << 8);
+		for (b = 0; b < 8; b++)
+			crc = crc & 0x8000 ? (uint16_t)((crc << 1) ^ 0x1021) : crc << 1;
+		crc16_table[i] = crc;
+	}
+}
+
 uint16_t kvsd_rcl_slot(const char *key, size_t len)
 {
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	const unsigned char *p = (const unsigned char *)key;
 	uint16_t crc = 0;
 	size_t s, e, i;
-	int b;
 
+	pthread_once(&once, crc16_init);
 	/* A {hash tag}: only what is between the first { and the next }. */
 	for (s = 0; s < len && p[s] != '{'; s++)
 		;
@@ -36,12 +54,8 @@ uint16_t kvsd_rcl_slot(const char *key, size_t len)
 			len = e - s - 1;
 		}
 	}
-	/* CRC16-CCITT (XMODEM), as Redis Cluster's keyHashSlot(). */
-	for (i = 0; i < len; i++) {
-		crc ^= (uint16_t)p[i] << 8;
-		for (b = 0; b < 8; b++)
-			crc = crc & 0x8000 ? (uint16_t)((crc << 1) ^ 0x1021) : crc << 1;
-	}
+	for (i = 0; i < len; i++)
+		crc = (uint16_t)(crc << 8) ^ crc16_table[(crc >> 8) ^ p[i]];
 	return crc & (KVSD_RCL_SLOTS - 1);
 }
 

@@ -28,6 +28,14 @@ static void set_up(struct tier *t, bool up)
 			      memory_order_relaxed);
 }
 
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 static void lat_count(struct tier *t, uint64_t us)
 {
 	unsigned int b;
@@ -38,53 +46,52 @@ static void lat_count(struct tier *t, uint64_t us)
 	count(&t->st.lat_sum_us, us);
 }
 
+/* A fetch job's GETs, their sinks and the values' headers, within a round. */
+struct fetch_io {
+	struct kvsd_rcmd *cmds;
+	struct kvsd_rsink *sinks;
+	uint8_t *hdrs;
+};
+
 /*
- * One pipeline of GETs for the job's keys.  Each value is read straight
- * into its claimed page (its header beside it): the page is the job's
- * until the loop publishes or puts it, and only what passes the check
- * below is published, so bytes that fail never reach a reader.
+ * The job's GETs, each value to be read straight into its claimed page
+ * (its header beside it): the page is the job's until the loop publishes
+ * or puts it, and only what passes fetch_check() is published, so bytes
+ * that fail never reach a reader.
  */
-static void do_fetch(struct tier *t, struct job *j)
+static int fetch_prepare(struct tier *t, struct job *j, struct fetch_io *io)
 {
-	const struct tns *s = j->tns;
 	size_t page_bytes = t->geom.page_bytes;
-	struct kvsd_rcmd *cmds = calloc(j->n, sizeof(*cmds));
-	struct kvsd_rsink *sinks = calloc(j->n, sizeof(*sinks));
-	uint8_t *hdrs = malloc((size_t)j->n * KVSD_RPAGE_HDR);
 	char key[KVSD_RPAGE_KEY_MAX];
 	unsigned int i;
-	struct timespec ts;
-	uint64_t t0;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	t0 = (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 	count(&t->st.fetches, 1);
 	count(&t->st.fetch_pages, j->n);
-	if (!cmds || !sinks || !hdrs) {
-		j->failed = true;
-		goto out;
-	}
 	for (i = 0; i < j->n; i++) {
 		const char *argv[2] = { "GET", key };
-		size_t lens[2] = { 3, kvsd_rpage_key(key, &s->id, &j->keys[i]) };
+		size_t lens[2] = { 3, kvsd_rpage_key(key, &j->tns->id, &j->keys[i]) };
 
-		if (kvsd_rcmd_format(&cmds[i], 2, argv, lens))
-			break;
-		cmds[i].slot = kvsd_rcl_slot(key, lens[1]);
-		cmds[i].read = true;
-		sinks[i].head = hdrs + (size_t)i * KVSD_RPAGE_HDR;
-		sinks[i].head_len = KVSD_RPAGE_HDR;
-		sinks[i].body = t->mem + (size_t)j->pages[i] * page_bytes;
-		sinks[i].body_len = page_bytes;
-		cmds[i].sink = &sinks[i];
+		if (kvsd_rcmd_format(&io->cmds[i], 2, argv, lens))
+			return -ENOMEM;
+		io->cmds[i].slot = kvsd_rcl_slot(key, lens[1]);
+		io->cmds[i].read = true;
+		io->sinks[i].head = io->hdrs + (size_t)i * KVSD_RPAGE_HDR;
+		io->sinks[i].head_len = KVSD_RPAGE_HDR;
+		io->sinks[i].body = t->mem + (size_t)j->pages[i] * page_bytes;
+		io->sinks[i].body_len = page_bytes;
+		io->cmds[i].sink = &io->sinks[i];
 	}
-	if (i == j->n) {	/* every GET formatted */
-		kvsd_rcl_exec(&t->rcl, cmds, j->n, KVSD_RPAGE_HDR + page_bytes + 64,
-			      j->t0_ms + t->rc->timeout_ms);
-		set_up(t, kvsd_rcl_reachable(&t->rcl));
-	}
+	return 0;
+}
+
+/* The replies in chain order: j->n_ok is the valid run. */
+static void fetch_check(struct tier *t, struct job *j, const struct fetch_io *io,
+			uint64_t t0_us)
+{
+	unsigned int i;
+
 	for (i = 0; i < j->n; i++) {
-		struct kvsd_reply *r = cmds[i].reply;
+		const struct kvsd_reply *r = io->cmds[i].reply;
 		enum kvsd_rpage_bad bad;
 
 		if (!r || r->type == KVSD_REPLY_ERROR) {
@@ -101,8 +108,9 @@ static void do_fetch(struct tier *t, struct job *j)
 		else if (!r->sunk)	/* not a page's length: discarded */
 			bad = KVSD_RPAGE_BAD_SIZE;
 		else
-			bad = kvsd_rpage_check_parts(sinks[i].head, sinks[i].body,
-						     page_bytes, &s->id, &j->keys[i]);
+			bad = kvsd_rpage_check_parts(io->sinks[i].head, io->sinks[i].body,
+						     t->geom.page_bytes, &j->tns->id,
+						     &j->keys[i]);
 		if (bad) {
 			count(&t->st.dropped[bad], 1);
 			break;
@@ -111,14 +119,57 @@ static void do_fetch(struct tier *t, struct job *j)
 		j->n_ok++;
 	}
 	count(&t->st.hit_pages, j->n_ok);
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	lat_count(t, (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000 - t0);
+	lat_count(t, now_us() - t0_us);
+}
+
+/*
+ * Every fetch job of @list in one pipeline per node, so that fetches of
+ * different clients are in flight together rather than one after the
+ * other; under the earliest job's deadline, so that no waiter waits past
+ * its own.
+ */
+static void do_fetches(struct tier *t, struct job *list)
+{
+	uint64_t t0 = now_us(), deadline = UINT64_MAX;
+	unsigned int n = 0, at = 0, i;
+	struct fetch_io all = { 0 }, io;
+	struct job *j;
+
+	for (j = list; j; j = j->next) {
+		n += j->n;
+		if (j->t0_ms + t->rc->timeout_ms < deadline)
+			deadline = j->t0_ms + t->rc->timeout_ms;
+	}
+	all.cmds = calloc(n, sizeof(*all.cmds));
+	all.sinks = calloc(n, sizeof(*all.sinks));
+	all.hdrs = malloc((size_t)n * KVSD_RPAGE_HDR);
+	for (j = list; j; j = j->next) {
+		io.cmds = all.cmds + at;
+		io.sinks = all.sinks + at;
+		io.hdrs = all.hdrs + (size_t)at * KVSD_RPAGE_HDR;
+		if (!all.cmds || !all.sinks || !all.hdrs || fetch_prepare(t, j, &io))
+			goto fail;
+		at += j->n;
+	}
+	kvsd_rcl_exec(&t->rcl, all.cmds, n, KVSD_RPAGE_HDR + t->geom.page_bytes + 64,
+		      deadline);
+	set_up(t, kvsd_rcl_reachable(&t->rcl));
+	for (at = 0, j = list; j; at += j->n, j = j->next) {
+		io.cmds = all.cmds + at;
+		io.sinks = all.sinks + at;
+		io.hdrs = all.hdrs + (size_t)at * KVSD_RPAGE_HDR;
+		fetch_check(t, j, &io, t0);
+	}
+	goto out;
+fail:
+	for (j = list; j; j = j->next)
+		j->failed = true;
 out:
-	for (i = 0; cmds && i < j->n; i++)
-		kvsd_rcmd_free(&cmds[i]);
-	free(cmds);
-	free(sinks);
-	free(hdrs);
+	for (i = 0; all.cmds && i < n; i++)
+		kvsd_rcmd_free(&all.cmds[i]);
+	free(all.cmds);
+	free(all.sinks);
+	free(all.hdrs);
 }
 
 /*
@@ -298,8 +349,8 @@ void *kvsd_tier_main(void *arg)
 			}
 		}
 		/* Fetches first: someone waits for them. */
-		for (j = fetches; j; j = j->next)
-			do_fetch(t, j);
+		if (fetches)
+			do_fetches(t, fetches);
 		post_done(t, fetches);
 		do_writes(t, writes);
 	}
