@@ -41,3 +41,11 @@ $(BUILD)/tests/remote_tier_test: tests/remote/tier_test.sh tests/remote/lib.sh \
 
 ALL_TARGETS += $(BUILD)/tests/remote_tier_test
 HOST_TESTS  += $(BUILD)/tests/remote_tier_test
+
+# The tier's RESP reader against the hostile-Redis corpus (tests/remote/corpus).
+$(BUILD)/tests/remote_resp_test: tests/remote/resp_test.c $(BUILD)/daemon/remote_resp.o
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Idaemon -o $@ $^
+
+ALL_TARGETS += $(BUILD)/tests/remote_resp_test
+HOST_TESTS  += $(BUILD)/tests/remote_resp_test
