@@ -10,9 +10,17 @@ $(BUILD)/tests/remote_test: tests/remote/remote_test.sh tests/remote/lib.sh \
 ALL_TARGETS += $(BUILD)/tests/remote_test
 HOST_TESTS  += $(BUILD)/tests/remote_test
 
-# make bench: remote fetch of a 256-page chain against the local arbiter
-# and recomputing; two hosts' prefill with and without the tier.
+# make bench: the tier's fetches and writes beside a plain pipelined
+# hiredis loop of the same values (tier_bench); a 256-page chain against
+# the local arbiter and recomputing; two hosts' prefill with and without
+# the tier.
 BENCH_CMDS  += BUILD=$(BUILD) tests/remote/remote_bench.sh;
+
+$(BUILD)/tests/remote_tier_bench: tests/remote/tier_bench.c $(LIBKV)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LIBKV_CFLAGS) -o $@ $^ -lhiredis $(LIBKV_LDLIBS)
+
+ALL_TARGETS += $(BUILD)/tests/remote_tier_bench
 
 # The page format and the key slot, without servers.
 REMOTE_UNIT_OBJS := $(BUILD)/daemon/remote_page.o $(BUILD)/daemon/remote_cluster.o \
