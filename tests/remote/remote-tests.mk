@@ -57,3 +57,16 @@ $(BUILD)/tests/remote_resp_test: tests/remote/resp_test.c $(BUILD)/daemon/remote
 
 ALL_TARGETS += $(BUILD)/tests/remote_resp_test
 HOST_TESTS  += $(BUILD)/tests/remote_resp_test
+
+# A hostile or slow store never hurts a host: the corpus from a fake Redis,
+# a slow honest one, a MOVED storm, a port that wraps, escaped words.
+$(BUILD)/tests/remote_hostile_test: tests/remote/hostile_test.sh tests/remote/lib.sh \
+		tests/remote/hostile_redis.py $(wildcard tests/remote/corpus/*) \
+		$(BUILD)/tests/remote_tier_bench \
+		$(BUILD)/kvshared $(BUILD)/san/kvshared $(BUILD)/kvserve
+	@mkdir -p $(@D)
+	cp $< $@
+	chmod +x $@
+
+ALL_TARGETS += $(BUILD)/tests/remote_hostile_test
+HOST_TESTS  += $(BUILD)/tests/remote_hostile_test

@@ -11,8 +11,9 @@
  *       each client publishes a chain of PAGES pages of random bytes on
  *       the kvshared at SOCK; the time runs until the tier has written
  *       them all (kvshare_remote_write_pending 0 on METRICS, a unix socket)
- *   warm SOCK POOL
- *       write every page of the pool once and give it back: a host that
+ *   warm SOCK POOL [N]
+ *       write every page of the pool (or N pages) once and give them back
+ *       (exit 1 if they cannot all be allocated at once): a host that
  *       has run a while has its pool's memory in place, a fresh one pays
  *       the kernel's page allocation on first touch, which is no cost of
  *       the tier's (it falls on whoever writes the page first)
@@ -408,7 +409,7 @@ static int loop_mode(int argc, char **argv, bool set)
 	return 0;
 }
 
-static int warm_mode(const char *sock, const char *name)
+static int warm_mode(const char *sock, const char *name, uint64_t n)
 {
 	const struct kvs_pool_attach *info;
 	struct kv_pool *pool;
@@ -420,15 +421,17 @@ static int warm_mode(const char *sock, const char *name)
 	if (ret)
 		die(sock, -ret);
 	info = kv_pool_info(pool);
-	pages = calloc(info->n_pages, sizeof(*pages));
+	if (!n || n > info->n_pages)
+		n = info->n_pages;
+	pages = calloc(n, sizeof(*pages));
 	if (!pages)
 		die("warm", ENOMEM);
-	ret = kv_alloc(kv_pool_arbiter(pool), info->n_pages, pages);
+	ret = kv_alloc(kv_pool_arbiter(pool), n, pages);
 	if (ret)
-		die("ALLOC of the whole pool", -ret);
-	for (i = 0; i < info->n_pages; i++)
+		die("ALLOC", -ret);
+	for (i = 0; i < n; i++)
 		memset(kv_page_addr(pool, pages[i]), 0, info->geom.page_bytes);
-	kv_put(kv_pool_arbiter(pool), pages, info->n_pages);
+	kv_put(kv_pool_arbiter(pool), pages, n);
 	free(pages);
 	kv_pool_close(pool);
 	return 0;
@@ -440,14 +443,14 @@ int main(int argc, char **argv)
 
 	if (!strcmp(mode, "publish") && argc == 8)
 		return tier_mode(argc, argv, false);
-	if (!strcmp(mode, "warm") && argc == 4)
-		return warm_mode(argv[2], argv[3]);
+	if (!strcmp(mode, "warm") && (argc == 4 || argc == 5))
+		return warm_mode(argv[2], argv[3], argc == 5 ? strtoull(argv[4], NULL, 0) : 0);
 	if (!strcmp(mode, "fetch") && argc == 7)
 		return tier_mode(argc, argv, true);
 	if (!strcmp(mode, "getloop") || !strcmp(mode, "setloop"))
 		return loop_mode(argc, argv, mode[0] == 's');
 	fprintf(stderr, "usage: tier_bench publish SOCK METRICS POOL CLIENTS PAGES SEED\n"
-			"       tier_bench warm SOCK POOL\n"
+			"       tier_bench warm SOCK POOL [N]\n"
 			"       tier_bench fetch SOCK POOL CLIENTS PAGES SEED\n"
 			"       tier_bench getloop|setloop USER PASS PATTERN CLIENTS NODE...\n");
 	return 2;
