@@ -27,7 +27,7 @@
 #define MAX_UID_FETCHES	8	/* of them for one uid: a quarter */
 #define NEG_SLOTS	4096	/* keys that just missed */
 #define NEG_TTL_MS	500
-#define WRITE_BATCH	128	/* pages of one write pipeline */
+#define WRITE_BATCH	512	/* pages of one write pipeline */
 #define WRITE_POOL_SHARE 4	/* write-behind holds at most 1/4 of the pool's pages */
 #define WRITE_BYTES	(16u << 20) /* bytes of one, unless one page is more */
 #define FETCH_BYTES	(64u << 20) /* bytes of one fetch, unless one page is more */
