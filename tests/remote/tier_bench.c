@@ -246,7 +246,7 @@ static int tier_mode(int argc, char **argv, bool fetch)
 	if (met) {	/* written behind: until the tier has settled them all */
 		while ((w = metric(met, "kvshare_remote_write_pending")) > 0 &&
 		       now_s() - t0 < 30)
-			usleep(200);
+			usleep(500);
 		end = now_s();
 		w = metric(met, "kvshare_remote_written_pages_total") - written0;
 		if (w != (long long)n_c * pages) {
