@@ -328,12 +328,57 @@ static struct job *take_jobs(struct tier *t)
 	return list;
 }
 
+static bool has_fetch(const struct job *j)
+{
+	for (; j; j = j->next)
+		if (j->fetch)
+			return true;
+	return false;
+}
+
+/*
+ * Clients that miss together (the replicas of an engine given the same
+ * prompt burst) reach the loop within a fraction of a millisecond, and
+ * the thread wakes at the first: it waits FETCH_LINGER_US for more, as
+ * long as more come (FETCH_LINGER_MAX_US in all), so that they share one
+ * pipeline instead of each waiting for the round trip of the one before.
+ */
+static void linger(struct tier *t, struct job **list)
+{
+	struct job **tail = list;
+	uint64_t start = now_us();
+	struct timespec ts;
+
+	while (*tail)
+		tail = &(*tail)->next;
+	pthread_mutex_lock(&t->mu);
+	while (!t->stop && now_us() - start < FETCH_LINGER_MAX_US) {
+		if (!t->todo) {
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += FETCH_LINGER_US * 1000l;
+			ts.tv_sec += ts.tv_nsec / 1000000000l;
+			ts.tv_nsec %= 1000000000l;
+			pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+			if (!t->todo)
+				break;	/* none came: go */
+		}
+		*tail = t->todo;
+		while (*tail)
+			tail = &(*tail)->next;
+		t->todo = NULL;
+		t->todo_tail = &t->todo;
+	}
+	pthread_mutex_unlock(&t->mu);
+}
+
 void *kvsd_tier_main(void *arg)
 {
 	struct tier *t = arg;
 	struct job *list, *j, *next, *fetches, *writes, **ft, **wt;
 
 	while ((list = take_jobs(t))) {
+		if (has_fetch(list))
+			linger(t, &list);
 		fetches = writes = NULL;
 		ft = &fetches;
 		wt = &writes;
