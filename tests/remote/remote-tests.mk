@@ -23,11 +23,11 @@ $(BUILD)/tests/remote_tier_bench: tests/remote/tier_bench.c $(LIBKV)
 ALL_TARGETS += $(BUILD)/tests/remote_tier_bench
 
 # The page format and the key slot, without servers.
-REMOTE_UNIT_OBJS := $(BUILD)/daemon/remote_page.o $(BUILD)/daemon/remote_cluster.o \
-		    $(BUILD)/daemon/remote_conn.o $(BUILD)/daemon/remote_resp.o
+REMOTE_UNIT_OBJS := $(BUILD)/daemon/remote/page.o $(BUILD)/daemon/remote/cluster.o \
+		    $(BUILD)/daemon/remote/conn.o $(BUILD)/daemon/remote/resp.o
 $(BUILD)/tests/remote_unit_test: tests/remote/remote_unit_test.c $(REMOTE_UNIT_OBJS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Idaemon -o $@ $^ -lssl -lcrypto -lxxhash
+	$(CC) $(CFLAGS) -Idaemon/remote -o $@ $^ $(KVSD_REMOTE_LDLIBS)
 
 ALL_TARGETS += $(BUILD)/tests/remote_unit_test
 HOST_TESTS  += $(BUILD)/tests/remote_unit_test
@@ -51,9 +51,9 @@ ALL_TARGETS += $(BUILD)/tests/remote_tier_test
 HOST_TESTS  += $(BUILD)/tests/remote_tier_test
 
 # The tier's RESP reader against the hostile-Redis corpus (tests/remote/corpus).
-$(BUILD)/tests/remote_resp_test: tests/remote/resp_test.c $(BUILD)/daemon/remote_resp.o
+$(BUILD)/tests/remote_resp_test: tests/remote/resp_test.c $(BUILD)/daemon/remote/resp.o
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Idaemon -o $@ $^
+	$(CC) $(CFLAGS) -Idaemon/remote -o $@ $^
 
 ALL_TARGETS += $(BUILD)/tests/remote_resp_test
 HOST_TESTS  += $(BUILD)/tests/remote_resp_test

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * remote_resp_test: the remote tier's RESP reader (daemon/remote_resp.c)
+ * remote_resp_test: the remote tier's RESP reader (daemon/remote/resp.c)
  * against the hostile-Redis corpus (tests/remote/corpus/MANIFEST), as
  * TAP.  Every file is fed whole, a byte at a time and in odd chunks; each
  * way must give the manifest's outcome, within 100 ms and 1 MiB of heap
@@ -16,9 +16,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "remote_resp.h"
+#include "resp.h"
 
-#define GET_BOUND	(16384 + 128 + 64)	/* a 16 KiB page's GET (remote_thread.c) */
+#define GET_BOUND	(16384 + 128 + 64)	/* a 16 KiB page's GET (daemon/remote/thread.c) */
 
 static int n_test, n_failed;
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The remote tier's RESP2 reader and formatter (remote_resp.h).
+ * The remote tier's RESP2 reader and formatter (resp.h).
  *
  * The reader keeps one fixed buffer.  A line is parsed only once it is
  * whole in the buffer (at most KVSD_RESP_MAX_LINE bytes); a bulk
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "remote_resp.h"
+#include "resp.h"
 
 /* A sunk bulk with at least this much left, and nothing buffered, is read in place. */
 #define DIRECT_MIN	(64u << 10)

@@ -5,7 +5,7 @@
  * pipelined commands.  Every call takes an absolute deadline (CLOCK_
  * MONOTONIC ms) and never blocks past it: the socket is non-blocking and
  * waits are poll()s bounded by the deadline.  Replies are read by the
- * project's own bounded RESP reader (remote_resp.h), never by hiredis:
+ * project's own bounded RESP reader (resp.h), never by hiredis:
  * a Redis is not trusted to send sane replies.
  *
  * A node that fails to connect or breaks mid-call is closed and not
@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "remote_resp.h"
+#include "resp.h"
 
 struct kvsd_rtls;
 
@@ -46,14 +46,14 @@ struct kvsd_rnode {
 /*
  * One command of a pipeline: RESP bytes (kvsd_rcmd_format) and, after
  * kvsd_rnode_exec(), its reply (NULL if none came).  With a sink, a bulk
- * string reply of the sink's length is read into it (remote_resp.h).
+ * string reply of the sink's length is read into it (resp.h).
  */
 struct kvsd_rcmd {
 	char *buf;
 	int len;
 	struct kvsd_reply *reply;
 	const struct kvsd_rsink *sink;
-	uint16_t slot;			/* cluster routing (remote_cluster.c) */
+	uint16_t slot;			/* cluster routing (cluster.c) */
 	int8_t node;			/* where it goes, -1: by slot */
 	bool asking;			/* precede it with ASKING (an ASK redirect) */
 	bool read;			/* a read: a replica may answer it */
