@@ -127,8 +127,21 @@ static char *sink_at(const struct kvsd_rsink *s, size_t at, size_t *room)
 		*room = s->head_len - at;
 		return (char *)s->head + at;
 	}
-	*room = s->head_len + s->body_len - at;
-	return (char *)s->body + (at - s->head_len);
+	at -= s->head_len;
+	if (at < s->body_len) {
+		*room = s->body_len - at;
+		return (char *)s->body + at;
+	}
+	at -= s->body_len;
+	*room = s->tail_len - at;
+	return (char *)s->tail + at;
+}
+
+/* A bulk of @n bytes fits the sink exactly, with or without its tail. */
+static bool sink_fits(const struct kvsd_rsink *s, size_t n)
+{
+	return n == s->head_len + s->body_len ||
+	       (s->tail && n == s->head_len + s->body_len + s->tail_len);
 }
 
 void kvsd_resp_space(struct kvsd_resp *r, char **p, size_t *len)
@@ -267,8 +280,7 @@ static int bulk_start(struct kvsd_resp *r, long long n)
 		return -ENOMEM;
 	it->len = n;
 	/* Only a top-level bulk of the sink's exact length is sunk. */
-	if (!r->depth && r->sink &&
-	    (size_t)n == r->sink->head_len + r->sink->body_len) {
+	if (!r->depth && r->sink && sink_fits(r->sink, n)) {
 		it->sunk = true;
 	} else if (!r->sink || r->depth) {
 		it->str = malloc(n + 1);

@@ -61,12 +61,18 @@ struct kvsd_reply {
 	bool sunk;			/* STRING: its bytes are in the sink */
 };
 
-/* Where a bulk string of head_len + body_len bytes goes. */
+/*
+ * Where a bulk string of head_len + body_len bytes goes, or, with a
+ * tail, of head_len + body_len + tail_len (a value's optional trailer:
+ * the reply's len says which came).
+ */
 struct kvsd_rsink {
 	void *head;
 	size_t head_len;
 	void *body;
 	size_t body_len;
+	void *tail;			/* NULL: none */
+	size_t tail_len;
 };
 
 struct kvsd_resp;

@@ -171,7 +171,7 @@ static void test_sink(void)
 {
 	size_t page = 16384, len = 128 + page, i;
 	char *buf = malloc(len + 32), *hdr = malloc(128), *body = malloc(page);
-	struct kvsd_rsink sink = { hdr, 128, body, page };
+	struct kvsd_rsink sink = { hdr, 128, body, page, NULL, 0 };
 	struct kvsd_reply *rep;
 	int off, good = 1;
 
@@ -192,7 +192,22 @@ static void test_sink(void)
 	ok(good, "%s", "a value of the sink's length goes to its header and page, whole "
 	   "or a byte at a time");
 
-	sink.body_len = page - 8;	/* the value is 8 bytes longer than a page */
+	{
+		char tail[8];
+
+		sink.body_len = page - 8;	/* now the value is the sink and a tail */
+		sink.tail = tail;
+		sink.tail_len = 8;
+		memset(tail, 0, sizeof(tail));
+		ok(!strcmp(feed(buf, off + len + 2, 3, GET_BOUND, &sink, &rep), "string") &&
+		   rep->sunk && rep->len == len && !memcmp(tail, buf + off + len - 8, 8) &&
+		   !memcmp(body, buf + off + 128, page - 8),
+		   "%s", "a value with the sink's optional tail fills head, page and tail");
+		kvsd_reply_free(rep);
+		sink.tail = NULL;
+		sink.tail_len = 0;
+	}
+	/* Without a tail, that value is 8 bytes longer than the sink. */
 	ok(!strcmp(feed(buf, off + len + 2, 0, GET_BOUND, &sink, &rep), "string") &&
 	   !rep->sunk && !rep->str && rep->len == len,
 	   "%s", "a value of another length is discarded, its length kept (refused as size)");
@@ -207,7 +222,7 @@ static void test_direct(void)
 {
 	size_t page = 2u << 20, len = 128 + page;
 	char *hdr = malloc(128), *body = malloc(page), line[32], *p;
-	struct kvsd_rsink sink = { hdr, 128, body, page };
+	struct kvsd_rsink sink = { hdr, 128, body, page, NULL, 0 };
 	struct kvsd_resp *r = kvsd_resp_new();
 	struct kvsd_reply *rep = NULL;
 	size_t room, at = 0, n;
