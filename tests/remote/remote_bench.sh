@@ -20,7 +20,7 @@
 #    until every page is a hit, each byte checked), against C clients of
 #    a plain pipelined hiredis loop GETting and SETting the very same
 #    keys and values on the same servers, in the same run; medians of
-#    $REPS runs, and the tier's rate over the loop's.
+#    $REPS runs, and the median of each run's tier rate over its loop rate.
 set -uo pipefail
 
 build=${BUILD:-build}
@@ -107,12 +107,16 @@ tb_row() {
 		stop_kvshared A >/dev/null
 		stop_kvshared B >/dev/null
 	done
-	# rate FILE: the median run's GB/s.
+	# rate FILE: the median run's GB/s; ratio A B: the median of each run's
+	# A over the same run's B (paired: a run's load is the same for both).
 	rate() { awk '{ print $3 / $2 / 1e9 }' "$1" | median; }
+	ratio() { paste "$1" "$2" | awk '{ print 100 * ($3 / $2) / ($6 / $5) }' | median; }
 	awk -v l="$label" -v f="$(rate "$tmp/tb.fetch")" -v g="$(rate "$tmp/tb.get")" \
-		-v p="$(rate "$tmp/tb.pub")" -v s="$(rate "$tmp/tb.set")" 'BEGIN {
-		printf "  %-34s %7.2f %7.2f %6.0f%%   %7.2f %7.2f %6.0f%%\n", l, f, g,
-			(g > 0 ? 100 * f / g : 0), p, s, (s > 0 ? 100 * p / s : 0) }'
+		-v p="$(rate "$tmp/tb.pub")" -v s="$(rate "$tmp/tb.set")" \
+		-v fr="$(ratio "$tmp/tb.fetch" "$tmp/tb.get")" \
+		-v pr="$(ratio "$tmp/tb.pub" "$tmp/tb.set")" 'BEGIN {
+		printf "  %-34s %7.2f %7.2f %6.0f%%   %7.2f %7.2f %6.0f%%\n", l, f, g, fr,
+			p, s, pr }'
 }
 
 read -r r1 <<<"$(free_ports 1)"
@@ -134,7 +138,7 @@ cl_loop=("127.0.0.1:${cp[0]}" "127.0.0.1:${cp[1]}" "127.0.0.1:${cp[2]}")
 small="layers=2,kv_heads=2,head_dim=64,tokens_per_page=16,dtype=bf16"	# 16 KiB
 llama="layers=32,kv_heads=8,head_dim=128,tokens_per_page=16,dtype=bf16"	# 2 MiB: Llama-8B
 
-echo "remote tier beside a pipelined hiredis loop of the same values (GB/s, medians of $REPS runs):"
+echo "remote tier beside a pipelined hiredis loop of the same values (GB/s and tier/loop, medians of $REPS runs):"
 printf '  %-34s %7s %7s %7s   %7s %7s %7s\n' "" "fetch" "GET" "ratio" "write" "SET" "ratio"
 for nc in 1 4; do
 	tb_row "one server, 256 x 16 KiB, $nc client$([ $nc = 1 ] || echo s)" \
