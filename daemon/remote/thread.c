@@ -46,7 +46,10 @@ static void lat_count(struct tier *t, uint64_t us)
 	count(&t->st.lat_sum_us, us);
 }
 
-/* A fetch job's GETs, their sinks and the values' headers, within a round. */
+/* What of a fetched value is not the page: its header, then its MAC if it has one. */
+#define VALUE_SIDE	(KVSD_RPAGE_HDR + KVSD_RMAC_LEN)
+
+/* A fetch job's GETs, their sinks and the values' headers and MACs, within a round. */
 struct fetch_io {
 	struct kvsd_rcmd *cmds;
 	struct kvsd_rsink *sinks;
@@ -75,10 +78,13 @@ static int fetch_prepare(struct tier *t, struct job *j, struct fetch_io *io)
 			return -ENOMEM;
 		io->cmds[i].slot = kvsd_rcl_slot(key, lens[1]);
 		io->cmds[i].read = true;
-		io->sinks[i].head = io->hdrs + (size_t)i * KVSD_RPAGE_HDR;
+		io->sinks[i].head = io->hdrs + (size_t)i * VALUE_SIDE;
 		io->sinks[i].head_len = KVSD_RPAGE_HDR;
 		io->sinks[i].body = t->mem + (size_t)j->pages[i] * page_bytes;
 		io->sinks[i].body_len = page_bytes;
+		/* A value may come with a MAC, keyed tier or not (page.h). */
+		io->sinks[i].tail = io->hdrs + (size_t)i * VALUE_SIDE + KVSD_RPAGE_HDR;
+		io->sinks[i].tail_len = KVSD_RMAC_LEN;
 		io->cmds[i].sink = &io->sinks[i];
 	}
 	return 0;
@@ -105,12 +111,13 @@ static void fetch_check(struct tier *t, struct job *j, const struct fetch_io *io
 		}
 		if (r->type != KVSD_REPLY_STRING)
 			bad = KVSD_RPAGE_BAD_FORMAT;
-		else if (!r->sunk)	/* not a page's length: discarded */
+		else if (!r->sunk)	/* not a value's length: discarded */
 			bad = KVSD_RPAGE_BAD_SIZE;
 		else
 			bad = kvsd_rpage_check_parts(io->sinks[i].head, io->sinks[i].body,
-						     t->geom.page_bytes, &j->tns->id,
-						     &j->keys[i]);
+						     r->len == KVSD_RPAGE_HDR + t->geom.page_bytes ?
+						     NULL : io->sinks[i].tail, r->len,
+						     &j->tns->id, &j->keys[i]);
 		if (bad) {
 			count(&t->st.dropped[bad], 1);
 			break;
@@ -142,22 +149,22 @@ static void do_fetches(struct tier *t, struct job *list)
 	}
 	all.cmds = calloc(n, sizeof(*all.cmds));
 	all.sinks = calloc(n, sizeof(*all.sinks));
-	all.hdrs = malloc((size_t)n * KVSD_RPAGE_HDR);
+	all.hdrs = malloc((size_t)n * VALUE_SIDE);
 	for (j = list; j; j = j->next) {
 		io.cmds = all.cmds + at;
 		io.sinks = all.sinks + at;
-		io.hdrs = all.hdrs + (size_t)at * KVSD_RPAGE_HDR;
+		io.hdrs = all.hdrs + (size_t)at * VALUE_SIDE;
 		if (!all.cmds || !all.sinks || !all.hdrs || fetch_prepare(t, j, &io))
 			goto fail;
 		at += j->n;
 	}
-	kvsd_rcl_exec(&t->rcl, all.cmds, n, KVSD_RPAGE_HDR + t->geom.page_bytes + 64,
+	kvsd_rcl_exec(&t->rcl, all.cmds, n, kvsd_rpage_value_max(&list->tns->id) + 64,
 		      deadline);
 	set_up(t, kvsd_rcl_reachable(&t->rcl));
 	for (at = 0, j = list; j; at += j->n, j = j->next) {
 		io.cmds = all.cmds + at;
 		io.sinks = all.sinks + at;
-		io.hdrs = all.hdrs + (size_t)at * KVSD_RPAGE_HDR;
+		io.hdrs = all.hdrs + (size_t)at * VALUE_SIDE;
 		fetch_check(t, j, &io, t0);
 	}
 	goto out;
@@ -174,13 +181,13 @@ out:
 
 /*
  * SET key <header><page> [EX ttl], formatted here so that the page is
- * copied once, and sealed from that copy: the checksum covers exactly the
- * bytes sent, whatever a client writes to the page meanwhile.
+ * copied once, and sealed from that copy: the checksum and the MAC cover
+ * exactly the bytes sent, whatever a client writes to the page meanwhile.
  */
 static int set_cmd(struct tier *t, const struct tns *s, const struct kvs_key *key,
 		   uint32_t page, struct kvsd_rcmd *c)
 {
-	size_t pb = t->geom.page_bytes, klen, vlen = KVSD_RPAGE_HDR + pb, off;
+	size_t pb = t->geom.page_bytes, klen, vlen = kvsd_rpage_value_len(&s->id), off;
 	char k[KVSD_RPAGE_KEY_MAX], ttl[16], head[KVSD_RPAGE_KEY_MAX + 64];
 	int hlen;
 
@@ -194,10 +201,13 @@ static int set_cmd(struct tier *t, const struct tns *s, const struct kvs_key *ke
 	if (!c->buf)
 		return -ENOMEM;
 	memcpy(c->buf, head, hlen);
-	off = hlen + KVSD_RPAGE_HDR;
-	memcpy(c->buf + off, t->mem + (size_t)page * pb, pb);
-	kvsd_rpage_seal((uint8_t *)c->buf + hlen, &s->id, key, c->buf + off);
-	off += pb;
+	memcpy(c->buf + hlen + KVSD_RPAGE_HDR, t->mem + (size_t)page * pb, pb);
+	if (kvsd_rpage_seal((uint8_t *)c->buf + hlen, &s->id, key)) {
+		free(c->buf);
+		c->buf = NULL;
+		return -EIO;
+	}
+	off = hlen + vlen;
 	if (t->rc->ttl_s)
 		sprintf(c->buf + off, "\r\n$2\r\nEX\r\n$%zu\r\n%s\r\n", strlen(ttl), ttl);
 	else

@@ -11,7 +11,8 @@
 #               time, which adds hashing, LOOKUPs and the wait);
 #      local    B's second request: the same pages from B's own arbiter;
 #      compute  the from-scratch prefill of the same prompt (--verify).
-#    Once against a single redis-server, once against a 3-master cluster.
+#    Against a single redis-server, without and with a MAC key, and
+#    against a 3-master cluster.
 # 2. Two hosts serving the same workload one after the other: prompt
 #    tokens host B computes with and without the tier.
 # 0. First, the tier beside Redis's own speed (tier_bench): C clients at
@@ -155,7 +156,9 @@ echo "remote tier: one chain of 256 pages (4 MiB; medians of $REPS runs, kvserve
 printf '  %-22s %11s %14s %13s %13s %15s\n' "" "tier fetch" "fetch rate" "remote match" \
 	"local match" "recompute"
 bench_chain "single redis-server" "127.0.0.1:$r1" ""
-
+# The same with a MAC key: every page sealed and checked (mac.h).
+(umask 077; openssl rand -hex 32 >"$tmp/bench.mac")
+bench_chain "single, MAC key" "127.0.0.1:$r1" ",remote_mac_key_file=$tmp/bench.mac"
 bench_chain "cluster, 3 masters" "127.0.0.1:${cp[0]}" ",remote_cluster=yes"
 
 # Part 2: the same workload on A, then on B; what B computes.
