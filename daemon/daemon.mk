@@ -6,7 +6,8 @@
 # libcuda.so.1 at run time, so neither build needs a GPU or a driver.
 
 CUDA_INC  ?= /usr/local/cuda/include
-KVSD_SRCS := daemon/main.c daemon/config.c daemon/server.c daemon/pools.c \
+KVSD_SRCS := daemon/main.c daemon/config.c daemon/server.c daemon/sock_cmd.c \
+             daemon/conn.c daemon/accept.c daemon/pools.c \
              daemon/mem.c daemon/mem_cuda.c daemon/metrics.c daemon/log.c \
              daemon/loop.c daemon/bell.c daemon/closer.c daemon/ring.c \
              daemon/listen.c daemon/remote.c daemon/remote_thread.c \
