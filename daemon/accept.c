@@ -59,38 +59,47 @@ static uint64_t buf_counted(uint32_t cap)
 static void conn_free_buf(struct conn *c)
 {
 	kvsd_srv.buffered -= buf_counted(c->cap);
+	kvsd_user_uncharge(c->user, KVSD_CHARGE_BUF, buf_counted(c->cap));
 	free(c->buf);
 	c->buf = NULL;
 	c->cap = 0;
 }
 
 /*
- * Every connection may have KVSD_BUF_MIN (bounded by max_connections);
+ * Every connection may have KVSD_BUF_MIN (charged with the connection);
  * beyond that, the buffers of all connections together stay within
- * max_buffer_total.
+ * max_buffer_total, and its uid's ledger pays for the rest.
  */
 int kvsd_conn_reserve(struct conn *c, uint32_t need, char *why, size_t why_len)
 {
-	uint64_t total = kvsd_srv.d->cfg->max_buffer_total;
+	uint64_t total = kvsd_srv.d->cfg->max_buffer_total, more;
 	uint8_t *p;
+	int ret;
 
 	if (c->cap >= need)
 		return 0;
 	if (need < KVSD_BUF_MIN)
 		need = KVSD_BUF_MIN;
-	if (kvsd_srv.buffered - buf_counted(c->cap) + buf_counted(need) > total) {
+	more = buf_counted(need) - buf_counted(c->cap);
+	if (kvsd_srv.buffered + more > total) {
 		snprintf(why, why_len, "buffer budget exhausted: %llu bytes "
 			 "buffered, max_buffer_total %llu",
 			 (unsigned long long)kvsd_srv.buffered,
 			 (unsigned long long)total);
 		return -ENOBUFS;
 	}
+	ret = kvsd_user_charge(c->user, KVSD_CHARGE_BUF, more, why, why_len);
+	if (ret) {
+		kvsd_user_refused(c->user, "a message's buffer", why);
+		return ret;
+	}
 	p = realloc(c->buf, need);
 	if (!p) {
+		kvsd_user_uncharge(c->user, KVSD_CHARGE_BUF, more);
 		snprintf(why, why_len, "out of memory");
 		return -ENOMEM;
 	}
-	kvsd_srv.buffered += buf_counted(need) - buf_counted(c->cap);
+	kvsd_srv.buffered += more;
 	c->buf = p;
 	c->cap = need;
 	return 0;
@@ -102,21 +111,58 @@ void kvsd_conn_trim_buf(struct conn *c)
 		conn_free_buf(c);
 }
 
-int kvsd_buffer_room(uint64_t bytes)
+/*
+ * A ring's message area counts against max_buffer_total, as a buffer
+ * does; the whole memfd (its control page too) is charged to the uid.
+ */
+int kvsd_conn_ring_charge(struct conn *c, uint32_t size, char *why, size_t why_len)
 {
-	if (kvsd_srv.buffered + bytes > kvsd_srv.d->cfg->max_buffer_total)
+	uint64_t total = kvsd_srv.d->cfg->max_buffer_total;
+	int ret;
+
+	if (kvsd_srv.buffered + size > total) {
+		snprintf(why, why_len, "buffer budget exhausted: %llu bytes "
+			 "buffered, max_buffer_total %llu",
+			 (unsigned long long)kvsd_srv.buffered,
+			 (unsigned long long)total);
 		return -ENOBUFS;
+	}
+	ret = kvsd_user_charge(c->user, KVSD_CHARGE_RING, KVS_RING_MIN + size,
+			       why, why_len);
+	if (ret) {
+		kvsd_user_refused(c->user, "a shared ring", why);
+		return ret;
+	}
+	kvsd_srv.buffered += size;
 	return 0;
 }
 
-void kvsd_buffer_charge(uint64_t bytes)
+void kvsd_conn_ring_refund(struct conn *c, uint32_t size)
 {
-	kvsd_srv.buffered += bytes;
+	kvsd_srv.buffered -= size;
+	kvsd_user_uncharge(c->user, KVSD_CHARGE_RING, KVS_RING_MIN + size);
 }
 
-void kvsd_buffer_refund(uint64_t bytes)
+/*
+ * Before a command that may add @more pages to @c's holdings: the core's
+ * hold table for what @c holds then, charged at its largest.  0 or
+ * -EDQUOT/-ENOBUFS with @why set.
+ */
+int kvsd_conn_held_charge(struct conn *c, uint64_t more, char *why, size_t why_len)
 {
-	kvsd_srv.buffered -= bytes;
+	uint64_t peak = kvs_client_held(c->cl) + more, extra;
+	int ret;
+
+	if (peak <= c->held_peak)
+		return 0;
+	extra = kvs_client_meta_bytes(peak) - kvs_client_meta_bytes(c->held_peak);
+	ret = kvsd_user_charge(c->user, KVSD_CHARGE_HELD, extra, why, why_len);
+	if (ret) {
+		kvsd_user_refused(c->user, "holding more pages", why);
+		return ret;
+	}
+	c->held_peak = peak;
+	return 0;
 }
 
 void kvsd_conn_forget(struct conn *c)
@@ -129,6 +175,10 @@ void kvsd_conn_forget(struct conn *c)
 		c->next->prev = c->prev;
 	kvsd_srv.n_conns--;
 	conn_free_buf(c);
+	kvsd_user_uncharge(c->user, KVSD_CHARGE_CONN, c->conn_charge);
+	kvsd_user_uncharge(c->user, KVSD_CHARGE_HELD,
+			   kvs_client_meta_bytes(c->held_peak) - kvs_client_meta_bytes(0));
+	kvsd_user_put(c->user);
 }
 
 /*
@@ -241,6 +291,17 @@ static void refuse_close(uint32_t uid, int fd)
 }
 
 /*
+ * What a connection costs before it sends anything: its state, the
+ * core's client, its first buffer and its supplementary groups (up to
+ * 256 KiB of them).  Its hold table is charged as it grows.
+ */
+static uint64_t conn_bytes(const struct conn *c)
+{
+	return sizeof(*c) + kvs_client_meta_bytes(0) + KVSD_BUF_MIN +
+	       (uint64_t)c->cred.n_groups * sizeof(*c->groups);
+}
+
+/*
  * A new connection: its credentials, then its client, close queue and
  * watch, each undone in reverse order when a later step fails.
  */
@@ -249,7 +310,7 @@ static void conn_new(int fd)
 	struct ucred uc = { .uid = (uid_t)-1 };
 	socklen_t len = sizeof(uc);
 	struct conn *c;
-	char why[96];
+	char why[192];
 	int ret;
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len)) {
@@ -278,9 +339,12 @@ static void conn_new(int fd)
 	c->cl = kvs_client_new();
 	if (!c->cl)
 		goto free_conn;
+	c->user = kvsd_user_get(uc.uid, uc.uid == 0);
+	if (!c->user)
+		goto free_client;
 	c->closeq = kvsd_closeq_get(uc.uid);
 	if (!c->closeq)
-		goto free_client;
+		goto put_user;
 	if (kvsd_closeq_reserve(c->closeq, 1))
 		goto put_closeq;
 	c->w.fd = fd;
@@ -299,10 +363,17 @@ static void conn_new(int fd)
 			 strerror(-ret), uc.pid, uc.uid);
 		goto close_sock;
 	}
+	ret = kvsd_user_charge(c->user, KVSD_CHARGE_CONN, conn_bytes(c), why,
+			       sizeof(why));
+	if (ret) {
+		kvsd_user_refused(c->user, "a connection", why);
+		goto free_groups;
+	}
+	c->conn_charge = conn_bytes(c);
 	ret = kvsd_watch_add(&c->w, EPOLLIN);
 	if (ret) {
 		kvsd_log("accept: epoll: %s", strerror(-ret));
-		goto free_groups;
+		goto uncharge;
 	}
 	c->next = kvsd_srv.conns;
 	if (kvsd_srv.conns)
@@ -313,6 +384,8 @@ static void conn_new(int fd)
 			 (unsigned long long)c->id, c->pid, uc.uid, uc.gid);
 	return;
 
+uncharge:
+	kvsd_user_uncharge(c->user, KVSD_CHARGE_CONN, c->conn_charge);
 free_groups:
 	free(c->groups);
 close_sock:
@@ -320,10 +393,13 @@ close_sock:
 	kvs_client_free(c->cl);
 	kvsd_sock_close(c->closeq, fd);
 	kvsd_closeq_put(c->closeq);
+	kvsd_user_put(c->user);
 	free(c);
 	return;
 put_closeq:
 	kvsd_closeq_put(c->closeq);
+put_user:
+	kvsd_user_put(c->user);
 free_client:
 	kvs_client_free(c->cl);
 free_conn:
@@ -416,6 +492,7 @@ void kvsd_accept_tick(void)
 {
 	conn_expire();
 	conn_unthrottle();
+	kvsd_users_tick();
 	if (!acc.accept_paused || kvsd_closer_full())
 		return;
 	if (!kvsd_watch_add(&acc.listen, EPOLLIN))
@@ -444,11 +521,13 @@ int kvsd_accept_start(const char *path)
 		return ret;
 	}
 	kvsd_log("listening on %s (max_connections %u, %u per uid; buffers "
-		 "%llu bytes per connection, %llu in all; stall timeout %u ms)",
+		 "%llu bytes per connection, %llu in all; stall timeout %u ms; "
+		 "memory %llu bytes per uid, %llu in all)",
 		 path, cfg->max_connections, cfg->max_connections_per_uid,
 		 (unsigned long long)cfg->max_conn_buffer,
 		 (unsigned long long)cfg->max_buffer_total,
-		 cfg->stall_timeout_ms);
+		 cfg->stall_timeout_ms, (unsigned long long)cfg->max_user_memory,
+		 (unsigned long long)cfg->max_memory_total);
 	return 0;
 }
 

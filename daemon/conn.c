@@ -89,7 +89,7 @@ void kvsd_conn_close(struct conn *c, const char *why)
 		kvs_host_mem_put(c->out_mem);
 	conn_drop_out_fds(c);
 	if (c->ring) {
-		kvsd_buffer_refund(kvsd_ring_size(c->ring));
+		kvsd_conn_ring_refund(c, kvsd_ring_size(c->ring));
 		kvsd_ring_free(c->ring);
 	}
 	/* Releasing its holdings may wake others, never itself: then the bell. */

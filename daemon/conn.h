@@ -29,6 +29,7 @@
 
 #include "core.h"
 #include "kvshared.h"
+#include "user.h"
 
 #define KVSD_HDR		((uint32_t)sizeof(struct kvs_msg))
 #define KVSD_MAX_OUT_FDS	3	/* RING_SETUP: the ring and its doorbells */
@@ -60,6 +61,14 @@ struct conn {
 	 * the socket and for fds[0]: a client's file is never closed here.
 	 */
 	struct kvsd_closeq *closeq;
+	/*
+	 * Its uid's ledger (user.h), and what this connection has charged
+	 * to it: its own state, and the core's hold table for held_peak
+	 * pages (the table only grows); its buffer and ring by their size.
+	 */
+	struct kvsd_user *user;
+	uint64_t conn_charge;
+	uint64_t held_peak;
 	int fds[1];			/* POOL_CREATE's descriptor */
 	unsigned int n_fds;
 	bool fds_trunc;			/* descriptors where none belong */
@@ -122,10 +131,15 @@ void kvsd_conn_trim_buf(struct conn *c);
 void kvsd_conn_forget(struct conn *c);
 /* Whether @c's uid's closers are too far behind for @c to be read. */
 bool kvsd_conn_closers_behind(const struct conn *c);
-/* RING_SETUP's budget: 0 or -ENOBUFS; kvsd_buffer_*() charge and refund it. */
-int kvsd_buffer_room(uint64_t bytes);
-void kvsd_buffer_charge(uint64_t bytes);
-void kvsd_buffer_refund(uint64_t bytes);
+/*
+ * RING_SETUP: a ring of @size bytes out of the buffer budget and its
+ * uid's ledger, given back with kvsd_conn_ring_refund().  0, or -ENOBUFS
+ * or -EDQUOT with @why set.
+ */
+int kvsd_conn_ring_charge(struct conn *c, uint32_t size, char *why, size_t why_len);
+void kvsd_conn_ring_refund(struct conn *c, uint32_t size);
+/* Before ALLOC, LOOKUP, PUBLISH of @more pages: the hold table may grow. */
+int kvsd_conn_held_charge(struct conn *c, uint64_t more, char *why, size_t why_len);
 int kvsd_accept_start(const char *path);
 void kvsd_accept_stop(void);
 /* Once a second: the stall deadline, throttled uids, accepting again. */

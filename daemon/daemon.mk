@@ -7,7 +7,7 @@
 
 CUDA_INC  ?= /usr/local/cuda/include
 KVSD_SRCS := daemon/main.c daemon/config.c daemon/server.c daemon/sock_cmd.c \
-             daemon/conn.c daemon/accept.c daemon/pools.c \
+             daemon/conn.c daemon/accept.c daemon/user.c daemon/pools.c \
              daemon/mem.c daemon/mem_cuda.c daemon/metrics.c daemon/log.c \
              daemon/loop.c daemon/bell.c daemon/closer.c daemon/ring.c \
              daemon/listen.c daemon/remote.c daemon/remote_thread.c \

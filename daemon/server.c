@@ -131,6 +131,45 @@ static void remote_hooks(struct conn *c, unsigned int cmd, union kvs_cmd_buf *ar
 				   c->cred.uid, call, &arg->lookup);
 }
 
+/* A pool's bookkeeping is its creator's to pay for (user.h). */
+static int pool_charge(struct conn *c, const struct kvs_pool_create *req)
+{
+	char why[192];
+	int ret;
+
+	/* Sizes the core refuses anyway are its to refuse (EINVAL). */
+	if (!req->n_pages || req->n_pages > kvsd_srv.d->cfg->max_pool_pages)
+		return 0;
+	ret = kvsd_user_pool_room(c->user, req->n_pages, why, sizeof(why));
+	if (ret)
+		kvsd_user_refused(c->user, "POOL_CREATE", why);
+	return ret;
+}
+
+/*
+ * What a command may make the core allocate, charged to the caller's uid
+ * before it runs: a new pool's bookkeeping, or a larger hold table.
+ */
+static int cmd_charge(struct conn *c, unsigned int cmd, const union kvs_cmd_buf *arg)
+{
+	uint64_t more = 0;
+	char why[192];
+
+	if (kvsd_is_cmd(cmd, KVS_IOC_POOL_CREATE))
+		return pool_charge(c, &arg->create);
+	if (kvsd_is_cmd(cmd, KVS_IOC_ALLOC))
+		more = arg->alloc.count;
+	else if (kvsd_is_cmd(cmd, KVS_IOC_PUBLISH))
+		more = arg->publish.count;
+	else if (kvsd_is_cmd(cmd, KVS_IOC_LOOKUP) &&
+		 !(arg->lookup.flags & KVS_LOOKUP_PEEK))
+		more = arg->lookup.count;
+	/* Counts the core refuses (0, above KVS_MAX_BATCH) take nothing. */
+	if (!more || more > KVS_MAX_BATCH)
+		return 0;
+	return kvsd_conn_held_charge(c, more, why, sizeof(why));
+}
+
 static int conn_run(struct conn *c, const struct kvs_msg *h, uint32_t usize,
 		    struct req *rq)
 {
@@ -161,9 +200,14 @@ static int conn_run(struct conn *c, const struct kvs_msg *h, uint32_t usize,
 		if (ret)
 			return ret;
 	}
+	ret = cmd_charge(c, h->cmd, &arg);
+	if (ret)
+		return ret;
 	ret = kvs_cmd(c->cl, h->cmd, &arg, &call);
 	if (create)
 		arg.create.mem_fd = wire_fd;
+	if (create && !ret)
+		kvsd_user_pool_created(c->user, arg.create.n_pages);
 	if (!ret)
 		remote_hooks(c, h->cmd, &arg, &call);
 	if (call.mem_out && ret) {
@@ -294,6 +338,7 @@ int kvsd_server_start(struct kvsd *d, const char *path)
 	int ret;
 
 	kvsd_srv.d = d;
+	kvsd_users_init(d);
 	nofile_check(d->cfg);
 	kvsd_rings_start(&ring_ops, d->cfg->ring_poll_us);
 	ret = kvsd_closer_start();

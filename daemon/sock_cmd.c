@@ -54,6 +54,7 @@ static int ring_setup(struct conn *c, void *arg)
 {
 	const struct kvsd_config *cfg = kvsd_srv.d->cfg;
 	struct kvs_ring_setup *rs = arg;
+	char why[192];
 	int ret;
 
 	ret = kvsd_ring_check(rs, cfg->max_conn_buffer);
@@ -61,15 +62,16 @@ static int ring_setup(struct conn *c, void *arg)
 		return ret;
 	if (c->ring)
 		return -EBUSY;
-	ret = kvsd_buffer_room(rs->size);
+	ret = kvsd_conn_ring_charge(c, rs->size, why, sizeof(why));
 	if (ret)
 		return ret;
 	ret = kvsd_ring_new(c, c->cred.uid, c->cred.admin, cfg->max_buffer_total,
 			    rs, c->out_fds + c->n_out_fds, &c->ring);
-	if (ret)
+	if (ret) {
+		kvsd_conn_ring_refund(c, rs->size);
 		return ret;
+	}
 	c->n_out_fds += 3;
-	kvsd_buffer_charge(rs->size);
 	kvsd_debug("client %llu: ring of %u bytes", (unsigned long long)c->id, rs->size);
 	return 0;
 }

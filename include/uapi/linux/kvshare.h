@@ -639,7 +639,13 @@ struct kvs_user_limits {
  * POOL_CREATE's rules for device memory judge it).  A reply to ATTACH
  * with KVS_ATTACH_MEM_FD carries the memory fd, mem_fd then being 0.
  * Any other malformed message (unknown command, descriptors where none
- * belong) gets an error reply.  If the daemon goes away every holding of
+ * belong) gets an error reply.  The daemon also bounds what each uid but
+ * 0 costs it in memory (its max_user_memory and max_memory_total): a
+ * command that would pass the uid's bound fails with EDQUOT, one that
+ * would pass the total with ENOBUFS (POOL_CREATE for the pool's
+ * bookkeeping, ALLOC, LOOKUP and PUBLISH for the table of pages held,
+ * RING_SETUP), a message too large for the bound closes the connection,
+ * and a connection past it is closed at once.  If the daemon goes away every holding of
  * the connection is gone with it: the client sees the connection closed
  * and must reconnect, attach and map again.
  */
