@@ -5,7 +5,7 @@
  * The file is INI-like: "[daemon]", "[pool NAME]" and "[remote NAME]"
  * sections of "key = value" lines, '#' or ';' starting a comment line.
  * --pool takes the same keys as a pool section ("NAME:pages=N,..."),
- * --remote those of a remote section (remote_config.c).  Flags
+ * --remote those of a remote section (remote/config.c).  Flags
  * win over the file.  Everything is checked here, against the same limits
  * the arbiter applies, so that a bad pool is reported with its file and
  * line before the daemon starts rather than as a bare errno later.
@@ -28,7 +28,7 @@
 #include <kvshare/kv_layout.h>
 
 #include "kvshared.h"
-#include "remote_config.h"
+#include "remote/config.h"
 
 #define KVSD_DIM_MAX		65536
 #define KVSD_PAGE_BYTES_MAX	(1ull << 30)
@@ -353,7 +353,7 @@ static int pool_set(struct pool_parse *pp, const char *where, const char *key,
 {
 	int k;
 
-	/* The remote tier's keys are remote_config.c's. */
+	/* The remote tier's keys are remote/config.c's. */
 	if (!strncmp(key, "remote", 6))
 		return kvsd_remote_cfg_set(&pp->pc->remote, where, key, val);
 	for (k = 0; k < PK_COUNT; k++)

@@ -24,7 +24,7 @@
 #include "closer.h"
 #include "core.h"
 #include "kvshared.h"
-#include "remote.h"
+#include "remote/remote.h"
 #include "server.h"
 
 #define TICK_MS		1000

@@ -19,8 +19,8 @@
 
 #include "closer.h"
 #include "conn.h"
-#include "remote.h"
-#include "remote_ctl.h"
+#include "remote/remote.h"
+#include "remote/ctl.h"
 #include "ring.h"
 #include "server.h"
 
@@ -115,7 +115,7 @@ static int create_fd(struct conn *c, struct kvs_pool_create *req)
 	return 0;
 }
 
-/* The remote tier (remote.h) sees what a pool's clients publish and miss. */
+/* The remote tier (remote/remote.h) sees what a pool's clients publish and miss. */
 static void remote_hooks(struct conn *c, unsigned int cmd, union kvs_cmd_buf *arg,
 			 struct kvs_call *call)
 {

@@ -11,7 +11,7 @@
 
 #include "bell.h"
 #include "conn.h"
-#include "remote_ctl.h"
+#include "remote/ctl.h"
 #include "ring.h"
 
 /*

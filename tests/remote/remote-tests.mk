@@ -15,11 +15,11 @@ HOST_TESTS  += $(BUILD)/tests/remote_test
 BENCH_CMDS  += BUILD=$(BUILD) tests/remote/remote_bench.sh;
 
 # The page format and the key slot, without servers.
-REMOTE_UNIT_OBJS := $(BUILD)/daemon/remote_page.o $(BUILD)/daemon/remote_cluster.o \
-		    $(BUILD)/daemon/remote_conn.o
+REMOTE_UNIT_OBJS := $(BUILD)/daemon/remote/page.o $(BUILD)/daemon/remote/cluster.o \
+		    $(BUILD)/daemon/remote/conn.o
 $(BUILD)/tests/remote_unit_test: tests/remote/remote_unit_test.c $(REMOTE_UNIT_OBJS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Idaemon -o $@ $^ -lhiredis -lssl -lcrypto -lxxhash
+	$(CC) $(CFLAGS) -Idaemon/remote -o $@ $^ $(KVSD_REMOTE_LDLIBS)
 
 ALL_TARGETS += $(BUILD)/tests/remote_unit_test
 HOST_TESTS  += $(BUILD)/tests/remote_unit_test

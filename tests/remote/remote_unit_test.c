@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "remote_cluster.h"
-#include "remote_page.h"
+#include "cluster.h"
+#include "page.h"
 
 static int n_test, n_failed;
 

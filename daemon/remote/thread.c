@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The remote tier's thread (remote_tier.h): it takes the jobs the loop
+ * The remote tier's thread (tier.h): it takes the jobs the loop
  * queued, fetches first (someone waits for them), talks to Redis through
- * remote_cluster.c, copies pages between the pool and Redis, and hands
+ * cluster.c, copies pages between the pool and Redis, and hands
  * the jobs back through the tier's eventfd.  It makes no arbiter call.
  */
 #include <errno.h>
@@ -14,7 +14,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "remote_tier.h"
+#include "tier.h"
 
 static void set_up(struct tier *t, bool up)
 {

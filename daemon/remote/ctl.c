@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "kvshared.h"
-#include "log.h"
+#include "../config.h"
+#include "../kvshared.h"
+#include "../log.h"
 #include "remote.h"
-#include "remote_config.h"
-#include "remote_ctl.h"
+#include "config.h"
+#include "ctl.h"
 
 static bool has_nul(const char *s, size_t size)
 {

@@ -2,7 +2,7 @@
 /*
  * The remote tier (remote.h), the loop's side: the hooks on a client's
  * PUBLISH and LOOKUP, the jobs they queue, the finished jobs the thread
- * hands back (remote_thread.c), the tier's own arbiter clients, and
+ * hands back (thread.c), the tier's own arbiter clients, and
  * starting and stopping tiers.  Every arbiter call of the tier is made
  * here, on the event loop.
  */
@@ -20,7 +20,7 @@
 
 #include "core.h"
 #include "remote.h"
-#include "remote_tier.h"
+#include "tier.h"
 
 struct tier *kvsd_remote_tiers;
 struct tier *kvsd_remote_stopping;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The remote tier's page format (remote_page.h).  Little-endian on the
+ * The remote tier's page format (page.h).  Little-endian on the
  * wire; the header's fields in order, then the page bytes.
  */
 #include <endian.h>
@@ -11,7 +11,7 @@
 #define XXH_STATIC_LINKING_ONLY	/* XXH3_state_t on the stack */
 #include <xxhash.h>
 
-#include "remote_page.h"
+#include "page.h"
 
 static const char magic[8] = "KVSPAGE";
 

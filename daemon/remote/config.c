@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The remote_* pool keys (remote_config.h).
+ * The remote_* pool keys (config.h).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -11,8 +11,8 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
-#include "log.h"
-#include "remote_config.h"
+#include "../log.h"
+#include "config.h"
 
 #define PASSWORD_MAX	512
 

@@ -11,7 +11,7 @@
  * - write behind PUBLISH: a page a client publishes for the first time
  *   is looked up by the tier's client of that namespace (a reference, so
  *   that it is not evicted while the thread copies it) and queued; the
- *   thread writes it with a header (remote_page.h), in pipelined
+ *   thread writes it with a header (page.h), in pipelined
  *   batches, and the loop puts the reference back.  A full queue drops
  *   the page (counted).
  * - fetch on a LOOKUP miss: when a client's LOOKUP stops before its last
@@ -70,7 +70,7 @@ struct kvsd_tier_spec {
 };
 
 /*
- * Run time (remote_ctl.c): start a tier without waiting on Redis; its
+ * Run time (ctl.c): start a tier without waiting on Redis; its
  * thread connects in the background.  0 or -errno.
  */
 int kvsd_remote_tier_on(const struct kvsd_tier_spec *sp);

@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "remote_page.h"
+#include "page.h"
 
 #define KVSD_REMOTE_MAX_NODES	16	/* configured seeds */
 
