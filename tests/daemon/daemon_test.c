@@ -2851,6 +2851,9 @@ TEST_F_TIMEOUT(kvd, half_sent_messages_cost_one_uid_its_limit_at_most, 90)
 		KVD_CHILD_EQ(0, xread(go[0], &c, 1));
 		_exit(0);
 	}
+	/* Ours closed: a child that dies is an EOF here, not a wait. */
+	close(sync[1]);
+	close(go[0]);
 	{
 		int open = 0;
 
@@ -2868,8 +2871,6 @@ TEST_F_TIMEOUT(kvd, half_sent_messages_cost_one_uid_its_limit_at_most, 90)
 	ASSERT_LT(0, log_count(&self->d, "uid 65534: a message's buffer refused: uid 65534 "
 			       "would cost kvshared"));
 	close(sync[0]);
-	close(sync[1]);
-	close(go[0]);
 	close(go[1]);
 	cost_teardown(_metadata, self, shm, vic);
 }
@@ -2993,6 +2994,9 @@ TEST_F_TIMEOUT(kvd, pools_bookkeeping_is_charged_to_their_creator, 90)
 		kv_arbiter_close(a);
 		_exit(0);
 	}
+	/* Ours closed: a child that dies is an EOF here, not a wait. */
+	close(sync[1]);
+	close(go[0]);
 	{
 		int n = 0;
 
@@ -3007,8 +3011,6 @@ TEST_F_TIMEOUT(kvd, pools_bookkeeping_is_charged_to_their_creator, 90)
 	ASSERT_EQ(0, xwrite(go[1], "x", 1));
 	ASSERT_KID_OK(att);
 	close(sync[0]);
-	close(sync[1]);
-	close(go[0]);
 	close(go[1]);
 	cost_teardown(_metadata, self, shm, vic);
 }
@@ -3067,6 +3069,9 @@ TEST_F_TIMEOUT(kvd, connections_groups_and_rings_are_charged, 90)
 		KVD_CHILD_EQ(1, rings);
 		_exit(0);
 	}
+	/* Ours closed: a child that dies is an EOF here, not a wait. */
+	close(sync[1]);
+	close(go[0]);
 	{
 		int served = 0;
 
@@ -3082,8 +3087,6 @@ TEST_F_TIMEOUT(kvd, connections_groups_and_rings_are_charged, 90)
 	ASSERT_KID_OK(att);
 	ASSERT_LT(0, log_count(&self->d, "uid 65534: a shared ring refused"));
 	close(sync[0]);
-	close(sync[1]);
-	close(go[0]);
 	close(go[1]);
 	cost_teardown(_metadata, self, shm, vic);
 }
@@ -3137,6 +3140,9 @@ TEST_F_TIMEOUT(kvd, held_pages_tables_are_charged, 90)
 		kv_arbiter_close(a);
 		_exit(0);
 	}
+	/* Ours closed: a child that dies is an EOF here, not a wait. */
+	close(sync[1]);
+	close(go[0]);
 	{
 		int n = 0;
 
@@ -3150,8 +3156,6 @@ TEST_F_TIMEOUT(kvd, held_pages_tables_are_charged, 90)
 	ASSERT_EQ(0, xwrite(go[1], "x", 1));
 	ASSERT_KID_OK(att);
 	close(sync[0]);
-	close(sync[1]);
-	close(go[0]);
 	close(go[1]);
 	cost_teardown(_metadata, self, shm, vic);
 }
