@@ -123,6 +123,8 @@ static void remote_hooks(struct conn *c, unsigned int cmd, union kvs_cmd_buf *ar
 		c->ns = arg->attach.ns;
 	else if (kvsd_is_cmd(cmd, KVS_IOC_POOL_DESTROY))
 		kvsd_remote_pool_gone(arg->destroy.pool_id);
+	else if (kvsd_is_cmd(cmd, KVS_IOC_POOL_CREATE))
+		kvsd_remote_pool_created(kvsd_srv.d, c->cred.uid, arg->create.name);
 	else if (kvsd_is_cmd(cmd, KVS_IOC_PUBLISH))
 		kvsd_remote_published(kvs_client_pool_id(c->cl), c->ns, c->cred.uid,
 				      call, &arg->publish);

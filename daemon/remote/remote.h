@@ -34,6 +34,7 @@
 #include <linux/kvshare.h>
 
 struct kvsd;
+struct kvsd_config;
 struct kvs_call;
 struct kvs_client;
 
@@ -44,6 +45,12 @@ struct kvs_client;
  * itself.  0 or -errno.
  */
 int kvsd_remote_start(struct kvsd *d);
+/*
+ * SIGHUP: read every tier's MAC key files again (mac.h), so that
+ * keys rotate without a restart; a tier whose files are wrong keeps the
+ * keys it has (logged).
+ */
+void kvsd_remote_reload(const struct kvsd_config *cfg);
 /* Stops the threads and releases everything the tiers hold. */
 void kvsd_remote_stop(void);
 
@@ -81,6 +88,8 @@ int kvsd_remote_tier_off(uint32_t pool_id);
  * remote_* keys (the configuration's, not turned on at run time).
  */
 const char *kvsd_remote_tier_of(uint32_t pool_id);
+/* Whether pool (@owner, @pool) has a tier now. */
+bool kvsd_remote_pool_has_tier(uint32_t owner, const char *pool);
 /* Run-time tiers on or stopping: all of them, and those @uid turned on. */
 void kvsd_remote_tier_counts(uint32_t uid, unsigned int *all, unsigned int *of_uid);
 

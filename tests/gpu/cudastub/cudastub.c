@@ -1216,9 +1216,10 @@ static CUresult operand(CUmemorytype type, const void *host, CUdeviceptr dev, si
 {
 	size_t span;
 
-	if (type == CU_MEMORYTYPE_UNIFIED)
-		type = is_device_va(dev, 1) ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST,
+	if (type == CU_MEMORYTYPE_UNIFIED) {
+		type = is_device_va(dev, 1) ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
 		host = (const void *)(uintptr_t)dev;
+	}
 	switch (type) {
 	case CU_MEMORYTYPE_DEVICE:
 		*p = dev + x;
