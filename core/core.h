@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * The kvshare arbiter core: the page state machine of design.md section 3,
- * in plain C.  It is compiled twice: into kvshare.ko (host_kernel.h) and
- * into user space (host_user.h) for the daemon, the unit tests and the
- * benchmarks.  This interface uses no kernel-only type: a host is a thin
- * layer that turns its transport (ioctl, uring_cmd, socket) into
- * kvs_cmd() calls.
+ * The kvshare arbiter core: the page state machine of docs/design.md
+ * section 3, in plain C.  It is compiled twice (docs/design.md section 2):
+ * into kvshare.ko (host_kernel.h) and into user space (host_user.h) for
+ * the daemon, the unit tests and the benchmarks.  This interface uses no
+ * kernel-only type: a host is a thin layer that turns its transport
+ * (ioctl, uring_cmd, socket) into kvs_cmd() calls.
  */
 #ifndef _KVS_CORE_H
 #define _KVS_CORE_H

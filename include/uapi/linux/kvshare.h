@@ -51,9 +51,9 @@
  * pointer), EINVAL (flags, pads, reserved fields), E2BIG (struct or batch
  * too large), ENOMEM (kernel or daemon out of memory).
  *
- * Page states (design.md section 3): FREE -> ALLOC -> OWNED -> PUBLISH ->
- * SHARED (refcount = holders) -> last PUT -> CACHED (keyed, findable)
- * -> LOOKUP hit -> SHARED, or eviction -> FREE.
+ * Page states (docs/design.md section 3): FREE -> ALLOC -> OWNED ->
+ * PUBLISH -> SHARED (refcount = holders) -> last PUT -> CACHED (keyed,
+ * findable) -> LOOKUP hit -> SHARED, or eviction -> FREE.
  */
 #ifndef _UAPI_LINUX_KVSHARE_H
 #define _UAPI_LINUX_KVSHARE_H
@@ -87,10 +87,10 @@ enum kvs_page_state {
 };
 
 /*
- * A page key: the chained block hash of design.md section 3, computed by
- * the client (libkv).  256 bits so that a SHA-256 chain is kept whole.
- * The arbiter treats it as opaque; it is compared together with the
- * namespace of the file that published it.
+ * A page key: the chained block hash of docs/design.md section 4,
+ * computed by the client (libkv).  256 bits so that a SHA-256 chain is
+ * kept whole.  The arbiter treats it as opaque; it is compared together
+ * with the namespace of the file that published it.
  */
 struct kvs_key {
 	__u64 w[4];
