@@ -16,12 +16,34 @@
 # ---------------------------------------------------------------------------
 # Contract with the fragments.
 #
-# Every daemon/*.mk, libkv/*.mk, tools/*/*.mk and tests/*/*.mk is included
-# (today: tools/kvctl/kvctl.mk, tools/kvbench/kvbench.mk,
-# tests/core/core-tests.mk, tests/uapi/uapi-tests.mk).  A fragment writes
-# its own rules with paths relative to the repository root (make always runs
-# here), uses the variables below and appends with += to the lists below.
-# The lists are read only after every fragment is included.
+# Every daemon/*.mk, libkv/*.mk, python/*.mk, tools/*/*.mk and tests/*/*.mk
+# is included, in sorted order, then dist/*.mk; core/core.mk comes first
+# (before the libkvcore rules below).  Today:
+#
+#   core/core.mk                the arbiter core's flags (libkvcore)
+#   daemon/daemon.mk            kvshared; it includes daemon/remote/remote.mk
+#                               (the Redis tier's sources)
+#   libkv/libkv.mk              libkv: libkv/client/, libkv/cache/
+#   libkv/attn.mk               paged attention (C reference, CUDA, stub)
+#   python/python.mk            the Python extension and package
+#   tools/kvctl/kvctl.mk        kvctl
+#   tools/kvbench/kvbench.mk    kvbench; sglang.mk, vllm-bench.mk: the
+#                               engines' benchmarks
+#   tools/kvserve/kvserve.mk    kvserve, the demo server
+#   tools/gpu/gpu-bundle.mk     the GPU session's bundle
+#   tests/NAME/NAME-tests.mk    one per suite folder: attn, core, daemon,
+#                               gpu (and gpu-guest.mk), install, libkv, pip,
+#                               ptx, python, radix, remote, serve, simt,
+#                               uapi, uring, vm-daemon
+#   dist/install.mk             make install / make uninstall
+#
+# A fragment writes its own rules with paths relative to the repository root
+# (make always runs here), uses the variables below and appends with += to
+# the lists below.  The lists are read only after every fragment is
+# included.  No -I in CFLAGS reaches into a part's private headers: a rule
+# that includes the core's interface (core/core.h) adds -Icore itself, and
+# only the core's hosts do (kmod/ through Kbuild, kvshared, the core's tests
+# and kvbench's native target).
 #
 #   BUILD          build                    all outputs live under it
 #   CFLAGS         common user-space flags  (use as is; add your own per rule)
@@ -55,8 +77,6 @@
 # guest a suite runs as root in /tmp with PATH=/bin (busybox), the module is
 # /lib/modules/kvshare.ko, and a suite that unloads it must load it again:
 # the guest ends with rmmod, which proves every reference was released.
-# kmod/core.mk (the core's own fragment) is included before the libkvcore
-# rules below; see there.
 # ---------------------------------------------------------------------------
 
 SHELL := /bin/bash
@@ -66,7 +86,7 @@ SHELL := /bin/bash
 BUILD         := build
 RESULTS       := $(BUILD)/results
 CFLAGS        := -O2 -g -Wall -Wextra -Werror=implicit-function-declaration \
-                 -Iinclude/uapi -Ikmod -D_GNU_SOURCE
+                 -Iinclude/uapi -D_GNU_SOURCE
 SAN_FLAGS     := -fsanitize=address,undefined -fno-omit-frame-pointer \
                  -fno-sanitize-recover=all
 DEPFLAGS      := -MMD -MP
@@ -113,12 +133,12 @@ KMOD_SRCS := $(kvshare-y:.o=.c)
 # ---------------------------------------------------------------------------
 # The arbiter core for user space: the same core_*.c as the module plus the
 # user-space host, built twice (plain and sanitized) into static libraries.
-# kmod/core.mk, when it exists, may adjust KVCORE_SRCS / KVCORE_CFLAGS, or set
+# core/core.mk, when it exists, may adjust KVCORE_SRCS / KVCORE_CFLAGS, or set
 # KVCORE_OWN_RULES := 1 and provide the two library rules itself.
-KVCORE_SRCS   := kmod/core_pool.c kmod/core_arbiter.c kmod/core_table.c \
-                 kmod/core_cmd.c kmod/core_user.c kmod/host_user.c
+KVCORE_SRCS   := core/core_pool.c core/core_arbiter.c core/core_table.c \
+                 core/core_cmd.c core/core_user.c core/host_user.c
 KVCORE_CFLAGS := -DKVS_USER -pthread
--include kmod/core.mk
+-include core/core.mk
 
 ifndef KVCORE_OWN_RULES
 KVCORE_OBJS     := $(KVCORE_SRCS:%.c=$(BUILD)/kvcore/%.o)
@@ -341,7 +361,7 @@ $(CHECKPATCH): $(wildcard $(LINUX_SOURCE_TAR))
 
 checkpatch: $(CHECKPATCH)
 	@perl $(CHECKPATCH) --no-tree -f --terse \
-		$(wildcard kmod/*.c kmod/*.h) include/uapi/linux/kvshare.h || \
+		$(wildcard core/*.c core/*.h kmod/*.c kmod/*.h) include/uapi/linux/kvshare.h || \
 		echo "checkpatch: see the findings above (informational, not a failure)"
 
 # ---------------------------------------------------------------------------
@@ -350,7 +370,8 @@ clean:
 	rm -rf $(BUILD)
 	rm -f kvshare.ko kvshare.o kvshare.mod kvshare.mod.c kvshare.mod.o \
 	      modules.order Module.symvers .*.cmd \
-	      kmod/*.o kmod/.*.cmd kmod/.*.d kmod/*.mod
+	      kmod/*.o kmod/.*.cmd kmod/.*.d kmod/*.mod \
+	      core/*.o core/.*.cmd core/.*.d core/*.mod
 	rm -rf .tmp_versions
 
 help:

@@ -5,7 +5,7 @@
  * The file is INI-like: "[daemon]", "[pool NAME]" and "[remote NAME]"
  * sections of "key = value" lines, '#' or ';' starting a comment line.
  * --pool takes the same keys as a pool section ("NAME:pages=N,..."),
- * --remote those of a remote section (remote_config.c).  Flags
+ * --remote those of a remote section (remote/config.c).  Flags
  * win over the file.  Everything is checked here, against the same limits
  * the arbiter applies, so that a bad pool is reported with its file and
  * line before the daemon starts rather than as a bare errno later.
@@ -28,7 +28,7 @@
 #include <kvshare/kv_layout.h>
 
 #include "kvshared.h"
-#include "remote_config.h"
+#include "remote/config.h"
 
 #define KVSD_DIM_MAX		65536
 #define KVSD_PAGE_BYTES_MAX	(1ull << 30)
@@ -54,6 +54,9 @@ static void usage(FILE *f)
 	      "                       a named remote tier ([remote NAME] section): the\n"
 	      "                       remote_* keys without 'remote_', no namespace;\n"
 	      "                       a pool's owner turns it on (kvctl pool remote)\n"
+	      "  --state-dir DIR      remember run-time remote tiers in DIR (a\n"
+	      "                       directory of kvshared's uid, mode 0700;\n"
+	      "                       default $STATE_DIRECTORY, else none)\n"
 	      "  --max-pools N        pools that may exist at once (default 64;\n"
 	      "                       socket mode only)\n"
 	      "  --max-pool-pages N   largest pool a client may create (default\n"
@@ -92,7 +95,7 @@ static void usage(FILE *f)
 	      "  [remote_tls=no remote_tls_ca=F remote_tls_cert=F remote_tls_key=F]\n"
 	      "  [remote_namespace=POOL] [remote_write=publish|none] [remote_fetch=yes]\n"
 	      "  [remote_timeout_ms=200] [remote_queue=4096] [remote_fetch_max=256]\n"
-	      "  [remote_ttl_s=0]\n"
+	      "  [remote_ttl_s=0] [remote_mac_key_file=F [remote_mac_key_file_old=F]]\n"
 	      "\n"
 	      "Exit status: 0 after SIGTERM/SIGINT, 1 on a runtime failure,\n"
 	      "2 on a usage or configuration error.\n", f);
@@ -349,7 +352,7 @@ static int pool_set(struct pool_parse *pp, const char *where, const char *key,
 {
 	int k;
 
-	/* The remote tier's keys are remote_config.c's. */
+	/* The remote tier's keys are remote/config.c's. */
 	if (!strncmp(key, "remote", 6))
 		return kvsd_remote_cfg_set(&pp->pc->remote, where, key, val);
 	for (k = 0; k < PK_COUNT; k++)
@@ -732,7 +735,7 @@ static int num_opt_set(struct kvsd_config *cfg, unsigned int i, const char *wher
 
 /* Flags given on the command line, which the file must not override. */
 struct flags_seen {
-	bool socket, metrics;
+	bool socket, metrics, state_dir;
 	uint32_t num;			/* bit i: num_opts[i] given as a flag */
 };
 
@@ -765,6 +768,11 @@ static int daemon_key(struct kvsd_config *cfg, const struct flags_seen *fs,
 		if (fs->metrics)
 			return 0;
 		return check_metrics(where, val) ?: set_str(&cfg->metrics, val);
+	}
+	if (!strcmp(key, "state_dir")) {
+		if (fs->state_dir)
+			return 0;
+		return set_str(&cfg->state_dir, val);
 	}
 	i = num_opt_find(key);
 	if (i >= 0) {
@@ -958,7 +966,7 @@ static int mode_opt(const char *val, enum kvsd_mode_opt *out)
 
 enum {
 	OPT_CONFIG = 256, OPT_SOCKET, OPT_METRICS, OPT_POOL, OPT_MODE,
-	OPT_DEVICE, OPT_FOREGROUND, OPT_REMOTE,
+	OPT_DEVICE, OPT_FOREGROUND, OPT_REMOTE, OPT_STATE_DIR,
 	OPT_NUM = 512,			/* + index in num_opts[] */
 };
 
@@ -970,6 +978,7 @@ static const struct option fixed_opts[] = {
 	{ "remote", required_argument, NULL, OPT_REMOTE },
 	{ "mode", required_argument, NULL, OPT_MODE },
 	{ "device", required_argument, NULL, OPT_DEVICE },
+	{ "state-dir", required_argument, NULL, OPT_STATE_DIR },
 	{ "foreground", no_argument, NULL, OPT_FOREGROUND },
 	{ "verbose", no_argument, NULL, 'v' },
 	{ "help", no_argument, NULL, 'h' },
@@ -1044,6 +1053,10 @@ static int parse_args(int argc, char **argv, struct kvsd_config *cfg,
 		case OPT_DEVICE:
 			ret = set_str(&cfg->device, optarg);
 			break;
+		case OPT_STATE_DIR:
+			fs->state_dir = true;
+			ret = set_str(&cfg->state_dir, optarg);
+			break;
 		case OPT_FOREGROUND:
 			break;
 		case OPT_NUM ... OPT_NUM + ARRAY_SIZE(num_opts) - 1:
@@ -1069,6 +1082,18 @@ static int parse_args(int argc, char **argv, struct kvsd_config *cfg,
 		return KVSD_EXIT_USAGE;
 	}
 	return 0;
+}
+
+/* systemd's StateDirectory= (the first of its list), if the unit has one. */
+static int state_dir_default(struct kvsd_config *cfg)
+{
+	const char *env = getenv("STATE_DIRECTORY");
+	size_t len = env ? strcspn(env, ":") : 0;
+
+	if (!len)
+		return 0;
+	cfg->state_dir = strndup(env, len);
+	return cfg->state_dir ? 0 : -ENOMEM;
 }
 
 int kvsd_config_load(int argc, char **argv, struct kvsd_config **out)
@@ -1117,8 +1142,13 @@ int kvsd_config_load(int argc, char **argv, struct kvsd_config **out)
 	if (ret)
 		return ret;
 	if ((!cfg->socket && set_str(&cfg->socket, KVS_DAEMON_SOCKET)) ||
-	    (!cfg->device && set_str(&cfg->device, KVSD_DEFAULT_DEVICE))) {
+	    (!cfg->device && set_str(&cfg->device, KVSD_DEFAULT_DEVICE)) ||
+	    (!cfg->state_dir && state_dir_default(cfg))) {
 		fprintf(stderr, "kvshared: out of memory\n");
+		return KVSD_EXIT_USAGE;
+	}
+	if (cfg->state_dir && cfg->state_dir[0] != '/') {
+		kvsd_err("state_dir", "'%s' is not an absolute path", cfg->state_dir);
 		return KVSD_EXIT_USAGE;
 	}
 	return 0;
@@ -1134,6 +1164,7 @@ void kvsd_config_free(struct kvsd_config *cfg)
 	free(cfg->socket);
 	free(cfg->metrics);
 	free(cfg->device);
+	free(cfg->state_dir);
 	for (i = 0; i < cfg->n_pools; i++)
 		kvsd_remote_cfg_free(cfg->pools[i].remote);
 	free(cfg->pools);

@@ -70,6 +70,7 @@ struct kvsd_config {
 	char *socket;
 	char *metrics;			/* NULL: no metrics */
 	char *device;
+	char *state_dir;		/* run-time tiers remembered here; NULL: none */
 	uint32_t max_pools;
 	uint64_t max_pool_pages;
 	/* The socket's caps (socket mode), against one client hurting others. */

@@ -6,19 +6,19 @@
 # libcuda.so.1 at run time, so neither build needs a GPU or a driver.
 
 CUDA_INC  ?= /usr/local/cuda/include
+# The remote tier (daemon/remote/) lists its own sources and libraries.
+include daemon/remote/remote.mk
+
 KVSD_SRCS := daemon/main.c daemon/config.c daemon/server.c daemon/pools.c \
              daemon/mem.c daemon/mem_cuda.c daemon/metrics.c daemon/log.c \
              daemon/loop.c daemon/bell.c daemon/closer.c daemon/ring.c \
-             daemon/listen.c daemon/remote.c daemon/remote_thread.c \
-             daemon/remote_metrics.c daemon/remote_cluster.c \
-             daemon/remote_config.c daemon/remote_conn.c daemon/remote_page.c \
-             daemon/remote_ctl.c
+             daemon/listen.c $(KVSD_REMOTE_SRCS)
 KVSD_OBJS     := $(KVSD_SRCS:daemon/%.c=$(BUILD)/daemon/%.o)
 KVSD_SAN_OBJS := $(KVSD_SRCS:daemon/%.c=$(BUILD)/san/daemon/%.o)
-# The remote tier (remote*.c): hiredis for RESP, OpenSSL for TLS, XXH3.
-KVSD_LDLIBS   := -ldl -lhiredis -lssl -lcrypto -lxxhash $(LIBKVCORE_LDLIBS)
-# libkv's public headers (kv_layout.h: element sizes), not its library.
-KVSD_CFLAGS   := -Iinclude
+KVSD_LDLIBS   := -ldl $(KVSD_REMOTE_LDLIBS) $(LIBKVCORE_LDLIBS)
+# libkv's public headers (kv_layout.h: element sizes), not its library;
+# the arbiter core's interface (core/core.h), which kvshared hosts.
+KVSD_CFLAGS   := -Iinclude -Icore
 
 # cuda.h is a system header: its own warnings are not ours.
 $(BUILD)/daemon/mem_cuda.o $(BUILD)/san/daemon/mem_cuda.o: KVSD_CFLAGS += -isystem $(CUDA_INC)

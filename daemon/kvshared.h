@@ -9,14 +9,14 @@
  * Shared declarations of pools.c, mem.c, mem_cuda.c and metrics.c.
  * Parsing lives in config.h, the arbiter socket in server.h, the log in
  * log.h and the event loop in loop.h.  Calls go one way, down:
- *   main.c -> metrics.c -> server.c -> ring.c -> remote.c -> pools.c -> mem.c
+ *   main.c -> metrics.c -> server.c -> ring.c -> remote/tier.c -> pools.c -> mem.c
  *   -> mem_cuda.c
  * (each may also call any file further down), and every one of them may
  * call config.c (names, sizes and addresses), listen.c, loop.c and log.c,
  * which call nothing above them (listen.c and loop.c only log.c).  The
- * remote tier's own files sit under remote.c (metrics.c calls
- * remote_metrics.c): remote.c -> remote_thread.c -> remote_cluster.c ->
- * remote_conn.c, and remote_page.c; remote_config.c beside config.c.
+ * remote tier's own files sit under remote/tier.c (metrics.c calls
+ * remote/metrics.c): remote/tier.c -> remote/thread.c -> remote/cluster.c ->
+ * remote/conn.c, and remote/page.c; remote/config.c beside config.c.
  */
 #ifndef _KVSHARED_H
 #define _KVSHARED_H

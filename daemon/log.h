@@ -37,7 +37,7 @@ void kvsd_log_limited(enum kvsd_log_kind kind, const char *fmt, ...)
 void kvsd_log_tick(void);
 /*
  * An error at WHERE (a config line or option), "kvshared: WHERE: ...":
- * config.c and remote_config.c, before the daemon serves anyone, so it
+ * config.c and remote/config.c, before the daemon serves anyone, so it
  * is never limited.
  */
 void kvsd_err(const char *where, const char *fmt, ...)

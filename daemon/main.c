@@ -24,7 +24,8 @@
 #include "closer.h"
 #include "core.h"
 #include "kvshared.h"
-#include "remote.h"
+#include "remote/ctl.h"
+#include "remote/remote.h"
 #include "server.h"
 
 #define TICK_MS		1000
@@ -34,6 +35,8 @@
 /* Set from the signalfd, in the loop itself: no handler, no volatile. */
 static int stop_signal;
 static struct kvsd_watch sig_watch = { .fd = -1 };
+/* What SIGHUP rereads: the remote tiers' MAC keys. */
+static const struct kvsd_config *hup_cfg;
 
 static void on_signal(struct kvsd_watch *w, uint32_t events)
 {
@@ -42,7 +45,9 @@ static void on_signal(struct kvsd_watch *w, uint32_t events)
 	(void)events;
 	while (read(w->fd, &si, sizeof(si)) == sizeof(si)) {
 		if (si.ssi_signo == SIGHUP) {
-			kvsd_log("SIGHUP ignored (restart to reread the configuration)");
+			kvsd_log("SIGHUP: rereading the remote tiers' MAC key files "
+				 "(the rest of the configuration needs a restart)");
+			kvsd_remote_reload(hup_cfg);
 			continue;
 		}
 		stop_signal = si.ssi_signo;
@@ -196,6 +201,8 @@ static int run(struct kvsd *d)
 	if (ret)
 		goto out;
 	ret = kvsd_remote_start(d);
+	if (!ret)
+		ret = kvsd_remote_state_start(d);
 	if (ret)
 		goto out;
 	if (d->mode == KVSD_MODE_SOCKET) {
@@ -220,6 +227,7 @@ out:
 	kvsd_metrics_stop();
 	kvsd_server_stop();
 	kvsd_remote_stop();
+	kvsd_remote_state_stop();
 	close_arbiter(d);
 	/* Paths and specs were checked with the configuration: all runtime. */
 	if (ret)
@@ -275,6 +283,7 @@ int main(int argc, char **argv)
 		return ret == 1 ? 0 : ret;
 	}
 	kvsd_verbose = d.cfg->verbose;
+	hup_cfg = d.cfg;
 	nofile_raise();
 	ret = kvsd_loop_init();
 	if (!ret)

@@ -26,7 +26,7 @@
 #include "closer.h"
 #include "kvshared.h"
 #include "listen.h"
-#include "remote.h"
+#include "remote/remote.h"
 #include "server.h"
 
 #define REQ_MAX		8192		/* request head, bytes */

@@ -88,8 +88,8 @@
 #include "core.h"
 #include "kvshared.h"
 #include "listen.h"
-#include "remote.h"
-#include "remote_ctl.h"
+#include "remote/remote.h"
+#include "remote/ctl.h"
 #include "ring.h"
 #include "server.h"
 
@@ -370,7 +370,7 @@ static int create_fd(struct conn *c, struct kvs_pool_create *req)
 	return 0;
 }
 
-/* The remote tier (remote.h) sees what a pool's clients publish and miss. */
+/* The remote tier (remote/remote.h) sees what a pool's clients publish and miss. */
 static void remote_hooks(struct conn *c, unsigned int cmd, union kvs_cmd_buf *arg,
 			 struct kvs_call *call)
 {
@@ -378,6 +378,8 @@ static void remote_hooks(struct conn *c, unsigned int cmd, union kvs_cmd_buf *ar
 		c->ns = arg->attach.ns;
 	else if (is_cmd(cmd, KVS_IOC_POOL_DESTROY))
 		kvsd_remote_pool_gone(arg->destroy.pool_id);
+	else if (is_cmd(cmd, KVS_IOC_POOL_CREATE))
+		kvsd_remote_pool_created(srv.d, c->cred.uid, arg->create.name);
 	else if (is_cmd(cmd, KVS_IOC_PUBLISH))
 		kvsd_remote_published(kvs_client_pool_id(c->cl), c->ns, c->cred.uid,
 				      call, &arg->publish);

@@ -69,7 +69,7 @@ trap cleanup EXIT
 
 # ---------------------------------------------------------------------------
 # What the module was built from: Kbuild, the sources, and the repository
-# files Kbuild's dependency records (kmod/.NAME.o.cmd) name, which are the
+# files Kbuild's dependency records (DIR/.NAME.o.cmd) name, which are the
 # headers the preprocessor actually read.
 module_inputs() {
 	local c cmd
@@ -121,7 +121,7 @@ install_dkms_tree() {
 
 	inst 0644 Kbuild "$dkmsdir/Kbuild"
 	# shellcheck disable=SC2086
-	for f in $KMOD_SRCS kmod/*.h include/uapi/linux/kvshare.h; do
+	for f in $KMOD_SRCS kmod/*.h core/*.h include/uapi/linux/kvshare.h; do
 		inst 0644 "$f" "$dkmsdir/$f"
 	done
 	sed "s/@VERSION@/$KVS_VERSION/" dist/dkms.conf > "$tmpdir/dkms.conf"

@@ -27,7 +27,7 @@ $(BUILD)/pic/libkv/%.o: %.c
 	$(CC) $(CFLAGS) -fPIC $(LIBKV_CFLAGS) $(DEPFLAGS) -c -o $@ $<
 
 # As libkv.mk's own rule: device pools need cuda.h (the driver is dlopen'ed).
-$(BUILD)/pic/libkv/libkv/pool_cuda.o: LIBKV_CFLAGS += -isystem $(LIBKV_CUDA_INC)
+$(BUILD)/pic/libkv/libkv/client/pool_cuda.o: LIBKV_CFLAGS += -isystem $(LIBKV_CUDA_INC)
 
 $(LIBKV_PIC): $(LIBKV_PIC_OBJS)
 	@rm -f $@

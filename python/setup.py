@@ -26,8 +26,8 @@ from setuptools.command.sdist import sdist
 HERE = os.path.dirname(os.path.abspath(__file__))
 VENDORED = "libkv-src"
 # What an sdist carries of the checkout, relative to its root.
-ROOT_FILES = ["dist/VERSION", "libkv/libkv.mk", "libkv/*.c", "libkv/*.h",
-              "include/kvshare/*.h", "include/uapi/linux/*.h"]
+ROOT_FILES = ["dist/VERSION", "libkv/libkv.mk", "libkv/client/*.[ch]",
+              "libkv/cache/*.[ch]", "include/kvshare/*.h", "include/uapi/linux/*.h"]
 
 
 def die(msg):

@@ -21,18 +21,36 @@ rows token-major for NHD, head-major for HND), not the pool's nominal
 de-interleaving.  Pages of different layouts therefore differ, and the
 caller salts its keys with the layout so that they never meet.
 
-Host pools are copied by the CPU through torch views of the pool memory
-(``pool.tensor()``, no copy on the pool side; a CUDA engine cache makes
-torch move the bytes between host and device).  GPU pools
-(``pool.is_device``) are copied device to device with ``cuMemcpy2DAsync``
-on a stream (``kvshare._kvshare.cuda_copy2d``), one copy per block and
-layer.
+Which copy path a pool and an engine take is decided by what the CUDA
+driver says their memory is (``cuPointerGetAttribute``), not by torch's
+device flag alone (a tensor torch calls CPU may be device memory, as on
+the tests' driver stand-in):
+
+* host pool, engine in host memory: the CPU copies, through torch views
+  of the pool memory (``pool.tensor()``, no copy on the pool side);
+* host pool, engine in device memory (a CUDA engine): the pool's mapping
+  is registered with the driver once (``cuMemHostRegister``, pinned, so
+  copies are DMA and asynchronous) and unregistered before it goes; each
+  layer's blocks move in one ``cuMemcpy2DAsync`` per run of consecutive
+  (block, page) pairs, on the engine's stream;
+* GPU pool (``pool.is_device``), engine in device memory of the same
+  GPU: the same copies, device to device;
+* GPU pool, engine in host memory: refused (the CPU must not touch the
+  pool, and a host engine has no stream to copy on).
+
+Device copies are only enqueued: ``loaded(l)`` records an event after
+layer l's loads and ``wait(l)`` waits for that event alone; ``sync()``
+waits for everything, once, before pages are published.  Nothing else
+synchronises.
 """
+import errno
+
 import torch
+
 
 from . import _kvshare
 
-__all__ = ["EngineLayout", "BlockCopier", "DTYPE_NAMES"]
+__all__ = ["EngineLayout", "BlockCopier", "DTYPE_NAMES", "memory_of"]
 
 DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16",
                torch.float32: "float32", torch.uint8: "fp8"}
@@ -128,32 +146,143 @@ def check_fits(pool, eng, pool_name):
                 if eng.layout == "MLA" else ""))
 
 
+# cuMemHostRegister flag: pinned for every context of the process.
+_HOST_REGISTER_PORTABLE = 0x01
+
+
+def memory_of(address):
+    """("device", ordinal, start, size) or ("host", None, None, None) for an
+    address, as the CUDA driver sees it: host for pageable memory the
+    driver does not know, and for everything when there is no driver."""
+    try:
+        info = _kvshare.cuda_pointer_info(address)
+    except _kvshare.Error as e:
+        if e.errno != errno.ENODEV:
+            raise
+        info = None
+    if info is None or info[0] == "host":
+        return ("host", None, None, None)
+    return info
+
+
+def _engine_memory(eng):
+    """("device", ordinal) or ("host", None): where every layer of the
+    engine's cache lives, checked the same for all and against torch."""
+    where = None
+    for layer, t in enumerate(eng.blocks):
+        kind, ordinal, start, size = memory_of(t.data_ptr())
+        nbytes = t.numel() * t.element_size()
+        if kind == "device" and not (start <= t.data_ptr() and
+                                     t.data_ptr() + nbytes <= start + size):
+            raise ValueError(
+                "KV cache layer %d (%d bytes at %#x) runs out of the device "
+                "allocation it starts in ([%#x, %#x))" % (
+                    layer, nbytes, t.data_ptr(), start, start + size))
+        if t.is_cuda and (kind != "device" or ordinal != t.device.index):
+            raise ValueError(
+                "KV cache layer %d is a torch tensor on %s, but the CUDA driver says "
+                "its memory is %s" % (layer, t.device, "host memory" if kind == "host"
+                                      else "on device %d" % ordinal))
+        if where is None:
+            where = (kind, ordinal)
+        elif where != (kind, ordinal):
+            raise ValueError(
+                "KV cache layer %d is in %s memory%s but layer 0 in %s memory%s: "
+                "kvshare needs all layers in one place" % (
+                    layer, kind, "" if ordinal is None else " of device %d" % ordinal,
+                    where[0], "" if where[1] is None else " of device %d" % where[1]))
+    return where
+
+
 class BlockCopier:
     """Copies blocks of one layer between the engine's cache (``eng``, an
     EngineLayout) and pages of ``pool``.  ``load(l, pairs)`` and
-    ``save(l, pairs)`` take (block_id, page) pairs; device copies are
-    only enqueued until ``sync()``."""
+    ``save(l, pairs)`` take (block_id, page) pairs.  ``direction`` is
+    "host" (CPU copies, done at once), "host-cuda" (host pool, CUDA engine)
+    or "cuda" (GPU pool, CUDA engine); the last two (``is_async``) only
+    enqueue their copies, on ``stream``: an int CUstream, a callable
+    returning one, or None for torch's current CUDA stream of the engine's
+    device (the legacy default stream, 0, where torch has no CUDA)."""
 
-    def __init__(self, pool, eng):
+    def __init__(self, pool, eng, stream=None):
         self.eng = eng
-        self.device = pool.is_device
         self._pool = pool
-        if self.device:
-            self._base = pool.address
-            self._page_bytes = pool.page_bytes
-            self._layer_bytes = pool.page_bytes // pool.n_layers
-            self._ordinal = pool.page(0).__dlpack_device__()[1]
-            self._stream = (torch.cuda.current_stream().cuda_stream
-                            if torch.cuda.is_available() else 0)
-            self.pages = None
+        self.pages = None
+        self._registered = None           # the pinned pool range we own
+        self._events = {}                 # layer -> CUevent of its loads
+        self._unwaited = set()            # layers loaded, not waited for
+        self._marked = set()              # ... whose event follows their loads
+        self._save_streams = set()        # streams with saves since sync()
+        self._load_streams = set()        # ... with loads
+        kind, self._ordinal = _engine_memory(eng)
+        if pool.is_device:
+            pk, po, _, _ = memory_of(pool.address)
+            if pk != "device":
+                raise ValueError("kvshare pool: libkv says it is GPU memory, the CUDA "
+                                 "driver does not know its address %#x" % pool.address)
+            if kind != "device":
+                raise ValueError(
+                    "a GPU pool (memory=cuda) serves CUDA engines only, and this "
+                    "engine's KV caches are in host memory: give it a host pool")
+            if po != self._ordinal:
+                raise ValueError(
+                    "the GPU pool is on device %d but the engine's KV caches are on "
+                    "device %d: a GPU pool serves engines on its own GPU" % (
+                        po, self._ordinal))
+            self.direction = "cuda"
+        elif memory_of(pool.address)[0] != "host":
+            raise ValueError("kvshare pool: libkv says it is host memory, the CUDA "
+                             "driver says its address %#x is device memory"
+                             % pool.address)
+        elif kind == "device":
+            self.direction = "host-cuda"
         else:
+            self.direction = "host"
+        self.is_async = self.direction != "host"
+        self.device = pool.is_device
+        self._stream_src = stream
+        self._page_bytes = pool.page_bytes
+        self._layer_bytes = pool.page_bytes // pool.n_layers
+        self._base = pool.address
+        if self.direction == "host":
             shape = (pool.n_pages, eng.layers, -1)
             self.pages = pool.tensor().view(shape[0], shape[1], -1)
+        elif self.direction == "host-cuda":
+            self._register(pool)
+
+    def _register(self, pool):
+        """Pin the pool's mapping for this attachment (undone by release())."""
+        size = pool.n_pages * pool.page_bytes
+        try:
+            _kvshare.cuda_host_register(self._base, size, flags=_HOST_REGISTER_PORTABLE,
+                                        device=self._ordinal)
+            self._registered = self._base
+        except _kvshare.Error as e:
+            if e.errno != errno.EEXIST:
+                raise
+            # Someone in this process pinned it already: fine if all of it.
+            kind, _, start, rsize = memory_of(self._base)
+            if kind != "host" or not (start <= self._base and
+                                      self._base + size <= start + rsize):
+                raise _kvshare.Error(errno.EEXIST, "kvshare pool mapping [%#x, +%d) is "
+                                     "partly registered with CUDA already: %s"
+                                     % (self._base, size, e))
+
+    def stream(self):
+        """The CUstream copies go on now."""
+        src = self._stream_src
+        if callable(src):
+            return int(src())
+        if src is not None:
+            return int(src)
+        if torch.cuda.is_available():
+            return torch.cuda.current_stream(self._ordinal).cuda_stream
+        return 0
 
     def load(self, layer, pairs):
         """Pool pages -> engine blocks."""
-        if self.device:
-            return self._dev(layer, pairs, to_engine=True)
+        if self.is_async:
+            return self._async(layer, pairs, to_engine=True)
         blocks, pages = self.eng.blocks[layer], self.pages[:, layer]
         first = pairs[0][0] if pairs else 0
         if [b for b, _ in pairs] == list(range(first, first + len(pairs))):
@@ -168,37 +297,95 @@ class BlockCopier:
     def save(self, layer, pairs):
         """Engine blocks -> pool pages (a loop: index_copy_ into the
         strided page view measured 2-3x slower)."""
-        if self.device:
-            return self._dev(layer, pairs, to_engine=False)
+        if self.is_async:
+            return self._async(layer, pairs, to_engine=False)
         blocks, pages = self.eng.blocks[layer], self.pages[:, layer]
         for block, page in pairs:
             pages[page].copy_(blocks[block])
 
-    def _dev(self, layer, pairs, to_engine):
-        eng = self.eng
-        t = eng.blocks[layer]
-        block_bytes = t.stride(0) * eng.itemsize
-        slab0 = self._base + layer * self._layer_bytes
-        eng_addrs, page_addrs = [], []
-        base = t.data_ptr()
-        for block, page in pairs:
-            eng_addrs.append(base + block * block_bytes)
-            page_addrs.append(slab0 + page * self._page_bytes)
-        if not eng_addrs:
+    def _async(self, layer, pairs, to_engine):
+        """One cuMemcpy2DAsync per run of pairs consecutive in both the
+        blocks and the pages: rows of one block, a block apart on the
+        engine side and a page apart on the pool side."""
+        if not pairs:
             return
+        t = self.eng.blocks[layer]
+        block_bytes = t.stride(0) * self.eng.itemsize
+        eng0 = t.data_ptr()
+        slab0 = self._base + layer * self._layer_bytes
+        eng_addrs, page_addrs, heights = [], [], []
+        run_b = run_p = None
+        for block, page in sorted(pairs):
+            if run_b is not None and block == run_b + heights[-1] and \
+                    page == run_p + heights[-1]:
+                heights[-1] += 1
+                continue
+            run_b, run_p = block, page
+            eng_addrs.append(eng0 + block * block_bytes)
+            page_addrs.append(slab0 + page * self._page_bytes)
+            heights.append(1)
+        stream = self.stream()
+        host = self.direction == "host-cuda"
         if to_engine:
-            _kvshare.cuda_copy2d(eng_addrs, page_addrs, block_bytes, block_bytes,
-                                 block_bytes, 1, self._stream, self._ordinal)
+            _kvshare.cuda_copy2d(eng_addrs, page_addrs, block_bytes, self._page_bytes,
+                                 block_bytes, heights, stream, self._ordinal,
+                                 src_host=host)
+            self._unwaited.add(layer)
+            self._marked.discard(layer)
+            self._load_streams.add(stream)
         else:
-            _kvshare.cuda_copy2d(page_addrs, eng_addrs, block_bytes, block_bytes,
-                                 block_bytes, 1, self._stream, self._ordinal)
+            _kvshare.cuda_copy2d(page_addrs, eng_addrs, self._page_bytes, block_bytes,
+                                 block_bytes, heights, stream, self._ordinal,
+                                 dst_host=host)
+            self._save_streams.add(stream)
+
+    def loaded(self, layer):
+        """Mark the end of layer's loads enqueued so far (an event)."""
+        if not self.is_async or layer not in self._unwaited:
+            return
+        ev = self._events.get(layer)
+        if ev is None:
+            ev = self._events[layer] = _kvshare.cuda_event("create", device=self._ordinal)
+        _kvshare.cuda_event("record", ev, self.stream(), self._ordinal)
+        self._marked.add(layer)
+
+    def wait(self, layer):
+        """Wait for layer's loads through its event, and for no other
+        copies (all of them, if loaded() did not mark its end)."""
+        if layer not in self._unwaited:
+            return
+        self._unwaited.discard(layer)
+        if layer not in self._marked:
+            return self.sync()
+        self._marked.discard(layer)
+        _kvshare.cuda_event("synchronize", self._events[layer], device=self._ordinal)
 
     def sync(self):
-        """Wait for the enqueued device copies (no-op for host pools)."""
-        if self.device:
-            _kvshare.cuda_synchronize(self._stream, self._ordinal)
+        """Wait for every copy enqueued since the last sync() and not
+        waited for already, once a stream (no-op when there is none)."""
+        streams = self._save_streams | (self._load_streams if self._unwaited else set())
+        self._save_streams, self._load_streams = set(), set()
+        self._unwaited.clear()
+        self._marked.clear()
+        for s in sorted(streams):
+            _kvshare.cuda_synchronize(s, self._ordinal)
 
     def release(self):
-        """Drop the views of the pool memory (so the pool can close)."""
+        """Wait for the copies in flight, unpin and drop the views of the
+        pool memory (so the pool can close)."""
+        if self.is_async:
+            try:
+                self.sync()
+            except _kvshare.Error:
+                pass            # their blocks are reported by the caller
+            for ev in self._events.values():
+                try:
+                    _kvshare.cuda_event("destroy", ev, device=self._ordinal)
+                except _kvshare.Error:
+                    pass
+            self._events = {}
+        if self._registered is not None:
+            addr, self._registered = self._registered, None
+            _kvshare.cuda_host_unregister(addr, device=self._ordinal)
         self.pages = None
         self._pool = None

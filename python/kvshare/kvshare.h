@@ -29,7 +29,7 @@
 #include <kvshare/arbiter.h>
 #include <kvshare/blockhash.h>
 #include <kvshare/kv_layout.h>
-#include <kvshare/radix.h>
+#include <kvshare/prefix.h>
 #include <kvshare/req_table.h>
 
 /* errors.c */
@@ -124,5 +124,11 @@ PyObject *cuda_copy2d(PyObject *mod, PyObject *args, PyObject *kw);
 PyObject *cuda_synchronize(PyObject *mod, PyObject *args, PyObject *kw);
 extern const char cuda_copy2d__doc__[];
 extern const char cuda_synchronize__doc__[];
+PyObject *cuda_pointer_info(PyObject *mod, PyObject *arg);
+PyObject *cuda_host_register(PyObject *mod, PyObject *args, PyObject *kw);
+PyObject *cuda_host_unregister(PyObject *mod, PyObject *args, PyObject *kw);
+PyObject *cuda_event(PyObject *mod, PyObject *args, PyObject *kw);
+extern const char cuda_pointer_info__doc__[], cuda_host_register__doc__[],
+	cuda_host_unregister__doc__[], cuda_event__doc__[];
 
 #endif /* KVPY_KVSHARE_H */

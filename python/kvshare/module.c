@@ -39,6 +39,13 @@ static PyMethodDef module_methods[] = {
 	  METH_VARARGS | METH_KEYWORDS, cuda_copy2d__doc__ },
 	{ "cuda_synchronize", (PyCFunction)(void (*)(void))cuda_synchronize,
 	  METH_VARARGS | METH_KEYWORDS, cuda_synchronize__doc__ },
+	{ "cuda_pointer_info", cuda_pointer_info, METH_O, cuda_pointer_info__doc__ },
+	{ "cuda_host_register", (PyCFunction)(void (*)(void))cuda_host_register,
+	  METH_VARARGS | METH_KEYWORDS, cuda_host_register__doc__ },
+	{ "cuda_host_unregister", (PyCFunction)(void (*)(void))cuda_host_unregister,
+	  METH_VARARGS | METH_KEYWORDS, cuda_host_unregister__doc__ },
+	{ "cuda_event", (PyCFunction)(void (*)(void))cuda_event,
+	  METH_VARARGS | METH_KEYWORDS, cuda_event__doc__ },
 	{ NULL }
 };
 

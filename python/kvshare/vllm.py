@@ -259,7 +259,11 @@ class KVShareConnector(KVConnectorBase_V1):
         """Let go of the copier's views, then of the handle (the arbiter then
         drops everything it held)."""
         if self._copier is not None:
-            self._copier.release()
+            try:
+                self._copier.release()
+            except kvshare.Error as e:      # the mapping goes anyway
+                logger.warning("kvshare: releasing pool %r's copies: %s",
+                               self._pool_name, e)
         pool, self._pool = self._pool, None
         if pool is not None:
             try:
@@ -386,12 +390,14 @@ class KVShareConnector(KVConnectorBase_V1):
         pool = self._open(create=True, eng=eng)
         try:
             check_fits(pool, eng, self._pool_name)
-        except ValueError:
+            # The copy path (and a GPU pool for a host engine refused).
+            copier = BlockCopier(pool, eng)
+        except (ValueError, kvshare.Error):
             pool.close()
             raise
         self._pool = pool
         self._layers = {n: i for i, n in enumerate(names)}
-        self._copier = BlockCopier(pool, eng)
+        self._copier = copier
 
     def _keys(self, r, start, end):
         return numpy.frombuffer(r["keys"], numpy.uint64).reshape(-1, 4)[start:end]
@@ -431,6 +437,21 @@ class KVShareConnector(KVConnectorBase_V1):
                 step["failed"].add(r["req_id"])
         if step["loads"]:
             step["left"] = set(range(len(self._layers)))
+            if self._copier.is_async:
+                self._enqueue_loads()
+
+    def _enqueue_loads(self):
+        """Device copies: every layer's loads enqueued now, on the engine's
+        stream, each layer's end marked by an event that
+        wait_for_layer_load waits for (the copies overlap the layers
+        before it)."""
+        try:
+            for layer in range(len(self._layers)):
+                for pairs in self._step["loads"]:
+                    self._copier.load(layer, pairs)
+                self._copier.loaded(layer)
+        except (kvshare.Error, OSError, RuntimeError) as exc:
+            self._fail_loads(exc)
 
     def _fail_loads(self, exc):
         """Every load of the step failed: report its blocks, drop its pages."""
@@ -446,8 +467,13 @@ class KVShareConnector(KVConnectorBase_V1):
         self._failed(exc)
 
     def _load_layer(self, layer):
+        """Layer's blocks in place: waited for (device copies, enqueued by
+        start_load_kv) or copied now (host copies)."""
         self._step["left"].discard(layer)
         try:
+            if self._copier.is_async:
+                self._copier.wait(layer)
+                return
             for pairs in self._step["loads"]:
                 self._copier.load(layer, pairs)
         except (kvshare.Error, OSError, RuntimeError) as exc:

@@ -21,10 +21,10 @@ CORE_TEST_NAMES := core_cmd_test core_page_test core_badinput_test \
                    core_model_test core_stress_test core_user_test \
                    core_inflight_test core_peek_test
 CORE_TEST_BINS  := $(addprefix $(BUILD)/tests/,$(CORE_TEST_NAMES))
-CORE_TEST_HDRS  := $(CORE_TESTS_DIR)/kt.h tests/open_fds.h include/uapi/linux/kvshare.h kmod/core.h
+CORE_TEST_HDRS  := $(CORE_TESTS_DIR)/kt.h tests/open_fds.h include/uapi/linux/kvshare.h core/core.h
 # The harness compares int literals with unsigned fields and leaves
 # parameters unused: silence those two -Wextra warnings for the tests.
-CORE_TEST_CFLAGS = $(CFLAGS) $(SAN_FLAGS) -Wno-sign-compare -Wno-unused-parameter -I$(KSFT_DIR) -I$(CORE_TESTS_DIR)
+CORE_TEST_CFLAGS = $(CFLAGS) $(SAN_FLAGS) -Wno-sign-compare -Wno-unused-parameter -I$(KSFT_DIR) -I$(CORE_TESTS_DIR) -Icore
 
 $(CORE_TEST_BINS): $(BUILD)/tests/%: $(CORE_TESTS_DIR)/%.c $(CORE_TEST_HDRS) \
 		$(KSFT_DIR)/kselftest_harness.h $(KSFT_DIR)/kselftest.h $(LIBKVCORE_SAN)
@@ -37,10 +37,10 @@ CORE_TSAN_BIN    := $(BUILD)/tests/core_stress_tsan
 CORE_TSAN_CFLAGS  = $(filter-out -O2,$(CFLAGS)) -O1 $(KVCORE_CFLAGS) -DKVS_USER \
                     -Wno-sign-compare -Wno-unused-parameter \
                     -fsanitize=thread -fno-omit-frame-pointer \
-                    -I$(KSFT_DIR) -I$(CORE_TESTS_DIR)
+                    -I$(KSFT_DIR) -I$(CORE_TESTS_DIR) -Icore
 
 $(CORE_TSAN_BIN): $(CORE_TESTS_DIR)/core_stress_test.c $(CORE_TEST_HDRS) $(KVCORE_SRCS) \
-		$(wildcard kmod/*.h) $(KSFT_DIR)/kselftest_harness.h $(KSFT_DIR)/kselftest.h
+		$(wildcard core/*.h) $(KSFT_DIR)/kselftest_harness.h $(KSFT_DIR)/kselftest.h
 	@mkdir -p $(@D)
 	$(CC) $(CORE_TSAN_CFLAGS) -o $@ $(CORE_TESTS_DIR)/core_stress_test.c $(KVCORE_SRCS) -pthread
 

@@ -2,7 +2,7 @@
 /*
  * kt.h: helpers shared by the arbiter core unit tests (tests/core/).
  *
- * The tests drive the portable core (kmod/core.h) in-process, acting as
+ * The tests drive the portable core (core/core.h) in-process, acting as
  * its host: a "user pointer" is the address of a buffer in this process,
  * and copy_in/copy_out are memcpy() that fail with -EFAULT for pointer 0,
  * for any range touching the poison half of kt_mem[] (KT_BAD and

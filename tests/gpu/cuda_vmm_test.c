@@ -8,10 +8,16 @@
  * tools/gpu/gpu-checks.sh runs the same binary on the real driver, where it
  * checks the stand-in's claims instead: a case that fails there is a place
  * where the stand-in and NVIDIA's driver differ, to be fixed in the stand-in.
+ *
+ * Also the calls a CUDA engine's copies over a host pool rely on
+ * (python/kvshare/devcopy.c): cuMemHostRegister of shared memory as a pool
+ * maps it, its errors, cuPointerGetAttribute, and stream-ordered copies
+ * waited for through an event.
  */
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <cuda.h>
 
@@ -34,7 +40,19 @@
 	X(cuMemUnmap, cuMemUnmap)				\
 	X(cuMemSetAccess, cuMemSetAccess)			\
 	X(cuMemcpyHtoD, cuMemcpyHtoD_v2)			\
-	X(cuMemcpyDtoH, cuMemcpyDtoH_v2)
+	X(cuMemcpyDtoH, cuMemcpyDtoH_v2)			\
+	X(cuMemHostRegister, cuMemHostRegister_v2)		\
+	X(cuMemHostUnregister, cuMemHostUnregister)		\
+	X(cuPointerGetAttribute, cuPointerGetAttribute)		\
+	X(cuStreamCreate, cuStreamCreate)			\
+	X(cuStreamDestroy, cuStreamDestroy_v2)			\
+	X(cuStreamSynchronize, cuStreamSynchronize)		\
+	X(cuEventCreate, cuEventCreate)				\
+	X(cuEventRecord, cuEventRecord)				\
+	X(cuEventQuery, cuEventQuery)				\
+	X(cuEventSynchronize, cuEventSynchronize)		\
+	X(cuEventDestroy, cuEventDestroy_v2)			\
+	X(cuMemcpy2DAsync, cuMemcpy2DAsync_v2)
 
 #define PTR(fn, sym)	__typeof__(fn) *p_##fn;
 static struct { FNS(PTR) } d;
@@ -257,6 +275,147 @@ TEST_F(vmm, the_exported_fd_and_mappings_keep_the_memory)
 	EXPECT_EQ(0, memcmp(in, out, sizeof(in)));
 	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemUnmap(vb, g));
 	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemAddressFree(vb, g));
+}
+
+/* Shared memory as libkv maps a host pool: a memfd, MAP_SHARED, read-write. */
+static char *pool_like(size_t size)
+{
+	int fd = memfd_create("cuda_vmm_test-pool", MFD_CLOEXEC);
+	char *p;
+
+	if (fd < 0 || ftruncate(fd, size)) {
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+TEST_F(vmm, host_register_pins_pool_memory_with_the_drivers_codes)
+{
+	size_t pg = sysconf(_SC_PAGESIZE), size = 16 * pg;
+	unsigned int type = 0;
+	CUdeviceptr start = 0;
+	size_t rsize = 0;
+	int ord = -1;
+	char *p, *heap;
+
+	if (_metadata->skip)		/* SKIP in the setup still runs the body */
+		return;
+
+	p = pool_like(size);
+	ASSERT_NE(NULL, p);
+	heap = malloc(4096);
+	ASSERT_NE(NULL, heap);
+	/* Memory the driver does not know: pageable. */
+	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuPointerGetAttribute(&type,
+			CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)p));
+	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuPointerGetAttribute(&type,
+			CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)heap));
+	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuMemHostRegister(p, 0, 0));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemHostRegister(p, size, CU_MEMHOSTREGISTER_PORTABLE));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuPointerGetAttribute(&type,
+			CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)(p + 100)));
+	EXPECT_EQ(CU_MEMORYTYPE_HOST, type);
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuPointerGetAttribute(&ord,
+			CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)(uintptr_t)p));
+	EXPECT_EQ(0, ord);
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuPointerGetAttribute(&start,
+			CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, (CUdeviceptr)(uintptr_t)(p + pg)));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuPointerGetAttribute(&rsize,
+			CU_POINTER_ATTRIBUTE_RANGE_SIZE, (CUdeviceptr)(uintptr_t)(p + pg)));
+	EXPECT_EQ((CUdeviceptr)(uintptr_t)p, start);
+	EXPECT_EQ(size, rsize);
+	/* Twice, or a range sharing a page with it: registered already. */
+	EXPECT_EQ(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
+		  d.p_cuMemHostRegister(p, size, CU_MEMHOSTREGISTER_PORTABLE));
+	EXPECT_EQ(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
+		  d.p_cuMemHostRegister(p + size - 64, 128 + pg, 0));
+	/* Only the base unregisters. */
+	EXPECT_EQ(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, d.p_cuMemHostUnregister(p + pg));
+	EXPECT_EQ(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, d.p_cuMemHostUnregister(heap));
+	EXPECT_EQ(CUDA_SUCCESS, d.p_cuMemHostUnregister(p));
+	EXPECT_EQ(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, d.p_cuMemHostUnregister(p));
+	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, d.p_cuPointerGetAttribute(&type,
+			CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)p));
+	/* Not page-aligned (the driver pins the pages it touches). */
+	EXPECT_EQ(CUDA_SUCCESS, d.p_cuMemHostRegister(p + 8, 3 * pg, 0));
+	EXPECT_EQ(CUDA_SUCCESS, d.p_cuMemHostUnregister(p + 8));
+	free(heap);
+	munmap(p, size);
+}
+
+TEST_F(vmm, async_copies_to_and_from_pinned_memory_land_by_the_event)
+{
+	size_t g = self->gran, pg = sysconf(_SC_PAGESIZE), size = 8 * pg;
+	CUmemGenericAllocationHandle h;
+	CUmemAccessDesc a = rw(0);
+	unsigned int type = 0;
+	CUDA_MEMCPY2D c;
+	CUdeviceptr va;
+	CUstream s;
+	CUevent ev;
+	char *host;
+	size_t i;
+	int ord = -1;
+
+	if (_metadata->skip)		/* SKIP in the setup still runs the body */
+		return;
+
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemCreate(&h, g, &self->prop, 0));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemAddressReserve(&va, g, 0, 0, 0));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemMap(va, g, 0, h, 0));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemRelease(h));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemSetAccess(va, g, &a, 1));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuPointerGetAttribute(&type,
+			CU_POINTER_ATTRIBUTE_MEMORY_TYPE, va + 64));
+	EXPECT_EQ(CU_MEMORYTYPE_DEVICE, type);
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuPointerGetAttribute(&ord,
+			CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, va + 64));
+	EXPECT_EQ(0, ord);
+	host = pool_like(size);
+	ASSERT_NE(NULL, host);
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemHostRegister(host, size, CU_MEMHOSTREGISTER_PORTABLE));
+	for (i = 0; i < size; i++)
+		host[i] = (char)(i * 7 + 1);
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+	/* Host pages 0, 2, 4 (a page apart) -> 3 rows of the device, packed. */
+	memset(&c, 0, sizeof(c));
+	c.srcMemoryType = CU_MEMORYTYPE_HOST;
+	c.srcHost = host;
+	c.srcPitch = 2 * pg;
+	c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+	c.dstDevice = va;
+	c.dstPitch = pg / 2;
+	c.WidthInBytes = pg / 2;
+	c.Height = 3;
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemcpy2DAsync(&c, s));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuEventRecord(ev, s));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuEventSynchronize(ev));
+	EXPECT_EQ(CUDA_SUCCESS, d.p_cuEventQuery(ev));
+	/* ... and back, packed, to host page 6, by the stream's wait. */
+	memset(&c, 0, sizeof(c));
+	c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+	c.srcDevice = va;
+	c.srcPitch = 3 * (pg / 2);
+	c.dstMemoryType = CU_MEMORYTYPE_HOST;
+	c.dstHost = host + 6 * pg;
+	c.dstPitch = 3 * (pg / 2);
+	c.WidthInBytes = 3 * (pg / 2);
+	c.Height = 1;
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemcpy2DAsync(&c, s));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuStreamSynchronize(s));
+	for (i = 0; i < 3; i++)
+		EXPECT_EQ(0, memcmp(host + 6 * pg + i * (pg / 2), host + 2 * i * pg, pg / 2));
+	EXPECT_EQ(CUDA_SUCCESS, d.p_cuEventDestroy(ev));
+	EXPECT_EQ(CUDA_SUCCESS, d.p_cuStreamDestroy(s));
+	EXPECT_EQ(CUDA_SUCCESS, d.p_cuMemHostUnregister(host));
+	munmap(host, size);
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemUnmap(va, g));
+	ASSERT_EQ(CUDA_SUCCESS, d.p_cuMemAddressFree(va, g));
 }
 
 TEST_HARNESS_MAIN

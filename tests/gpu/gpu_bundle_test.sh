@@ -9,6 +9,10 @@
 #   4-5. unpacked from its .tar.gz somewhere else, its gpu_pool_test (which
 #      must find the bundle's kvshared next to itself) and cuda_vmm_test pass
 #      on the CUDA driver stand-in
+#   6. there, its copy bench runs as gpu-checks.sh runs it, on the stand-in:
+#      tools/gpu/build-pyext.sh builds the extension for this python
+#      (Debian's; the GPU machine's is another), then vllm_bench.py
+#      --device standin with the bundle's kvshared and vLLM peer files
 #
 # Usage: gpu_bundle_test.sh BUNDLE_DIR STUB_DIR MAX_MIB   (from the repository root)
 set -uo pipefail
@@ -28,7 +32,7 @@ tap() {	# OK DESCRIPTION
 }
 
 echo "TAP version 13"
-echo "1..5"
+echo "1..6"
 log=$(tools/gpu/pack-bundle.sh --check --out "$bundle" --build-dir "$root" --max-mib "$max_mib" 2>&1)
 echo "$log" | sed 's/^/# /'
 ! echo "$log" | grep -q "holds the build directory's path"
@@ -49,4 +53,13 @@ for s in gpu_pool_test cuda_vmm_test; do
 	echo "$out" | grep -E '^(not ok|# Totals)' | sed 's/^/# /'
 	tap $st "gpu_bundle: $s unpacked in $tmp passes on the stand-in (exit $st)"
 done
+py=${PYTHON:-/usr/bin/python3}
+out=$(cd "$tmp" && pypath=$("$b/tools/gpu/build-pyext.sh" "$py") &&
+	env -u PYTHONPATH LD_LIBRARY_PATH="$stub" KVSHARED="$b/bin/kvshared" KVS_PEERS="$b/peers" \
+	PYTHONPATH="$pypath" "$py" "$b/tools/kvbench/vllm_bench.py" --device standin \
+	--blocks 2 --reps 1 2>&1)
+st=$?
+echo "$out" | tail -n 4 | sed 's/^/# /'
+[ $st = 0 ] && echo "$out" | grep -q '^goal copy save'
+tap $? "gpu_bundle: its copy bench builds its extension and runs there on the stand-in (exit $st)"
 exit $failed

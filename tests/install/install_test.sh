@@ -147,7 +147,7 @@ t_system_files() {
 # The module's sources as Kbuild names them, plus its headers.
 module_files() {
 	printf 'include Kbuild\nall:\n\t@echo %s\n' \
-		'$(kvshare-y:.o=.c) $(wildcard kmod/*.h) include/uapi/linux/kvshare.h' |
+		'$(kvshare-y:.o=.c) $(wildcard kmod/*.h core/*.h) include/uapi/linux/kvshare.h' |
 		make -s --no-print-directory -f -
 }
 
@@ -458,9 +458,10 @@ t_dkms_tree() {
 		   make -s --no-print-directory -f -); do
 		[ -f "$t/${o%.o}.c" ] || { say "Kbuild names $o, no ${o%.o}.c"; bad=1; }
 	done
-	for f in "$t"/kmod/*.[ch] "$t"/include/uapi/linux/*.h; do
+	for f in "$t"/kmod/*.[ch] "$t"/core/*.[ch] "$t"/include/uapi/linux/*.h; do
 		while read -r inc; do
 			[ -f "$(dirname "$f")/$inc" ] || [ -f "$t/kmod/$inc" ] ||
+			[ -f "$t/core/$inc" ] ||
 			[ -f "$t/include/uapi/$inc" ] ||
 				{ say "${f#"$t"/}: $inc not in the tree"; bad=1; }
 		done < <(sed -nE 's/^#[[:space:]]*include[[:space:]]*("([^"]+)"|<(linux\/kvshare\.h)>).*/\2\3/p' "$f")

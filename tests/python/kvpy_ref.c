@@ -32,7 +32,7 @@
 
 #include <kvshare/arbiter.h>
 #include <kvshare/blockhash.h>
-#include <kvshare/radix.h>
+#include <kvshare/prefix.h>
 #include <kvshare/req_table.h>
 
 #define MAX_NUMS	(1u << 20)

@@ -24,7 +24,7 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 
-#include <kvshare/radix.h>
+#include <kvshare/prefix.h>
 #include "kselftest_harness.h"
 
 #define POOL		"t"

@@ -6,15 +6,13 @@
 # library code and not only the tests.  prefix_test starts its own
 # $(BUILD)/san/kvshared per test (socket mode).
 
-RADIX_SAN_SRCS  := libkv/arbiter.c libkv/arbiter_dev.c libkv/arbiter_sock.c libkv/pool.c \
-                   libkv/pool_cuda.c libkv/blockhash.c libkv/radix.c libkv/radix_print.c libkv/prefix.c \
-                   libkv/req_table.c
+RADIX_SAN_SRCS  := $(LIBKV_SRCS)
 RADIX_SAN_OBJS  := $(RADIX_SAN_SRCS:%.c=$(BUILD)/san/radix/%.o)
 RADIX_LIBKV_SAN := $(BUILD)/san/radix/libkv.a
 RADIX_TEST_CFLAGS := $(CFLAGS) $(SAN_FLAGS) $(LIBKV_CFLAGS) -I$(KSFT_DIR) \
                      -Wno-sign-compare -Wno-unused-parameter
 
-$(BUILD)/san/radix/libkv/pool_cuda.o: LIBKV_CFLAGS += -isystem $(LIBKV_CUDA_INC)
+$(BUILD)/san/radix/libkv/client/pool_cuda.o: LIBKV_CFLAGS += -isystem $(LIBKV_CUDA_INC)
 
 $(BUILD)/san/radix/%.o: %.c
 	@mkdir -p $(@D)

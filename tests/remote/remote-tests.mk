@@ -15,11 +15,11 @@ HOST_TESTS  += $(BUILD)/tests/remote_test
 BENCH_CMDS  += BUILD=$(BUILD) tests/remote/remote_bench.sh;
 
 # The page format and the key slot, without servers.
-REMOTE_UNIT_OBJS := $(BUILD)/daemon/remote_page.o $(BUILD)/daemon/remote_cluster.o \
-		    $(BUILD)/daemon/remote_conn.o
+REMOTE_UNIT_OBJS := $(BUILD)/daemon/remote/page.o $(BUILD)/daemon/remote/cluster.o \
+		    $(BUILD)/daemon/remote/conn.o $(BUILD)/daemon/remote/mac.o
 $(BUILD)/tests/remote_unit_test: tests/remote/remote_unit_test.c $(REMOTE_UNIT_OBJS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Idaemon -o $@ $^ -lhiredis -lssl -lcrypto -lxxhash
+	$(CC) $(CFLAGS) -Idaemon/remote -o $@ $^ $(KVSD_REMOTE_LDLIBS) -pthread
 
 ALL_TARGETS += $(BUILD)/tests/remote_unit_test
 HOST_TESTS  += $(BUILD)/tests/remote_unit_test
@@ -41,3 +41,40 @@ $(BUILD)/tests/remote_tier_test: tests/remote/tier_test.sh tests/remote/lib.sh \
 
 ALL_TARGETS += $(BUILD)/tests/remote_tier_test
 HOST_TESTS  += $(BUILD)/tests/remote_tier_test
+
+# make bench: the page MAC's cost beside the checksum alone (mac.h).
+$(BUILD)/tests/remote_mac_bench: tests/remote/mac_bench.c $(BUILD)/daemon/remote/page.o \
+		$(BUILD)/daemon/remote/mac.o
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Idaemon/remote -o $@ $^ $(KVSD_REMOTE_LDLIBS) -pthread
+
+ALL_TARGETS += $(BUILD)/tests/remote_mac_bench
+BENCH_CMDS  += $(BUILD)/tests/remote_mac_bench;
+
+# A Redis writer with the tier's password but not its MAC key.
+$(BUILD)/tests/remote_forge: tests/remote/forge.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $^ -lhiredis -lxxhash
+
+ALL_TARGETS += $(BUILD)/tests/remote_forge
+
+# Pages a Redis writer cannot forge (remote_mac_key_file), and key rotation.
+$(BUILD)/tests/remote_mac_test: tests/remote/mac_test.sh tests/remote/lib.sh \
+		$(BUILD)/san/kvshared $(BUILD)/kvshared $(BUILD)/kvserve \
+		$(BUILD)/tests/remote_forge
+	@mkdir -p $(@D)
+	cp $< $@
+	chmod +x $@
+
+ALL_TARGETS += $(BUILD)/tests/remote_mac_test
+HOST_TESTS  += $(BUILD)/tests/remote_mac_test
+
+# Run-time tiers remembered across a restart (state_dir).
+$(BUILD)/tests/remote_state_test: tests/remote/state_test.sh tests/remote/lib.sh \
+		$(BUILD)/san/kvshared $(BUILD)/kvshared $(BUILD)/kvctl $(BUILD)/kvserve
+	@mkdir -p $(@D)
+	cp $< $@
+	chmod +x $@
+
+ALL_TARGETS += $(BUILD)/tests/remote_state_test
+HOST_TESTS  += $(BUILD)/tests/remote_state_test

@@ -11,7 +11,8 @@
 #               time, which adds hashing, LOOKUPs and the wait);
 #      local    B's second request: the same pages from B's own arbiter;
 #      compute  the from-scratch prefill of the same prompt (--verify).
-#    Once against a single redis-server, once against a 3-master cluster.
+#    Against a single redis-server, without and with a MAC key, and
+#    against a 3-master cluster.
 # 2. Two hosts serving the same workload one after the other: prompt
 #    tokens host B computes with and without the tier.
 set -uo pipefail
@@ -65,6 +66,9 @@ printf '  %-22s %11s %14s %13s %13s %15s\n' "" "tier fetch" "fetch rate" "remote
 read -r r1 <<<"$(free_ports 1)"
 start_redis r1 "$r1" >/dev/null || exit 1
 bench_chain "single redis-server" "127.0.0.1:$r1" ""
+# The same with a MAC key: every page sealed and checked (remote_mac.h).
+(umask 077; openssl rand -hex 32 >"$tmp/bench.mac")
+bench_chain "single, MAC key" "127.0.0.1:$r1" ",remote_mac_key_file=$tmp/bench.mac"
 
 read -r -a cp <<<"$(free_cluster_ports 3)"
 for i in 0 1 2; do

@@ -26,11 +26,14 @@ GPU_BUNDLE_MAX_MIB := 48
 GPU_BUNDLE_NVCC_FLAGS = $(filter-out -lineinfo,$(NVCC_FLAGS))
 # What the bundle's build makes, relative to its tree.
 GPU_BUNDLE_BINS := tests/attn_cuda_test tests/gpu/gpu_pool_test tests/gpu/cuda_vmm_test \
-                   kvshared kvserve-cuda kvbench kvctl
+                   kvshared kvserve-cuda kvbench kvctl pic/libkv.a
 
 # What goes in besides the binaries (pack-bundle.sh's TOOLS).
 GPU_BUNDLE_TOOLS := tools/gpu/gpu-checks.sh tools/gpu/gpu_table.py tools/kvshared-session.sh \
-                    tools/kvbench/attn_torch.py tools/kvbench/bench_attn.c tools/gpu/pack-bundle.sh
+                    tools/kvbench/attn_torch.py tools/kvbench/bench_attn.c tools/gpu/pack-bundle.sh \
+                    tools/kvbench/vllm_bench.py tools/gpu/build-pyext.sh tests/python/vllm_peers.py \
+                    $(wildcard python/kvshare/*.py python/kvshare/*.c python/kvshare/*.h) \
+                    $(wildcard include/kvshare/*.h) include/uapi/linux/kvshare.h dist/VERSION
 
 .PHONY: gpu-bundle gpu-bundle-check
 gpu-bundle:

@@ -27,9 +27,17 @@
 #                    and a D2D copy, extend TFLOP/s
 #   attn_torch.txt   tools/kvbench/attn_torch.py --extend: torch SDPA on the
 #                    same shapes
+#   pyext.log        the kvshare extension built for the torch python
+#                    (bundle: tools/gpu/build-pyext.sh; checkout: the same
+#                    script's commands through make's objects)
+#   copies.txt       tools/kvbench/vllm_bench.py --device cuda: the vLLM
+#                    connector's load and save of 128 blocks of 2 MiB (32
+#                    layers) between a host pool and CUDA kv_caches, a pinned
+#                    copy of the same bytes and torch's pageable copy_
 #   table.txt        tools/gpu/gpu_table.py: the one table of decode and
 #                    extend figures against the read kernel, the copy and
-#                    torch, and the goals of issue 20 met or not; printed last
+#                    torch, the engine copies beside them, and the goals of
+#                    issues 20 and 25 met or not; printed last
 #   summary.txt      one line a step
 #
 # The suites (kselftest TAP; each must pass, and none may skip with a GPU):
@@ -46,17 +54,18 @@
 # fit the harness's per-test limit (tests/gpu/kv_sanitizer.h).
 #
 # Usage: tools/gpu/gpu-checks.sh [--budget SECONDS] [--steps LIST] [--no-build]
-#   --budget   seconds for the whole run (default 540: the device tool stops a
-#              command at 600); a step that no longer fits is skipped
-#   --steps    which of suites,figures,kvserve,sanitizer to run, in that order
-#              (default all): the figures come early so that the table
-#              exists even when the sanitizers use up the budget; a second
-#              run with --steps sanitizer finishes them
+#   --budget   seconds for the whole run (default 450: within the 8 minutes a
+#              GPU session gives the bundle, with room for a machine start);
+#              a step that no longer fits is skipped
+#   --steps    which of suites,figures,copies,kvserve,sanitizer to run, in
+#              that order (default all): the figures come early so that the
+#              table exists even when the sanitizers use up the budget; a
+#              second run with --steps sanitizer finishes them
 # Environment: OUT, BUILD, CUDA_HOME, PYTHON (a python3 with torch).
 # Exit status: 0 all passed; 1 a step failed (any mismatch); 77 no GPU.
 set -uo pipefail
 
-budget=540 do_build=1 steps=suites,figures,kvserve,sanitizer
+budget=450 do_build=1 steps=suites,figures,copies,kvserve,sanitizer
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--budget) budget=${2:?--budget needs seconds}; shift 2 ;;
@@ -69,7 +78,7 @@ done
 
 for st in ${steps//,/ }; do
 	case "$st" in
-	suites | figures | kvserve | sanitizer) ;;
+	suites | figures | copies | kvserve | sanitizer) ;;
 	*) echo "gpu-checks.sh: --steps: unknown step '$st'" >&2; exit 2 ;;
 	esac
 done
@@ -139,6 +148,12 @@ if [ $do_build = 1 ]; then
 	record build $state "make -k (see build.log; a suite not built fails below)"
 fi
 
+# The python with torch (figures, copies).
+PY=${PYTHON:-}
+for p in /opt/torch/.venv/bin/python3 python3; do
+	[ -z "$PY" ] && "$p" -c 'import torch' >/dev/null 2>&1 && PY=$p
+done
+
 if want suites; then
 # ---- the suites, on the real driver (no stand-in in LD_LIBRARY_PATH) ----
 # The driver maps memory where ASan keeps its shadow gap; LeakSanitizer
@@ -173,16 +188,37 @@ if [ $have_gpu = 1 ] && [ "$lim" != 0 ] && [ -x "$KVBENCH" ]; then
 	record kvbench "$([ $st = 0 ] && echo ok || echo FAIL)" \
 		"exit $st; $(grep -a '^goal' "$OUT/kvbench_attn.txt" | head -n 1)"
 fi
-PY=${PYTHON:-}
-for p in /opt/torch/.venv/bin/python3 python3; do
-	[ -z "$PY" ] && "$p" -c 'import torch' >/dev/null 2>&1 && PY=$p
-done
 lim=$(left 150)
 if [ $have_gpu = 1 ] && [ -n "$PY" ] && [ "$lim" != 0 ]; then
 	PYTHONUNBUFFERED=1 timeout -k 10 "$lim" "$PY" tools/kvbench/attn_torch.py \
 		--gqa auto,fold --eager --extend >"$OUT/attn_torch.txt" 2>&1
 	st=$?
 	record torch "$([ $st = 0 ] && echo ok || echo FAIL)" "exit $st (torch SDPA decode and prefill, same shapes)"
+fi
+fi
+
+if want copies; then
+# ---- the engine copy paths: a CUDA engine's kv_caches and a host pool ----
+lim=$(left 120)
+if [ $have_gpu = 1 ] && [ -n "$PY" ] && [ "$lim" != 0 ]; then
+	if [ $bundle = 1 ]; then
+		pypath=$(tools/gpu/build-pyext.sh "$PY" 2>"$OUT/pyext.log")
+		peers=$PWD/peers kvsd=$BIN/kvshared
+	else
+		pypath=$(bash -c 'make -s python PYTHON="$1" >&2 && echo "$2/python"' _ "$PY" \
+			"$BUILD" 2>"$OUT/pyext.log")
+		peers=${KVS_PEERS:-} kvsd=$BUILD/kvshared
+	fi
+	if [ -z "$pypath" ]; then
+		record copies FAIL "the kvshare extension did not build for $PY (see pyext.log)"
+	else
+		PYTHONUNBUFFERED=1 KVSHARED=$kvsd ${peers:+KVS_PEERS=$peers} PYTHONPATH=$pypath \
+			timeout -k 10 "$(left 120)" "$PY" tools/kvbench/vllm_bench.py --device cuda \
+			--blocks 128 --reps 5 >"$OUT/copies.txt" 2>&1
+		st=$?
+		record copies "$([ $st = 0 ] && echo ok || echo FAIL)" \
+			"exit $st; $(grep -a '^goal' "$OUT/copies.txt" | sed 's/ >= 80% of [a-z_0-9]*//' | tr '\n' ' ')"
+	fi
 fi
 fi
 
@@ -233,9 +269,9 @@ TPY=${PY:-}
 for p in python3 /usr/bin/python3; do
 	[ -z "$TPY" ] && command -v "$p" >/dev/null && TPY=$p
 done
-if [ -s "$OUT/kvbench_attn.txt" ] && [ -n "$TPY" ]; then
+if { [ -s "$OUT/kvbench_attn.txt" ] || [ -s "$OUT/copies.txt" ]; } && [ -n "$TPY" ]; then
 	"$TPY" tools/gpu/gpu_table.py "$OUT/kvbench_attn.txt" "$OUT/attn_torch.txt" \
-		>"$OUT/table.txt" 2>&1
+		"$OUT/copies.txt" >"$OUT/table.txt" 2>&1
 elif [ -s "$OUT/kvbench_attn.txt" ]; then
 	{ echo "(no python3 for tools/gpu/gpu_table.py: kvbench's own table)"
 	  grep -a -E '^(#|decode|extend|goal)' "$OUT/kvbench_attn.txt"; } >"$OUT/table.txt"

@@ -12,9 +12,17 @@ of decode and extend figures, then the goals of issue 20, met or not:
   decode at batch 1, 32k context >= 60% of the read kernel
   extend >= 50% of torch SDPA's TFLOP/s on every shape
 
-Usage: gpu_table.py KVBENCH_OUTPUT [ATTN_TORCH_OUTPUT]
-Figures only: the exit status is 0 whenever kvbench's output has rows (2
-otherwise); the goals are printed, not asserted.
+and beside them the engine copy paths of issue 25 (tools/kvbench/vllm_bench.py
+--device cuda): the vLLM connector's load and save between a host pool and
+CUDA kv_caches against a pinned copy of the same bytes and torch's pageable
+copy_, with the goal
+
+  connector load and save >= 80% of the pinned copy
+
+Usage: gpu_table.py KVBENCH_OUTPUT [ATTN_TORCH_OUTPUT [COPY_OUTPUT]]
+(an empty path skips one).  Figures only: the exit status is 0 whenever
+kvbench's or the copy bench's output has rows (2 otherwise); the goals are
+printed, not asserted.
 """
 
 import re
@@ -76,6 +84,49 @@ def parse_torch(text):
     return dec, ext
 
 
+def parse_copies(text):
+    """vllm_bench.py --device: {what: (ms, GB/s)} and the header's words."""
+    rows, where = {}, None
+    m = re.search(r"host pool <-> CUDA engine on (.*?): (.*?), median", text)
+    if m:
+        where = "%s, %s" % (m.group(1), m.group(2))
+    for line in text.splitlines():
+        t = line.split()
+        if len(t) >= 5 and t[0] == "copy" and t[3] == "ms" and t[5:6] == ["GB/s"]:
+            try:
+                rows[t[1]] = (float(t[2]), float(t[4]))
+            except ValueError:
+                pass
+    return rows, where
+
+
+def copy_table(rows, where):
+    """The engine copy paths and their goal; True when there were rows."""
+    if not rows:
+        return False
+    print("== engine copies (issue 25) on %s" % (where or "?"))
+    print("copy  what          ms        GB/s   of pinned")
+    for what, base in (("load", "pinned_h2d"), ("save", "pinned_d2h"),
+                       ("pinned_h2d", None), ("pinned_d2h", None),
+                       ("pageable_h2d", "pinned_h2d"), ("pageable_d2h", "pinned_d2h")):
+        if what not in rows:
+            continue
+        ms, gbs = rows[what]
+        ref = rows.get(base) if base else None
+        print("copy  %-12s %8.3f  %8.2f  %9s" % (
+            what, ms, gbs, "%.0f%%" % (100 * gbs / ref[1]) if ref and ref[1] else "-"))
+    return True
+
+
+def copy_goals(rows):
+    for what, base in (("load", "pinned_h2d"), ("save", "pinned_d2h")):
+        a, b = rows.get(what), rows.get(base)
+        goal("connector %s >= 80%% of the pinned copy (issue 25)" % what,
+             None if not a or not b or not b[1] else a[1] / b[1] >= 0.80,
+             "%.0f%% (%.2f of %.2f GB/s)" % (100 * a[1] / b[1], a[1], b[1])
+             if a and b and b[1] else "no copy figures")
+
+
 def goal(name, ok, detail):
     state = "n/a" if ok is None else ("met" if ok else "NOT met")
     print("  %-58s %-8s %s" % (name, state, detail))
@@ -86,10 +137,15 @@ def main(argv):
         print(__doc__.strip().splitlines()[0], file=sys.stderr)
         return 2
     k = parse_kvbench(read(argv[1]))
-    tdec, text_ = parse_torch(read(argv[2])) if len(argv) > 2 else ({}, {})
+    tdec, text_ = parse_torch(read(argv[2])) if len(argv) > 2 and argv[2] else ({}, {})
+    copies, where = parse_copies(read(argv[3])) if len(argv) > 3 and argv[3] else ({}, None)
     if not k["decode"]:
         print("gpu_table: no decode rows in %s" % argv[1])
-        return 2
+        if not copy_table(copies, where):
+            return 2
+        print("== goals")
+        copy_goals(copies)
+        return 0
     rd, cp = k["read"], k["copy"]
     print("== GPU figures on %s: read-only kernel %s TB/s, device copy %s TB/s (read + write)"
           % (k["gpu"], rd or "?", cp or "?"))
@@ -116,6 +172,7 @@ def main(argv):
             n, p, tf, "%.2f" % tt if tt else "-", "%.2f" % ratio if ratio else "-"))
         if ratio is not None and (worst_ext is None or ratio < worst_ext[0]):
             worst_ext = (ratio, n, p)
+    copy_table(copies, where)
     print("== goals (issue 20)")
     goal("decode >= 85% of the read kernel at batch >= 32",
          None if worst_read is None else worst_read[0] >= 0.85,
@@ -132,6 +189,8 @@ def main(argv):
     goal("extend >= 50% of torch SDPA's prefill TFLOP/s",
          None if worst_ext is None else worst_ext[0] >= 0.50,
          "lowest %.2fx (%d new over %d)" % worst_ext if worst_ext else "no torch figures")
+    if copies:
+        copy_goals(copies)
     return 0
 
 

@@ -11,7 +11,13 @@
 #                 sanitizer runtimes); never libcuda: the driver is the GPU
 #                 machine's, and the test stand-in is not a driver
 #   OUT/tools/    gpu/gpu-checks.sh gpu/gpu_table.py kvshared-session.sh
-#                 kvbench/attn_torch.py (+ bench_attn.c, which it reads)
+#                 kvbench/attn_torch.py (+ bench_attn.c, which it reads),
+#                 kvbench/vllm_bench.py and gpu/build-pyext.sh (the copy bench)
+#   OUT/py/       the Python package's sources (kvshare/, include/, VERSION):
+#                 build-pyext.sh builds its extension there for the GPU
+#                 machine's python, linking OUT/lib/libkv-pic.a (libkv, -fPIC)
+#   OUT/peers/vllm, OUT/tests/python/vllm_peers.py
+#                 vLLM's interface files the copy bench loads (KVS_PEERS)
 #   OUT/MANIFEST  what was built from what, and the sizes
 #   OUT.tar.gz    the same, one file
 #
@@ -52,12 +58,18 @@ BINS=(attn_cuda_test:tests/attn_cuda_test gpu_pool_test:tests/gpu/gpu_pool_test
 	cuda_vmm_test:tests/gpu/cuda_vmm_test kvshared:kvshared kvserve:kvserve-cuda
 	kvbench:kvbench kvctl:kvctl)
 TOOLS=(tools/gpu/gpu-checks.sh tools/gpu/gpu_table.py tools/kvshared-session.sh
-	tools/kvbench/attn_torch.py tools/kvbench/bench_attn.c)
+	tools/kvbench/attn_torch.py tools/kvbench/bench_attn.c tools/kvbench/vllm_bench.py
+	tools/gpu/build-pyext.sh tests/python/vllm_peers.py)
+# The copy bench's Python side: the package's sources and vLLM's peer files.
+PEERS=${KVS_PEERS:-$(dirname "$0")/../../../shared/peers}
+# The libraries the extension links (build-pyext.sh), besides the binaries'.
+PYEXT_LIBS=(liburing libcrypto libxxhash)
 
 pack() {
 	local b name src lib n
 	rm -rf "$out" "$out.tar.gz"
-	mkdir -p "$out/bin" "$out/lib" "$out/tools/gpu" "$out/tools/kvbench"
+	mkdir -p "$out/bin" "$out/lib" "$out/tools/gpu" "$out/tools/kvbench" \
+		"$out/tests/python" "$out/py/kvshare" "$out/py/include/uapi/linux" "$out/peers"
 	for b in "${BINS[@]}"; do
 		name=${b%%:*} src=$obj/${b#*:}
 		[ -x "$src" ] || { echo "pack-bundle.sh: $src was not built" >&2; exit 1; }
@@ -73,19 +85,34 @@ pack() {
 		cp -L "$lib" "$out/lib/$n"
 		strip --strip-debug "$out/lib/$n"
 	done
+	for n in "${PYEXT_LIBS[@]}"; do
+		lib=$(realpath "$(${CC:-cc} -print-file-name="$n.so")")
+		n=$(objdump -p "$lib" | awk '$1 == "SONAME" { print $2 }')
+		[ -n "$n" ] || { echo "pack-bundle.sh: no $lib to link the extension with" >&2; exit 1; }
+		[ -f "$out/lib/$n" ] || { cp -L "$lib" "$out/lib/$n"; strip --strip-debug "$out/lib/$n"; }
+	done
+	[ -f "$obj/pic/libkv.a" ] || { echo "pack-bundle.sh: $obj/pic/libkv.a was not built" >&2; exit 1; }
+	strip --strip-debug -o "$out/lib/libkv-pic.a" "$obj/pic/libkv.a"
 	for b in "$out"/bin/*; do
 		patchelf --set-rpath '$ORIGIN/../lib' "$b"
 	done
 	for t in "${TOOLS[@]}"; do
 		cp "$t" "$out/$t"
 	done
+	cp python/kvshare/*.py python/kvshare/*.c python/kvshare/*.h "$out/py/kvshare/"
+	cp -r include/kvshare "$out/py/include/"
+	cp include/uapi/linux/kvshare.h "$out/py/include/uapi/linux/"
+	cp dist/VERSION "$out/py/VERSION"
+	[ -d "$PEERS/vllm/vllm" ] || { echo "pack-bundle.sh: no vLLM peer files at $PEERS/vllm" >&2; exit 1; }
+	cp -r "$PEERS/vllm" "$out/peers/vllm"
 	{
 		echo "kvshare GPU bundle (make gpu-bundle): run tools/gpu/gpu-checks.sh from here"
 		echo "built    $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m)"
 		echo "commit   $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
 		echo "nvcc     $("${NVCC:-/usr/local/cuda/bin/nvcc}" --version 2>/dev/null | tail -n 1)"
 		echo "archs    sm_80 sm_90 (SASS only)"
-		(cd "$out" && find bin lib tools -type f -printf '%-40p %10s\n' | sort)
+		(cd "$out" && find bin lib tools py tests -type f -printf '%-40p %10s\n' | sort)
+		echo "peers    $(cd "$out" && find peers -type f | wc -l) files of vLLM's interface (peers/vllm)"
 	} >"$out/MANIFEST"
 	tar -C "$(dirname "$out")" -czf "$out.tar.gz" "$(basename "$out")"
 }

@@ -16,6 +16,9 @@ $(BUILD)/tools/kvbench/%.o: tools/kvbench/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LIBKV_CFLAGS) $(DEPFLAGS) -c -o $@ $<
 
+# The native target links the arbiter core and includes its interface.
+$(BUILD)/tools/kvbench/target_core.o: LIBKV_CFLAGS += -Icore
+
 # attn --gpu's read-only reference kernel (nvcc, the kernels' flags), and
 # its stub for the guest, which has no CUDA.
 $(BUILD)/tools/kvbench/bench_read.o: tools/kvbench/bench_read.cu tools/kvbench/bench_read.h

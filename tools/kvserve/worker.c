@@ -17,7 +17,7 @@
 
 #include <kvshare/arbiter.h>
 #include <kvshare/attn.h>
-#include <kvshare/radix.h>
+#include <kvshare/prefix.h>
 #include <kvshare/req_table.h>
 
 #include "kvserve.h"

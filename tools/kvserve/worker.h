@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include <kvshare/arbiter.h>
-#include <kvshare/radix.h>
+#include <kvshare/prefix.h>
 #include <kvshare/req_table.h>
 
 #include "kvserve.h"

@@ -9,13 +9,13 @@
  * on a machine with a GPU, find it instead of the real driver.
  *
  * It implements the driver entry points the project calls (daemon/mem_cuda.c
- * and libkv/pool_cuda.c): initialisation, devices and their attributes,
+ * and libkv/client/pool_cuda.c): initialisation, devices and their attributes,
  * primary contexts, the virtual memory management group (cuMemCreate,
  * export and import of POSIX-fd handles, address reservation, map, access,
  * unmap, release) and the synchronous copies the tests check contents with
- * (cuMemcpyHtoD, cuMemcpyDtoH), streams (cuStreamCreate, cuStreamDestroy,
- * cuStreamSynchronize) and the device-to-device cuMemcpy2DAsync that
- * python/kvshare/devcopy.c issues, over memfd and mmap:
+ * (cuMemcpyHtoD, cuMemcpyDtoH), streams, events and the cuMemcpy2DAsync
+ * copies, host memory registration and pointer attributes that
+ * python/kvshare/devcopy.c uses, over memfd and mmap:
  *
  *   - an allocation is a memfd named "kvshare-cudastub:<device>", sealed
  *     against resizing (a device allocation never changes size; the
@@ -27,8 +27,20 @@
  *     memfd there (MAP_SHARED | MAP_FIXED) still PROT_NONE, and
  *     cuMemSetAccess gives it PROT_READ or PROT_READ|PROT_WRITE, so that a
  *     caller that forgets to set access faults as it would on the device;
- *   - a stream is a token; work "enqueued" on it is done at once, so
- *     cuStreamSynchronize only checks the stream is known;
+ *   - a stream is a token with a queue: asynchronous work (cuMemcpy2DAsync
+ *     between pinned host and device memory, in any direction, and
+ *     cuEventRecord) runs only when the stream is synchronised or an event
+ *     recorded after it is waited on, so a missing wait reads stale bytes;
+ *     a copy from or to pageable host memory (not cuMemHostRegister'ed) is
+ *     done within the call, as the driver does, and counted;
+ *   - cuMemHostRegister / cuMemHostUnregister keep a table of pinned
+ *     ranges, with the driver's errors (CUDA_ERROR_HOST_MEMORY_ALREADY_
+ *     REGISTERED for a range sharing a page with a registered one,
+ *     CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED for a pointer that is not the
+ *     base of one); cuPointerGetAttribute answers memory type, device
+ *     ordinal and range of device mappings and registered host memory,
+ *     and CUDA_ERROR_INVALID_VALUE for memory the driver does not know
+ *     (pageable host memory);
  *   - "device" pointers are host addresses: host code can read them, which
  *     the real driver never allows (the tests use this to check contents).
  *
@@ -62,6 +74,8 @@
  * dlsym and libkv uses to know it is not on a real GPU:
  *   kvs_cudastub_counts(&allocs, &handles, &reservations, &mappings)
  *   kvs_cudastub_version()
+ *   kvs_cudastub_counter(name)     syncs, pageable copies, registrations,
+ *                                  queued work (see there)
  *   kvs_cudastub_mapping(p, &base, &size)  the readable mapping holding p,
  *                                  for the kernels' stand-in (tests/simt),
  *                                  whose illegal-address check takes it as
@@ -156,7 +170,8 @@ enum {
 	S_INIT, S_DEVCOUNT, S_DEVGET, S_ATTR, S_CTXRETAIN, S_CTXRELEASE, S_CTXSET,
 	S_CTXGET, S_GRAN, S_CREATE, S_EXPORT, S_IMPORT, S_PROPS, S_RESERVE,
 	S_FREE, S_MAP, S_UNMAP, S_ACCESS, S_RELEASE, S_HTOD, S_DTOH,
-	S_STREAMCREATE, S_STREAMDESTROY, S_STREAMSYNC, S_COPY2D,
+	S_STREAMCREATE, S_STREAMDESTROY, S_STREAMSYNC, S_COPY2D, S_CTXSYNC, S_EVCREATE,
+	S_EVDESTROY, S_EVRECORD, S_EVQUERY, S_EVSYNC, S_HOSTREG, S_HOSTUNREG, S_PTRATTR,
 };
 
 /* Every entry point: lock, injected failure, initialised. */
@@ -239,6 +254,10 @@ static const struct stub_err {
 	{ CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle" },
 	{ CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted" },
 	{ CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported" },
+	{ CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready" },
+	{ CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered" },
+	{ CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", "part or all of the requested memory range is already mapped" },
+	{ CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", "pointer does not correspond to a registered memory region" },
 	{ CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM", "OS call failed or operation not supported on this OS" },
 	{ CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error" },
 };
@@ -788,95 +807,6 @@ static int accessible(uintptr_t p, size_t n, int prot)
 	return 1;
 }
 
-/* Synchronous copies, as the driver's (they need a current context). */
-STUB_EXPORT CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n)
-{
-	ENTER(cuMemcpyHtoD, S_HTOD);
-	if (!cur_ctx)
-		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
-	if (!src || !accessible(dst, n, PROT_WRITE))
-		LEAVE(CUDA_ERROR_INVALID_VALUE);
-	memcpy((void *)dst, src, n);
-	LEAVE(CUDA_SUCCESS);
-	EXIT;
-}
-
-STUB_EXPORT CUresult CUDAAPI cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
-{
-	ENTER(cuMemcpyDtoH, S_DTOH);
-	if (!cur_ctx)
-		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
-	if (!dst || !accessible(src, n, PROT_READ))
-		LEAVE(CUDA_ERROR_INVALID_VALUE);
-	memcpy(dst, (const void *)src, n);
-	LEAVE(CUDA_SUCCESS);
-	EXIT;
-}
-
-/* ---- streams and asynchronous copies ---- */
-
-static CUstream *streams;		/* live streams of cuStreamCreate */
-static size_t n_streams, cap_streams;
-
-/* Whether @s names a stream: the legacy or per-thread default, or a live one. */
-static int stream_ok(CUstream s)
-{
-	size_t i;
-
-	if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
-		return 1;
-	for (i = 0; i < n_streams; i++)
-		if (streams[i] == s)
-			return 1;
-	return 0;
-}
-
-STUB_EXPORT CUresult CUDAAPI cuStreamCreate(CUstream *ph, unsigned int flags)
-{
-	CUstream s;
-
-	ENTER(cuStreamCreate, S_STREAMCREATE);
-	if (!cur_ctx)
-		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
-	if (!ph || (flags & ~CU_STREAM_NON_BLOCKING))
-		LEAVE(CUDA_ERROR_INVALID_VALUE);
-	if (grow((void **)&streams, &cap_streams, n_streams + 1, sizeof(*streams)))
-		LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
-	s = malloc(1);			/* a unique address, never dereferenced */
-	if (!s)
-		LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
-	streams[n_streams++] = s;
-	*ph = s;
-	LEAVE(CUDA_SUCCESS);
-	EXIT;
-}
-
-STUB_EXPORT CUresult CUDAAPI cuStreamDestroy(CUstream s)
-{
-	size_t i;
-
-	ENTER(cuStreamDestroy, S_STREAMDESTROY);
-	for (i = 0; i < n_streams; i++)
-		if (streams[i] == s) {
-			free(s);
-			streams[i] = streams[--n_streams];
-			LEAVE(CUDA_SUCCESS);
-		}
-	LEAVE(CUDA_ERROR_INVALID_HANDLE);
-	EXIT;
-}
-
-STUB_EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream s)
-{
-	ENTER(cuStreamSynchronize, S_STREAMSYNC);
-	if (!cur_ctx)
-		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
-	if (!stream_ok(s))
-		LEAVE(CUDA_ERROR_INVALID_HANDLE);
-	LEAVE(CUDA_SUCCESS);
-	EXIT;
-}
-
 /* Whether each of @height rows of @width bytes, @pitch apart from @p, is mapped. */
 static int rows_ok(uintptr_t p, size_t pitch, size_t width, size_t height, int prot)
 {
@@ -891,37 +821,590 @@ static int rows_ok(uintptr_t p, size_t pitch, size_t width, size_t height, int p
 	return 1;
 }
 
+struct stub_event;
+static void drain(CUstream s, int all, const struct stub_event *ev);
+
 /*
- * Device to device only (what kvshare issues): host or array operands are
- * refused with CUDA_ERROR_INVALID_VALUE, which the real driver would
- * accept; it checks the pitches against the width, as the driver does, and
- * every row of both boxes against the mappings and their access.
+ * Synchronous copies, as the driver's (they need a current context): on the
+ * legacy default stream, which waits for the work of every blocking stream
+ * first.
+ */
+STUB_EXPORT CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n)
+{
+	ENTER(cuMemcpyHtoD, S_HTOD);
+	if (!cur_ctx)
+		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+	if (!src || !accessible(dst, n, PROT_WRITE))
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	drain(NULL, 1, NULL);
+	memcpy((void *)dst, src, n);
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
+{
+	ENTER(cuMemcpyDtoH, S_DTOH);
+	if (!cur_ctx)
+		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+	if (!dst || !accessible(src, n, PROT_READ))
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	drain(NULL, 1, NULL);
+	memcpy(dst, (const void *)src, n);
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+/* ---- streams, events and asynchronous copies ---- */
+
+/*
+ * Work on a stream is queued, not done: a copy lands only when its stream
+ * is synchronised (cuStreamSynchronize, cuCtxSynchronize) or when an event
+ * recorded after it is waited on (cuEventSynchronize), as if the GPU had
+ * not started yet.  So a caller that forgets a wait reads stale bytes
+ * here, where on a GPU it would read them only sometimes.  Work runs in
+ * stream order; nothing ever progresses on its own (cuEventQuery answers
+ * CUDA_ERROR_NOT_READY until a wait ran the work).  The legacy default
+ * stream (0 or CU_STREAM_LEGACY) is one stream, the per-thread default
+ * another.  A copy that fails when it runs (its memory was unmapped or
+ * unregistered meanwhile) leaves CUDA_ERROR_ILLEGAL_ADDRESS on its stream,
+ * which every later wait on that stream returns, as the driver's sticky
+ * errors.
+ *
+ * Host operands: a row inside memory registered with cuMemHostRegister is
+ * pinned and queued like device work; any other host memory is pageable,
+ * and the copy is done at once after draining its stream (the driver
+ * stages a pageable source at the call, and returns from a copy to
+ * pageable memory only when it is done): counted as pageable_copies.
+ */
+struct stub_stream {
+	CUstream h;
+	CUresult err;			/* sticky: the first failure of its work */
+};
+
+struct stub_event {
+	unsigned long gen;		/* of the last cuEventRecord */
+	unsigned long done;		/* the gen that completed */
+	CUstream s;			/* where it was last recorded */
+};
+
+enum { OP_COPY, OP_EVENT };
+
+struct stub_op {
+	int kind;
+	CUstream s;
+	/* OP_COPY: rows of width bytes; *_host: a pinned host operand */
+	uintptr_t dst, src;
+	size_t dpitch, spitch, width, height;
+	int dst_host, src_host;
+	/* OP_EVENT */
+	struct stub_event *ev;
+	unsigned long gen;
+};
+
+struct stub_hostreg {
+	uintptr_t base;			/* as given to cuMemHostRegister */
+	size_t size;
+	uintptr_t pbase, pend;		/* the pages it pinned */
+	unsigned int flags;
+	int dev;
+};
+
+static struct stub_stream *streams;	/* the defaults, then cuStreamCreate's */
+static size_t n_streams, cap_streams;
+static struct stub_event **events;
+static size_t n_events, cap_events;
+static struct stub_op *ops;		/* queued work, in submission order */
+static size_t n_ops, cap_ops;
+static struct stub_hostreg *hostregs;
+static size_t n_hostregs, cap_hostregs;
+static unsigned long n_syncs, n_pageable, n_registers, n_async;
+
+/* The one name of a stream: 0 and CU_STREAM_LEGACY are the same. */
+static CUstream stream_key(CUstream s)
+{
+	return s ? s : CU_STREAM_LEGACY;
+}
+
+/* The stream @s names (the defaults exist from the start), or NULL. */
+static struct stub_stream *stream_get(CUstream s)
+{
+	size_t i;
+
+	s = stream_key(s);
+	if (!n_streams) {
+		if (grow((void **)&streams, &cap_streams, 2, sizeof(*streams)))
+			return NULL;
+		streams[0] = (struct stub_stream){ CU_STREAM_LEGACY, CUDA_SUCCESS };
+		streams[1] = (struct stub_stream){ CU_STREAM_PER_THREAD, CUDA_SUCCESS };
+		n_streams = 2;
+	}
+	for (i = 0; i < n_streams; i++)
+		if (streams[i].h == s)
+			return &streams[i];
+	return NULL;
+}
+
+static struct stub_event *event_get(CUevent e)
+{
+	size_t i;
+
+	for (i = 0; i < n_events; i++)
+		if ((CUevent)events[i] == e)
+			return events[i];
+	return NULL;
+}
+
+/* The registration holding [p, p + n), or NULL: pageable memory. */
+static struct stub_hostreg *hostreg_find(uintptr_t p, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n_hostregs; i++)
+		if (p >= hostregs[i].base && n <= hostregs[i].size &&
+		    p - hostregs[i].base <= hostregs[i].size - n)
+			return &hostregs[i];
+	return NULL;
+}
+
+/* Whether [p, p + n) touches device address space (a reservation). */
+static int is_device_va(uintptr_t p, size_t n)
+{
+	return overlaps(resv, n_resv, p, n);
+}
+
+/* The span of @height rows of @width bytes, @pitch apart, or 0 if it wraps. */
+static size_t span_of(uintptr_t p, size_t pitch, size_t width, size_t height)
+{
+	size_t span;
+
+	if (__builtin_mul_overflow(height - 1, pitch, &span) ||
+	    __builtin_add_overflow(span, width, &span) || p + span < p)
+		return 0;
+	return span;
+}
+
+/* Run one queued copy; 0, or -1 when its memory is gone. */
+static int op_run(const struct stub_op *o)
+{
+	size_t i, ds = span_of(o->dst, o->dpitch, o->width, o->height),
+	       ss = span_of(o->src, o->spitch, o->width, o->height);
+
+	if (o->dst_host ? !hostreg_find(o->dst, ds)
+			: !rows_ok(o->dst, o->dpitch, o->width, o->height, PROT_WRITE))
+		return -1;
+	if (o->src_host ? !hostreg_find(o->src, ss)
+			: !rows_ok(o->src, o->spitch, o->width, o->height, PROT_READ))
+		return -1;
+	for (i = 0; i < o->height; i++)
+		memmove((void *)(o->dst + i * o->dpitch),
+			(const void *)(o->src + i * o->spitch), o->width);
+	return 0;
+}
+
+/*
+ * Run the queued work of stream @s (all streams when @all) in order, up to
+ * and including the record of @ev (everything when NULL).  Called with the
+ * lock held.
+ */
+static void drain(CUstream s, int all, const struct stub_event *ev)
+{
+	size_t i, kept = 0;
+	int stop = 0;
+
+	s = stream_key(s);
+	for (i = 0; i < n_ops; i++) {
+		struct stub_op *o = &ops[i];
+
+		if (stop || (!all && o->s != s)) {
+			ops[kept++] = *o;
+			continue;
+		}
+		if (o->kind == OP_COPY) {
+			struct stub_stream *st = stream_get(o->s);
+
+			if (op_run(o) && st && st->err == CUDA_SUCCESS)
+				st->err = CUDA_ERROR_ILLEGAL_ADDRESS;
+		} else if (o->ev) {
+			if (o->gen > o->ev->done)
+				o->ev->done = o->gen;
+			if (o->ev == ev && o->gen == ev->gen)
+				stop = 1;
+		}
+	}
+	n_ops = kept;
+}
+
+static CUresult op_push(const struct stub_op *o)
+{
+	if (grow((void **)&ops, &cap_ops, n_ops + 1, sizeof(*ops)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	ops[n_ops] = *o;
+	ops[n_ops].s = stream_key(o->s);
+	n_ops++;
+	return CUDA_SUCCESS;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuStreamCreate(CUstream *ph, unsigned int flags)
+{
+	CUstream s;
+
+	ENTER(cuStreamCreate, S_STREAMCREATE);
+	if (!cur_ctx)
+		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+	if (!ph || (flags & ~CU_STREAM_NON_BLOCKING))
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	if (!stream_get(NULL) ||
+	    grow((void **)&streams, &cap_streams, n_streams + 1, sizeof(*streams)))
+		LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+	s = malloc(1);			/* a unique address, never dereferenced */
+	if (!s)
+		LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+	streams[n_streams++] = (struct stub_stream){ s, CUDA_SUCCESS };
+	*ph = s;
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+/* The driver lets queued work finish after a destroy; here it runs first. */
+STUB_EXPORT CUresult CUDAAPI cuStreamDestroy(CUstream s)
+{
+	size_t i;
+
+	ENTER(cuStreamDestroy, S_STREAMDESTROY);
+	for (i = 2; s && i < n_streams; i++)
+		if (streams[i].h == s) {
+			drain(s, 0, NULL);
+			free(s);
+			streams[i] = streams[--n_streams];
+			LEAVE(CUDA_SUCCESS);
+		}
+	LEAVE(CUDA_ERROR_INVALID_HANDLE);
+	EXIT;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream s)
+{
+	struct stub_stream *st;
+
+	ENTER(cuStreamSynchronize, S_STREAMSYNC);
+	if (!cur_ctx)
+		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+	st = stream_get(s);
+	if (!st)
+		LEAVE(CUDA_ERROR_INVALID_HANDLE);
+	n_syncs++;
+	drain(s, 0, NULL);
+	LEAVE(st->err);
+	EXIT;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuCtxSynchronize(void)
+{
+	size_t i;
+
+	ENTER(cuCtxSynchronize, S_CTXSYNC);
+	if (!cur_ctx)
+		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+	n_syncs++;
+	drain(NULL, 1, NULL);
+	_r = CUDA_SUCCESS;
+	for (i = 0; i < n_streams && !_r; i++)
+		_r = streams[i].err;
+	EXIT;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuEventCreate(CUevent *ph, unsigned int flags)
+{
+	struct stub_event *e;
+
+	ENTER(cuEventCreate, S_EVCREATE);
+	if (!cur_ctx)
+		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+	if (!ph || (flags & ~(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING)))
+		LEAVE(CUDA_ERROR_INVALID_VALUE);	/* interprocess: not modelled */
+	if (grow((void **)&events, &cap_events, n_events + 1, sizeof(*events)))
+		LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+	events[n_events++] = e;
+	*ph = (CUevent)e;
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuEventDestroy(CUevent ev)
+{
+	struct stub_event *e;
+	size_t i;
+
+	ENTER(cuEventDestroy, S_EVDESTROY);
+	e = event_get(ev);
+	if (!e)
+		LEAVE(CUDA_ERROR_INVALID_HANDLE);
+	for (i = 0; i < n_ops; i++)
+		if (ops[i].ev == e)
+			ops[i].ev = NULL;
+	for (i = 0; i < n_events; i++)
+		if (events[i] == e)
+			events[i] = events[--n_events];
+	free(e);
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuEventRecord(CUevent ev, CUstream s)
+{
+	struct stub_op o = { .kind = OP_EVENT, .s = s };
+	struct stub_event *e;
+
+	ENTER(cuEventRecord, S_EVRECORD);
+	if (!cur_ctx)
+		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+	e = event_get(ev);
+	if (!e || !stream_get(s))
+		LEAVE(CUDA_ERROR_INVALID_HANDLE);
+	o.ev = e;
+	o.gen = e->gen + 1;
+	_r = op_push(&o);
+	if (_r)
+		goto out;
+	e->gen = o.gen;
+	e->s = stream_key(s);
+	EXIT;
+}
+
+/* Done: never recorded, or its last record ran. */
+STUB_EXPORT CUresult CUDAAPI cuEventQuery(CUevent ev)
+{
+	struct stub_event *e;
+
+	ENTER(cuEventQuery, S_EVQUERY);
+	e = event_get(ev);
+	if (!e)
+		LEAVE(CUDA_ERROR_INVALID_HANDLE);
+	LEAVE(e->done == e->gen ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY);
+	EXIT;
+}
+
+STUB_EXPORT CUresult CUDAAPI cuEventSynchronize(CUevent ev)
+{
+	struct stub_event *e;
+
+	ENTER(cuEventSynchronize, S_EVSYNC);
+	e = event_get(ev);
+	if (!e)
+		LEAVE(CUDA_ERROR_INVALID_HANDLE);
+	n_syncs++;
+	if (e->gen == e->done)			/* never recorded, or done */
+		LEAVE(CUDA_SUCCESS);
+	drain(e->s, 0, e);
+	LEAVE(stream_get(e->s)->err);
+	EXIT;
+}
+
+/*
+ * One operand of a 2D copy: its address and whether it is host memory
+ * (*host), pinned (*pinned); CUDA_ERROR_INVALID_VALUE for arrays, for
+ * device operands not mapped with @prot, and for "host" memory that is
+ * device address space.  CU_MEMORYTYPE_UNIFIED is resolved by the address.
+ */
+static CUresult operand(CUmemorytype type, const void *host, CUdeviceptr dev, size_t x,
+			size_t pitch, size_t width, size_t height, int prot,
+			uintptr_t *p, int *is_host, int *pinned)
+{
+	size_t span;
+
+	if (type == CU_MEMORYTYPE_UNIFIED) {
+		type = is_device_va(dev, 1) ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+		host = (const void *)(uintptr_t)dev;
+	}
+	switch (type) {
+	case CU_MEMORYTYPE_DEVICE:
+		*p = dev + x;
+		*is_host = 0;
+		*pinned = 1;
+		return rows_ok(*p, pitch, width, height, prot) ? CUDA_SUCCESS
+							       : CUDA_ERROR_INVALID_VALUE;
+	case CU_MEMORYTYPE_HOST:
+		*p = (uintptr_t)host + x;
+		*is_host = 1;
+		span = span_of(*p, pitch, width, height);
+		if (!host || !span || is_device_va(*p, span))
+			return CUDA_ERROR_INVALID_VALUE;
+		*pinned = !!hostreg_find(*p, span);
+		return CUDA_SUCCESS;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;	/* arrays: not modelled */
+	}
+}
+
+/*
+ * Any direction between host and device memory.  The pitches are checked
+ * against the width, as the driver does, and every row of a device
+ * operand against the mappings and their access; rows are never offset
+ * (srcY, dstY), which kvshare does not use.
  */
 STUB_EXPORT CUresult CUDAAPI cuMemcpy2DAsync(const CUDA_MEMCPY2D *c, CUstream s)
 {
-	uintptr_t src, dst;
+	struct stub_op o = { .kind = OP_COPY, .s = s };
+	int src_pinned, dst_pinned;
+	struct stub_stream *st;
 	size_t i;
 
 	ENTER(cuMemcpy2DAsync, S_COPY2D);
 	if (!cur_ctx)
 		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
-	if (!stream_ok(s))
+	st = stream_get(s);
+	if (!st)
 		LEAVE(CUDA_ERROR_INVALID_HANDLE);
-	if (!c || c->srcMemoryType != CU_MEMORYTYPE_DEVICE ||
-	    c->dstMemoryType != CU_MEMORYTYPE_DEVICE || !c->WidthInBytes || !c->Height ||
+	if (!c || !c->WidthInBytes || !c->Height ||
 	    c->srcPitch < c->WidthInBytes + c->srcXInBytes ||
-	    c->dstPitch < c->WidthInBytes + c->dstXInBytes)
+	    c->dstPitch < c->WidthInBytes + c->dstXInBytes || c->srcY || c->dstY)
 		LEAVE(CUDA_ERROR_INVALID_VALUE);
-	if (c->srcY || c->dstY)		/* kvshare never offsets by rows */
+	o.width = c->WidthInBytes;
+	o.height = c->Height;
+	o.spitch = c->srcPitch;
+	o.dpitch = c->dstPitch;
+	_r = operand(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, o.spitch,
+		     o.width, o.height, PROT_READ, &o.src, &o.src_host, &src_pinned);
+	if (_r)
+		goto out;
+	_r = operand(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, o.dpitch,
+		     o.width, o.height, PROT_WRITE, &o.dst, &o.dst_host, &dst_pinned);
+	if (_r)
+		goto out;
+	n_async++;
+	if (src_pinned && dst_pinned)
+		LEAVE(op_push(&o));
+	/* Pageable: staged or waited for within the call, after what is queued. */
+	n_pageable++;
+	drain(s, 0, NULL);
+	if (st->err)
+		LEAVE(st->err);
+	for (i = 0; i < o.height; i++)
+		memmove((void *)(o.dst + i * o.dpitch), (const void *)(o.src + i * o.spitch),
+			o.width);
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+/* ---- host memory registration and pointer attributes ---- */
+
+#define STUB_HOSTREG_FLAGS	(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP | \
+				 CU_MEMHOSTREGISTER_READ_ONLY)
+
+/*
+ * The driver page-locks the pages the range touches (no alignment is
+ * required since CUDA 4.1), so a range that shares a page with a
+ * registered one is CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED.  Memory
+ * that is not mapped in the process, or device address space, is
+ * CUDA_ERROR_INVALID_VALUE; I/O memory (CU_MEMHOSTREGISTER_IOMEMORY) is
+ * not modelled (CUDA_ERROR_NOT_SUPPORTED).
+ */
+STUB_EXPORT CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytesize, unsigned int flags)
+{
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), pbase, pend;
+	unsigned char vec;
+	size_t i;
+
+	ENTER(cuMemHostRegister, S_HOSTREG);
+	if (!cur_ctx)
+		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+	if (!p || !bytesize || (uintptr_t)p + bytesize < (uintptr_t)p)
 		LEAVE(CUDA_ERROR_INVALID_VALUE);
-	src = c->srcDevice + c->srcXInBytes;
-	dst = c->dstDevice + c->dstXInBytes;
-	if (!rows_ok(src, c->srcPitch, c->WidthInBytes, c->Height, PROT_READ) ||
-	    !rows_ok(dst, c->dstPitch, c->WidthInBytes, c->Height, PROT_WRITE))
+	if (flags & CU_MEMHOSTREGISTER_IOMEMORY)
+		LEAVE(CUDA_ERROR_NOT_SUPPORTED);
+	if (flags & ~STUB_HOSTREG_FLAGS)
 		LEAVE(CUDA_ERROR_INVALID_VALUE);
-	for (i = 0; i < c->Height; i++)
-		memmove((void *)(dst + i * c->dstPitch), (const void *)(src + i * c->srcPitch),
-			c->WidthInBytes);
+	pbase = (uintptr_t)p & ~(pg - 1);
+	pend = ((uintptr_t)p + bytesize + pg - 1) & ~(pg - 1);
+	if (is_device_va(pbase, pend - pbase))
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	for (i = 0; i < n_hostregs; i++)
+		if (pbase < hostregs[i].pend && hostregs[i].pbase < pend)
+			LEAVE(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+	for (i = pbase; i < pend; i += pg)	/* mapped throughout */
+		if (mincore((void *)i, pg, &vec))
+			LEAVE(CUDA_ERROR_INVALID_VALUE);
+	if (grow((void **)&hostregs, &cap_hostregs, n_hostregs + 1, sizeof(*hostregs)))
+		LEAVE(CUDA_ERROR_OUT_OF_MEMORY);
+	hostregs[n_hostregs++] = (struct stub_hostreg){
+		(uintptr_t)p, bytesize, pbase, pend, flags, ctx_dev(cur_ctx) };
+	n_registers++;
+	LEAVE(CUDA_SUCCESS);
+	EXIT;
+}
+
+/* Only the base address given to cuMemHostRegister unregisters. */
+STUB_EXPORT CUresult CUDAAPI cuMemHostUnregister(void *p)
+{
+	size_t i;
+
+	ENTER(cuMemHostUnregister, S_HOSTUNREG);
+	if (!cur_ctx)
+		LEAVE(CUDA_ERROR_INVALID_CONTEXT);
+	for (i = 0; i < n_hostregs; i++)
+		if (hostregs[i].base == (uintptr_t)p) {
+			hostregs[i] = hostregs[--n_hostregs];
+			LEAVE(CUDA_SUCCESS);
+		}
+	LEAVE(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+	EXIT;
+}
+
+/*
+ * Device memory is a mapping (its range the reservation it lies in, its
+ * device the allocation's); host memory is a registration (its range the
+ * registered bytes); anything else is unknown to the driver:
+ * CUDA_ERROR_INVALID_VALUE, as the driver answers for pageable memory.
+ */
+STUB_EXPORT CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute,
+						   CUdeviceptr ptr)
+{
+	struct stub_range *m, *r;
+	struct stub_hostreg *h;
+	unsigned int type;
+	uintptr_t base;
+	size_t size;
+	int dev;
+
+	ENTER(cuPointerGetAttribute, S_PTRATTR);
+	if (!data)
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	m = range_find(maps, n_maps, ptr);
+	h = m ? NULL : hostreg_find(ptr, 1);
+	if (m) {
+		r = range_find(resv, n_resv, ptr);
+		type = CU_MEMORYTYPE_DEVICE;
+		dev = m->a->dev;
+		base = r->base;
+		size = r->size;
+	} else if (h) {
+		type = CU_MEMORYTYPE_HOST;
+		dev = h->dev;
+		base = h->base;
+		size = h->size;
+	} else {
+		LEAVE(CUDA_ERROR_INVALID_VALUE);
+	}
+	switch (attribute) {
+	case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+		*(unsigned int *)data = type;
+		break;
+	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+		*(int *)data = dev;
+		break;
+	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+		*(CUdeviceptr *)data = base;
+		break;
+	case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+		*(size_t *)data = size;
+		break;
+	default:
+		LEAVE(CUDA_ERROR_INVALID_VALUE);	/* not modelled */
+	}
 	LEAVE(CUDA_SUCCESS);
 	EXIT;
 }
@@ -964,6 +1447,31 @@ STUB_EXPORT int kvs_cudastub_mapping(const void *p, uintptr_t *base, size_t *siz
 	}
 	pthread_mutex_unlock(&lock);
 	return found;
+}
+
+/*
+ * What the tests count, since the process started: "syncs" (stream, event
+ * and context synchronisations), "async_copies" (cuMemcpy2DAsync calls),
+ * "pageable_copies" (those with a host operand not registered),
+ * "host_registers" (successful cuMemHostRegister calls), "host_registered"
+ * (registrations live now), "queued" (work not run yet), "events" (live).
+ * (unsigned long)-1 for an unknown name.
+ */
+STUB_EXPORT unsigned long kvs_cudastub_counter(const char *name)
+{
+	static const char *const names[] = { "syncs", "async_copies", "pageable_copies",
+		"host_registers", "host_registered", "queued", "events" };
+	unsigned long v[7], r = (unsigned long)-1;
+	size_t i;
+
+	pthread_mutex_lock(&lock);
+	v[0] = n_syncs, v[1] = n_async, v[2] = n_pageable, v[3] = n_registers;
+	v[4] = n_hostregs, v[5] = n_ops, v[6] = n_events;
+	for (i = 0; name && i < sizeof(names) / sizeof(names[0]); i++)
+		if (!strcmp(name, names[i]))
+			r = v[i];
+	pthread_mutex_unlock(&lock);
+	return r;
 }
 
 STUB_EXPORT const char *kvs_cudastub_version(void)

@@ -8,7 +8,7 @@
 #define _KVS_HOST_H
 
 #ifdef __KERNEL__
-#include "host_kernel.h"
+#include "host_kernel.h"	/* kmod/, on Kbuild's include path */
 #else
 #include "host_user.h"
 #endif

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Routing of the remote tier's commands (remote_cluster.h).  A plain
+ * Routing of the remote tier's commands (cluster.h).  A plain
  * server list is a failover list: commands go to the first node that
  * answers.  A cluster is routed by slot, each node's share pipelined in
  * one go, all nodes at once; redirects are followed for up to
@@ -13,7 +13,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "remote_cluster.h"
+#include "cluster.h"
 
 #define MAX_PASSES	4
 #define MAP_EVERY_MS	100	/* a stale map is asked for at most this often */

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The remote tier's thread (remote_tier.h): it takes the jobs the loop
+ * The remote tier's thread (tier.h): it takes the jobs the loop
  * queued, fetches first (someone waits for them), talks to Redis through
- * remote_cluster.c, copies pages between the pool and Redis, and hands
+ * cluster.c, copies pages between the pool and Redis, and hands
  * the jobs back through the tier's eventfd.  It makes no arbiter call.
  */
 #include <errno.h>
@@ -14,7 +14,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "remote_tier.h"
+#include "tier.h"
 
 static void set_up(struct tier *t, bool up)
 {
@@ -68,7 +68,7 @@ static void do_fetch(struct tier *t, struct job *j)
 		cmds[i].read = true;
 	}
 	if (i == j->n) {	/* every GET formatted */
-		kvsd_rcl_exec(&t->rcl, cmds, j->n, KVSD_RPAGE_HDR + page_bytes + 64,
+		kvsd_rcl_exec(&t->rcl, cmds, j->n, kvsd_rpage_value_max(&s->id) + 64,
 			      j->t0_ms + t->rc->timeout_ms);
 		set_up(t, kvsd_rcl_reachable(&t->rcl));
 	}
@@ -107,13 +107,13 @@ static void do_fetch(struct tier *t, struct job *j)
 
 /*
  * SET key <header><page> [EX ttl], formatted here so that the page is
- * copied once, and sealed from that copy: the checksum covers exactly the
- * bytes sent, whatever a client writes to the page meanwhile.
+ * copied once, and sealed from that copy: the checksum and the MAC cover
+ * exactly the bytes sent, whatever a client writes to the page meanwhile.
  */
 static int set_cmd(struct tier *t, const struct tns *s, const struct kvs_key *key,
 		   uint32_t page, struct kvsd_rcmd *c)
 {
-	size_t pb = t->geom.page_bytes, klen, vlen = KVSD_RPAGE_HDR + pb, off;
+	size_t pb = t->geom.page_bytes, klen, vlen = kvsd_rpage_value_len(&s->id), off;
 	char k[KVSD_RPAGE_KEY_MAX], ttl[16], head[KVSD_RPAGE_KEY_MAX + 64];
 	int hlen;
 
@@ -127,10 +127,13 @@ static int set_cmd(struct tier *t, const struct tns *s, const struct kvs_key *ke
 	if (!c->buf)
 		return -ENOMEM;
 	memcpy(c->buf, head, hlen);
-	off = hlen + KVSD_RPAGE_HDR;
-	memcpy(c->buf + off, t->mem + (size_t)page * pb, pb);
-	kvsd_rpage_seal((uint8_t *)c->buf + hlen, &s->id, key, c->buf + off);
-	off += pb;
+	memcpy(c->buf + hlen + KVSD_RPAGE_HDR, t->mem + (size_t)page * pb, pb);
+	if (kvsd_rpage_seal((uint8_t *)c->buf + hlen, &s->id, key)) {
+		free(c->buf);
+		c->buf = NULL;
+		return -EIO;
+	}
+	off = hlen + vlen;
 	if (t->rc->ttl_s)
 		sprintf(c->buf + off, "\r\n$2\r\nEX\r\n$%zu\r\n%s\r\n", strlen(ttl), ttl);
 	else

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * The remote tier's insides, shared by its three files: remote.c (the
+ * The remote tier's insides, shared by its three files: tier.c (the
  * loop's side: hooks, jobs, completions, the tier's own arbiter clients;
- * start and stop), remote_thread.c (the tier's thread: Redis I/O and
- * page copies) and remote_metrics.c.  Shared between the loop and the
+ * start and stop), thread.c (the tier's thread: Redis I/O and
+ * page copies) and metrics.c.  Shared between the loop and the
  * thread: the job lists, under the tier's mutex, the health flag and the
  * counters (atomics).  The pool memory is mapped once; the thread touches
  * only pages the tier holds: references for writes, claimed (OWNED) pages
@@ -17,10 +17,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kvshared.h"
-#include "remote_cluster.h"
-#include "remote_config.h"
-#include "remote_page.h"
+#include "../kvshared.h"
+#include "cluster.h"
+#include "config.h"
+#include "page.h"
 
 #define MAX_NS		64	/* client namespaces with a tier client, per pool */
 #define MAX_FETCHES	32	/* fetches out at once, per tier */
@@ -122,7 +122,7 @@ static inline unsigned long long get(atomic_ullong *c)
 	return atomic_load_explicit(c, memory_order_relaxed);
 }
 
-/* remote_thread.c: the tier's thread, until t->stop. */
+/* thread.c: the tier's thread, until t->stop. */
 void *kvsd_tier_main(void *arg);
 
 #endif /* _KVSHARED_REMOTE_TIER_H */

@@ -6,15 +6,17 @@
  * stay the configuration's and never come back in a reply.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "kvshared.h"
-#include "log.h"
+#include "../config.h"
+#include "../kvshared.h"
+#include "../log.h"
 #include "remote.h"
-#include "remote_config.h"
-#include "remote_ctl.h"
+#include "config.h"
+#include "ctl.h"
+#include "state.h"
 
 static bool has_nul(const char *s, size_t size)
 {
@@ -145,7 +147,80 @@ int kvsd_remote_tier_cmd(struct kvsd *d, uint32_t uid, bool admin,
 			 rt->pool, rt->owner, ret ? strerror(-ret) : "done");
 	if (!ret)
 		rt->pool_id = pd.pool_id;
+	if (!ret && (rt->flags & KVS_REMOTE_TIER_OFF)) {
+		kvsd_rstate_clear(pd.uid, pd.name);
+	} else if (!ret) {
+		struct kvsd_rstate_entry e = { .owner = pd.uid, .by = uid, .admin = admin };
+
+		snprintf(e.pool, sizeof(e.pool), "%s", pd.name);
+		snprintf(e.tier, sizeof(e.tier), "%s", rt->tier);
+		snprintf(e.ns, sizeof(e.ns), "%s", rt->ns[0] ? rt->ns : pd.name);
+		kvsd_rstate_set(&e, kvsd_remote_pool_has_tier);
+	}
 	return ret;
+}
+
+/*
+ * Pool (@owner, @pool) exists (created at run time, or configured and
+ * kvshared just started): the tier remembered for it, if any, goes on as
+ * if the one who turned it on asked again, with every check of a request.
+ */
+static void restore(struct kvsd *d, uint32_t owner, const char *pool)
+{
+	const struct kvsd_rstate_entry *e = kvsd_rstate_find(owner, pool);
+	struct kvs_remote_tier rt = { 0 };
+	struct kvs_pool_desc pd;
+	int ret;
+
+	if (!e || d->mode != KVSD_MODE_SOCKET)
+		return;
+	snprintf(rt.pool, sizeof(rt.pool), "%s", e->pool);
+	snprintf(rt.tier, sizeof(rt.tier), "%s", e->tier);
+	snprintf(rt.ns, sizeof(rt.ns), "%s", e->ns);
+	rt.owner = owner;
+	ret = find_pool(d, pool, owner, &pd);
+	if (!ret)
+		ret = tier_on(d, &rt, &pd, e->by, e->admin);
+	/* Names from the state file were checked on load: [A-Za-z0-9._-]. */
+	kvsd_log("pool '%s' of uid %u: remembered remote tier '%s', namespace '%s': %s",
+		 pool, owner, e->tier, e->ns, ret ? strerror(-ret) : "on again");
+}
+
+void kvsd_remote_pool_created(struct kvsd *d, uint32_t owner, const char *pool)
+{
+	restore(d, owner, pool);
+}
+
+int kvsd_remote_state_start(struct kvsd *d)
+{
+	struct kvs_pool_desc *descs;
+	uint32_t i, n;
+	int ret;
+
+	if (!d->cfg->state_dir)
+		return 0;
+	if (d->mode != KVSD_MODE_SOCKET) {
+		kvsd_log("state_dir: run-time remote tiers need socket mode; not used");
+		return 0;
+	}
+	ret = kvsd_rstate_open(d->cfg->state_dir);
+	if (ret)
+		return ret;
+	ret = kvsd_pool_list(d, &descs, &n);
+	if (ret) {
+		kvsd_log("remote tiers state: listing the pools: %s; none restored",
+			 strerror(-ret));
+		return 0;
+	}
+	for (i = 0; i < n; i++)
+		restore(d, descs[i].uid, descs[i].name);
+	free(descs);
+	return 0;
+}
+
+void kvsd_remote_state_stop(void)
+{
+	kvsd_rstate_close();
 }
 
 void kvsd_remote_pool_gone(uint32_t pool_id)

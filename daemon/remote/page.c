@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The remote tier's page format (remote_page.h).  Little-endian on the
- * wire; the header's fields in order, then the page bytes.
+ * The remote tier's page format (page.h).  Little-endian on the wire;
+ * the header's fields in order, the page bytes, and with RPAGE_F_MAC the
+ * nonce and the tag (mac.h).
  */
 #include <endian.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,7 +13,7 @@
 #define XXH_STATIC_LINKING_ONLY	/* XXH3_state_t on the stack */
 #include <xxhash.h>
 
-#include "remote_page.h"
+#include "page.h"
 
 static const char magic[8] = "KVSPAGE";
 
@@ -25,11 +27,14 @@ struct rpage_hdr {
 	uint64_t ns;
 	uint8_t name_digest[16];
 	uint64_t key[4];
-	uint64_t reserved;
+	uint64_t flags;			/* RPAGE_F_* */
 	uint8_t sum[16];
 };
 
 _Static_assert(sizeof(struct rpage_hdr) == KVSD_RPAGE_HDR, "page header is 128 bytes");
+
+/* A MAC (mac.h: nonce, tag) follows the page bytes. */
+#define RPAGE_F_MAC	1ull
 
 const char *const kvsd_rpage_bad_names[KVSD_RPAGE_N_BAD] = {
 	[KVSD_RPAGE_OK] = "ok",
@@ -38,10 +43,12 @@ const char *const kvsd_rpage_bad_names[KVSD_RPAGE_N_BAD] = {
 	[KVSD_RPAGE_BAD_GEOMETRY] = "geometry",
 	[KVSD_RPAGE_BAD_KEY] = "key",
 	[KVSD_RPAGE_BAD_CHECKSUM] = "checksum",
+	[KVSD_RPAGE_BAD_MAC] = "mac",
 };
 
 void kvsd_rpage_id_init(struct kvsd_rpage_id *id, const char *name, uint32_t owner,
-			uint64_t ns, const struct kvs_geometry *geom)
+			uint64_t ns, const struct kvs_geometry *geom,
+			struct kvsd_rmac *mac)
 {
 	XXH128_hash_t h;
 
@@ -52,6 +59,17 @@ void kvsd_rpage_id_init(struct kvsd_rpage_id *id, const char *name, uint32_t own
 	id->owner = owner;
 	id->ns = ns;
 	id->geom = *geom;
+	id->mac = mac;
+}
+
+size_t kvsd_rpage_value_len(const struct kvsd_rpage_id *id)
+{
+	return KVSD_RPAGE_HDR + id->geom.page_bytes + (id->mac ? KVSD_RMAC_LEN : 0);
+}
+
+size_t kvsd_rpage_value_max(const struct kvsd_rpage_id *id)
+{
+	return KVSD_RPAGE_HDR + id->geom.page_bytes + KVSD_RMAC_LEN;
 }
 
 static const char *dtype_tag(uint32_t dtype)
@@ -118,30 +136,63 @@ static void checksum(const struct rpage_hdr *h, const void *bytes, uint64_t len,
 	XXH128_canonicalFromHash((XXH128_canonical_t *)out, XXH3_128bits_digest(&st));
 }
 
-void kvsd_rpage_seal(uint8_t hdr[KVSD_RPAGE_HDR], const struct kvsd_rpage_id *id,
-		     const struct kvs_key *key, const void *bytes)
+int kvsd_rpage_seal(uint8_t *val, const struct kvsd_rpage_id *id,
+		    const struct kvs_key *key)
 {
+	size_t len = KVSD_RPAGE_HDR + id->geom.page_bytes;
+	struct kvsd_rmac_keys *k;
 	struct rpage_hdr h;
+	int ret;
 
 	hdr_fill(&h, id, key);
-	checksum(&h, bytes, id->geom.page_bytes, h.sum);
-	memcpy(hdr, &h, sizeof(h));
+	if (id->mac)
+		h.flags = htole64(RPAGE_F_MAC);
+	checksum(&h, val + KVSD_RPAGE_HDR, id->geom.page_bytes, h.sum);
+	memcpy(val, &h, sizeof(h));
+	if (!id->mac)
+		return 0;
+	/* The tag covers the header as stored, checksum and flags included. */
+	k = kvsd_rmac_get(id->mac);
+	ret = kvsd_rmac_sign(k, val, len, val + len);
+	kvsd_rmac_put(k);
+	return ret;
+}
+
+/* A keyed tier's verdict on a value's MAC (absent: refused). */
+static enum kvsd_rpage_bad mac_check(const struct kvsd_rpage_id *id, const uint8_t *val,
+				     size_t len, bool has_mac)
+{
+	struct kvsd_rmac_keys *k;
+	int ret;
+
+	if (!has_mac)
+		return KVSD_RPAGE_BAD_MAC;
+	k = kvsd_rmac_get(id->mac);
+	ret = kvsd_rmac_verify(k, val, len, val + len);
+	kvsd_rmac_put(k);
+	return ret < 0 ? KVSD_RPAGE_BAD_MAC : KVSD_RPAGE_OK;
 }
 
 enum kvsd_rpage_bad kvsd_rpage_check(const void *val, size_t len,
 				     const struct kvsd_rpage_id *id,
 				     const struct kvs_key *key)
 {
+	size_t body = KVSD_RPAGE_HDR + id->geom.page_bytes;
 	struct rpage_hdr want, got;
 	uint8_t sum[16];
+	bool has_mac;
 
-	if (len != KVSD_RPAGE_HDR + id->geom.page_bytes)
+	if (len != body && len != body + KVSD_RMAC_LEN)
 		return KVSD_RPAGE_BAD_SIZE;
 	memcpy(&got, val, sizeof(got));
 	hdr_fill(&want, id, key);
 	if (memcmp(got.magic, want.magic, sizeof(got.magic)) ||
-	    got.version != want.version || got.hdr_len != want.hdr_len)
+	    got.version != want.version || got.hdr_len != want.hdr_len ||
+	    (got.flags & ~htole64(RPAGE_F_MAC)))
 		return KVSD_RPAGE_BAD_FORMAT;
+	has_mac = got.flags & htole64(RPAGE_F_MAC);
+	if (len != body + (has_mac ? KVSD_RMAC_LEN : 0))
+		return KVSD_RPAGE_BAD_SIZE;
 	if (memcmp(&got.n_layers, &want.n_layers,
 		   offsetof(struct rpage_hdr, owner) -
 		   offsetof(struct rpage_hdr, n_layers)) ||
@@ -149,10 +200,17 @@ enum kvsd_rpage_bad kvsd_rpage_check(const void *val, size_t len,
 		return KVSD_RPAGE_BAD_GEOMETRY;
 	if (got.owner != want.owner || got.ns != want.ns ||
 	    memcmp(got.name_digest, want.name_digest, sizeof(got.name_digest)) ||
-	    memcmp(got.key, want.key, sizeof(got.key)) || got.reserved)
+	    memcmp(got.key, want.key, sizeof(got.key)))
 		return KVSD_RPAGE_BAD_KEY;
+	/*
+	 * Keyed, a valid tag implies the checksum (our seal computed it), so
+	 * the checksum is computed only to say why a value fails: damaged
+	 * (checksum) or consistent but not ours (mac).
+	 */
+	if (id->mac && mac_check(id, val, body, has_mac) == KVSD_RPAGE_OK)
+		return KVSD_RPAGE_OK;
 	checksum(&got, (const uint8_t *)val + KVSD_RPAGE_HDR, id->geom.page_bytes, sum);
 	if (memcmp(sum, got.sum, sizeof(sum)))
 		return KVSD_RPAGE_BAD_CHECKSUM;
-	return KVSD_RPAGE_OK;
+	return id->mac ? KVSD_RPAGE_BAD_MAC : KVSD_RPAGE_OK;
 }

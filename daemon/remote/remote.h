@@ -11,7 +11,7 @@
  * - write behind PUBLISH: a page a client publishes for the first time
  *   is looked up by the tier's client of that namespace (a reference, so
  *   that it is not evicted while the thread copies it) and queued; the
- *   thread writes it with a header (remote_page.h), in pipelined
+ *   thread writes it with a header (page.h), in pipelined
  *   batches, and the loop puts the reference back.  A full queue drops
  *   the page (counted).
  * - fetch on a LOOKUP miss: when a client's LOOKUP stops before its last
@@ -34,6 +34,7 @@
 #include <linux/kvshare.h>
 
 struct kvsd;
+struct kvsd_config;
 struct kvs_call;
 struct kvs_client;
 
@@ -44,6 +45,12 @@ struct kvs_client;
  * itself.  0 or -errno.
  */
 int kvsd_remote_start(struct kvsd *d);
+/*
+ * SIGHUP: read every tier's MAC key files again (mac.h), so that
+ * keys rotate without a restart; a tier whose files are wrong keeps the
+ * keys it has (logged).
+ */
+void kvsd_remote_reload(const struct kvsd_config *cfg);
 /* Stops the threads and releases everything the tiers hold. */
 void kvsd_remote_stop(void);
 
@@ -70,7 +77,7 @@ struct kvsd_tier_spec {
 };
 
 /*
- * Run time (remote_ctl.c): start a tier without waiting on Redis; its
+ * Run time (ctl.c): start a tier without waiting on Redis; its
  * thread connects in the background.  0 or -errno.
  */
 int kvsd_remote_tier_on(const struct kvsd_tier_spec *sp);
@@ -81,6 +88,8 @@ int kvsd_remote_tier_off(uint32_t pool_id);
  * remote_* keys (the configuration's, not turned on at run time).
  */
 const char *kvsd_remote_tier_of(uint32_t pool_id);
+/* Whether pool (@owner, @pool) has a tier now. */
+bool kvsd_remote_pool_has_tier(uint32_t owner, const char *pool);
 /* Run-time tiers on or stopping: all of them, and those @uid turned on. */
 void kvsd_remote_tier_counts(uint32_t uid, unsigned int *all, unsigned int *of_uid);
 

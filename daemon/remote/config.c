@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The remote_* pool keys (remote_config.h).
+ * The remote_* pool keys (config.h).
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,22 +12,23 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
-#include "log.h"
-#include "remote_config.h"
+#include "../log.h"
+#include "config.h"
 
 #define PASSWORD_MAX	512
 
 enum {
 	RK_NODES, RK_CLUSTER, RK_USER, RK_PASSWORD_FILE, RK_TLS, RK_TLS_CA,
 	RK_TLS_CERT, RK_TLS_KEY, RK_NAMESPACE, RK_WRITE, RK_FETCH, RK_TIMEOUT,
-	RK_QUEUE, RK_FETCH_MAX, RK_TTL, RK_COUNT
+	RK_QUEUE, RK_FETCH_MAX, RK_TTL, RK_MAC_KEY, RK_MAC_KEY_OLD, RK_COUNT
 };
 
 static const char *const keys[RK_COUNT] = {
 	"remote", "remote_cluster", "remote_user", "remote_password_file",
 	"remote_tls", "remote_tls_ca", "remote_tls_cert", "remote_tls_key",
 	"remote_namespace", "remote_write", "remote_fetch", "remote_timeout_ms",
-	"remote_queue", "remote_fetch_max", "remote_ttl_s",
+	"remote_queue", "remote_fetch_max", "remote_ttl_s", "remote_mac_key_file",
+	"remote_mac_key_file_old",
 };
 
 static int yes_no(const char *where, const char *key, const char *val, bool *out)
@@ -201,6 +203,10 @@ int kvsd_remote_cfg_set(struct kvsd_remote_cfg **rcp, const char *where,
 		return number(where, key, val, 1, 4096, &rc->fetch_max);
 	case RK_TTL:
 		return number(where, key, val, 0, 365 * 86400, &rc->ttl_s);
+	case RK_MAC_KEY:
+		return str(where, key, val, &rc->mac_key_file);
+	case RK_MAC_KEY_OLD:
+		return str(where, key, val, &rc->mac_key_file_old);
 	}
 	return -EINVAL;
 }
@@ -265,6 +271,36 @@ fail:
 	if (fd >= 0)
 		close(fd);
 	return -EINVAL;
+}
+
+/* The MAC keys (mac.h): refused at startup like the password. */
+static int read_mac_keys(struct kvsd_remote_cfg *rc, const char *where)
+{
+	char err[PATH_MAX + 128];
+	int ret;
+
+	ret = kvsd_rmac_new(&rc->mac, rc->mac_key_file, rc->mac_key_file_old, err,
+			    sizeof(err));
+	if (ret)
+		kvsd_err(where, "remote MAC key %s", err);
+	return ret;
+}
+
+int kvsd_remote_cfg_reload(struct kvsd_remote_cfg *rc, const char *what)
+{
+	char err[PATH_MAX + 128];
+	int ret;
+
+	if (!rc || !rc->mac)
+		return 0;
+	ret = kvsd_rmac_reload(rc->mac, err, sizeof(err));
+	if (ret)
+		kvsd_log("%s: remote tier: MAC keys not reloaded, those in use stay: %s",
+			 what, err);
+	else
+		kvsd_log("%s: remote tier: MAC keys reloaded (%u accepted)", what,
+			 rc->mac->keys->n);
+	return ret;
 }
 
 /*
@@ -347,6 +383,12 @@ checked:
 		kvsd_err(where, "remote_tls_key needs remote_tls_cert");
 		return -EINVAL;
 	}
+	if (rc->mac_key_file_old && !rc->mac_key_file) {
+		kvsd_err(where, "remote_mac_key_file_old needs remote_mac_key_file");
+		return -EINVAL;
+	}
+	if (rc->mac_key_file && read_mac_keys(rc, where))
+		return -EINVAL;
 	if (rc->password_file)
 		return read_password(rc, where);
 	return 0;
@@ -369,5 +411,8 @@ void kvsd_remote_cfg_free(struct kvsd_remote_cfg *rc)
 	free(rc->tls_ca);
 	free(rc->tls_cert);
 	free(rc->tls_key);
+	free(rc->mac_key_file);
+	free(rc->mac_key_file_old);
+	kvsd_rmac_free(rc->mac);
 	free(rc);
 }

@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "remote_page.h"
+#include "page.h"
 
 #define KVSD_REMOTE_MAX_NODES	16	/* configured seeds */
 
@@ -31,6 +31,8 @@ struct kvsd_remote_cfg {
 	char *password;			/* read from password_file */
 	bool tls;
 	char *tls_ca, *tls_cert, *tls_key;
+	char *mac_key_file, *mac_key_file_old;
+	struct kvsd_rmac *mac;		/* their keys (mac.h); NULL: none */
 	char ns[KVSD_RNS_MAX];		/* remote_namespace; default: the pool's name */
 	enum kvsd_remote_write write;
 	bool fetch;			/* LOOKUP misses go on to the tier */
@@ -62,5 +64,11 @@ bool kvsd_remote_ns_valid(const char *ns);
 int kvsd_remote_cfg_finish(struct kvsd_remote_cfg *rc, const char *where,
 			   const char *pool, bool host_memory);
 void kvsd_remote_cfg_free(struct kvsd_remote_cfg *rc);
+/*
+ * Read rc's MAC key files again (SIGHUP): 0, nothing to do or done;
+ * -errno after logging why, the keys in use staying.  @what names the
+ * pool or tier in the log.
+ */
+int kvsd_remote_cfg_reload(struct kvsd_remote_cfg *rc, const char *what);
 
 #endif /* _KVSHARED_REMOTE_CONFIG_H */

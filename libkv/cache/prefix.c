@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * The radix tree wired to the arbiter (struct kv_prefix_cache, see
- * <kvshare/radix.h>).
+ * <kvshare/prefix.h>).
  *
  * Holdings.  Every page in the local tree carries exactly one arbiter
  * reference of this process (KV_RADIX_HELD), taken by LOOKUP or kept from
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <kvshare/radix.h>
+#include <kvshare/prefix.h>
 
 #define KV_LOOKUP_FIRST	32	/* pages hashed and asked for in the first LOOKUP */
 

@@ -2,7 +2,7 @@
 /*
  * The remote tier (remote.h), the loop's side: the hooks on a client's
  * PUBLISH and LOOKUP, the jobs they queue, the finished jobs the thread
- * hands back (remote_thread.c), the tier's own arbiter clients, and
+ * hands back (thread.c), the tier's own arbiter clients, and
  * starting and stopping tiers.  Every arbiter call of the tier is made
  * here, on the event loop.
  */
@@ -20,7 +20,7 @@
 
 #include "core.h"
 #include "remote.h"
-#include "remote_tier.h"
+#include "tier.h"
 
 struct tier *kvsd_remote_tiers;
 struct tier *kvsd_remote_stopping;
@@ -100,7 +100,7 @@ static struct tns *ns_get(struct tier *t, uint64_t ns, uint32_t uid)
 		free(s);
 		return NULL;
 	}
-	kvsd_rpage_id_init(&s->id, t->ns, t->owner, ns, &t->geom);
+	kvsd_rpage_id_init(&s->id, t->ns, t->owner, ns, &t->geom, t->rc->mac);
 	s->next = t->nss;
 	t->nss = s;
 	t->n_ns++;
@@ -612,6 +612,16 @@ static void tier_stop(struct tier **pp)
 		 t->tier_name[0] ? " " : "", t->tier_name);
 }
 
+bool kvsd_remote_pool_has_tier(uint32_t owner, const char *pool)
+{
+	struct tier *t;
+
+	for (t = kvsd_remote_tiers; t; t = t->next)
+		if (t->owner == owner && !strcmp(t->name, pool))
+			return true;
+	return false;
+}
+
 const char *kvsd_remote_tier_of(uint32_t pool_id)
 {
 	struct tier *t = tier_of(pool_id);
@@ -686,6 +696,21 @@ int kvsd_remote_start(struct kvsd *d)
 			kvsd_log("pool '%s': remote tier off: %s", pc->name, strerror(-ret));
 	}
 	return 0;
+}
+
+void kvsd_remote_reload(const struct kvsd_config *cfg)
+{
+	char what[KVS_NAME_MAX + 16];
+	unsigned int i;
+
+	for (i = 0; i < cfg->n_pools; i++) {
+		snprintf(what, sizeof(what), "pool '%s'", cfg->pools[i].name);
+		kvsd_remote_cfg_reload(cfg->pools[i].remote, what);
+	}
+	for (i = 0; i < cfg->n_tiers; i++) {
+		snprintf(what, sizeof(what), "tier '%s'", cfg->tiers[i].name);
+		kvsd_remote_cfg_reload(cfg->tiers[i].rc, what);
+	}
 }
 
 void kvsd_remote_stop(void)

@@ -9,7 +9,7 @@
 #ifndef _KVSHARED_REMOTE_CLUSTER_H
 #define _KVSHARED_REMOTE_CLUSTER_H
 
-#include "remote_conn.h"
+#include "conn.h"
 
 #define KVSD_RCL_MAX_NODES	64
 #define KVSD_RCL_SLOTS		16384

@@ -7,7 +7,7 @@
 #include <stdio.h>
 
 #include "remote.h"
-#include "remote_tier.h"
+#include "tier.h"
 
 static void family(FILE *f, const char *name, const char *type, const char *help)
 {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * One Redis node's connection (remote_conn.h): non-blocking TCP or TLS,
+ * One Redis node's connection (conn.h): non-blocking TCP or TLS,
  * AUTH, pipelines under a deadline, backoff after failures.
  */
 #include <arpa/inet.h>
@@ -21,7 +21,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#include "remote_conn.h"
+#include "conn.h"
 
 #define BACKOFF_MIN_MS	100
 #define BACKOFF_MAX_MS	5000

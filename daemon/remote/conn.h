@@ -50,7 +50,7 @@ struct kvsd_rcmd {
 	char *buf;
 	int len;
 	struct redisReply *reply;
-	uint16_t slot;			/* cluster routing (remote_cluster.c) */
+	uint16_t slot;			/* cluster routing (cluster.c) */
 	int8_t node;			/* where it goes, -1: by slot */
 	bool asking;			/* precede it with ASKING (an ASK redirect) */
 	bool read;			/* a read: a replica may answer it */

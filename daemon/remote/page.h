@@ -8,6 +8,9 @@
  * value stored under another key, of another geometry, or damaged is
  * refused on import.  The checksum stops corruption and mistakes, not a
  * forger: anyone who can write the key can compute it (docs/remote.md).
+ * A tier with a MAC key (mac.h) appends a nonce and a tag over the
+ * header and the bytes, says so in the header's flags, and refuses any
+ * value without a tag valid under one of its keys.
  */
 #ifndef _KVSHARED_REMOTE_PAGE_H
 #define _KVSHARED_REMOTE_PAGE_H
@@ -15,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <linux/kvshare.h>
+
+#include "mac.h"
 
 #define KVSD_RPAGE_VERSION	1
 #define KVSD_RPAGE_HDR		128
@@ -28,6 +33,7 @@ struct kvsd_rpage_id {
 	uint32_t owner;			/* the pool owner's uid */
 	uint64_t ns;			/* the clients' namespace in the pool */
 	struct kvs_geometry geom;	/* page_bytes filled */
+	struct kvsd_rmac *mac;		/* the tier's keys; NULL: none */
 };
 
 /* Why a value was refused (the metrics' reason label). */
@@ -38,23 +44,38 @@ enum kvsd_rpage_bad {
 	KVSD_RPAGE_BAD_GEOMETRY,
 	KVSD_RPAGE_BAD_KEY,		/* owner, namespace or chain key */
 	KVSD_RPAGE_BAD_CHECKSUM,
+	KVSD_RPAGE_BAD_MAC,		/* keyed tier: no tag, or valid under no key */
 	KVSD_RPAGE_N_BAD,
 };
 
 extern const char *const kvsd_rpage_bad_names[KVSD_RPAGE_N_BAD];
 
 void kvsd_rpage_id_init(struct kvsd_rpage_id *id, const char *name, uint32_t owner,
-			uint64_t ns, const struct kvs_geometry *geom);
+			uint64_t ns, const struct kvs_geometry *geom,
+			struct kvsd_rmac *mac);
+
+/* Bytes of the values @id stores: header, page and, keyed, the MAC. */
+size_t kvsd_rpage_value_len(const struct kvsd_rpage_id *id);
+/* Bytes of the longest value @id accepts (with a MAC, keyed or not). */
+size_t kvsd_rpage_value_max(const struct kvsd_rpage_id *id);
 
 /* The Redis key of @key; its length (< KVSD_RPAGE_KEY_MAX). */
 size_t kvsd_rpage_key(char *buf, const struct kvsd_rpage_id *id,
 		      const struct kvs_key *key);
 
-/* Write the header of @bytes (page_bytes of them) into hdr. */
-void kvsd_rpage_seal(uint8_t hdr[KVSD_RPAGE_HDR], const struct kvsd_rpage_id *id,
-		     const struct kvs_key *key, const void *bytes);
+/*
+ * Seal the value @val of kvsd_rpage_value_len(id) bytes whose page bytes
+ * are in place (at KVSD_RPAGE_HDR): its header and, keyed, its MAC.
+ * 0, or -EIO when OpenSSL failed.
+ */
+int kvsd_rpage_seal(uint8_t *val, const struct kvsd_rpage_id *id,
+		    const struct kvs_key *key);
 
-/* Check a value fetched for @key: KVSD_RPAGE_OK or why not. */
+/*
+ * Check a value fetched for @key: KVSD_RPAGE_OK or why not.  Its page
+ * bytes are at KVSD_RPAGE_HDR.  Keyed, a value needs a valid MAC; without
+ * a key, a MAC is skipped (such a tier trusts whoever writes to Redis).
+ */
 enum kvsd_rpage_bad kvsd_rpage_check(const void *val, size_t len,
 				     const struct kvsd_rpage_id *id,
 				     const struct kvs_key *key);

@@ -1,0 +1,12 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# The remote tier of kvshared (remote.h): pools backed onto Redis.
+# Included by daemon/daemon.mk, whose rules build these sources into
+# kvshared; the tier's libraries: hiredis for RESP, OpenSSL for TLS and the
+# page MAC, XXH3.
+KVSD_REMOTE_SRCS   := daemon/remote/tier.c daemon/remote/thread.c \
+                      daemon/remote/metrics.c daemon/remote/cluster.c \
+                      daemon/remote/config.c daemon/remote/conn.c \
+                      daemon/remote/page.c daemon/remote/ctl.c \
+                      daemon/remote/mac.c daemon/remote/state.c
+KVSD_REMOTE_LDLIBS := -lhiredis -lssl -lcrypto -lxxhash
