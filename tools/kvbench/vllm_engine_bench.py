@@ -82,7 +82,14 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--demo", action="store_true")
     ap.add_argument("--throughput", action="store_true")
+    ap.add_argument("--throughput-only", action="store_true")
     args = ap.parse_args()
+    if args.throughput_only:
+        work = tempfile.mkdtemp(prefix="kvshare-vllm-bench-")
+        model = engines.write_model(os.path.join(work, "llama"), **BENCH_MODEL)
+        with Daemon(kvshared=kvshared(), args=["--max-pools", "16"]) as d:
+            throughput(model, work, d)
+        return 0
     lengths = [int(x) for x in args.lengths.split(",")]
     work = tempfile.mkdtemp(prefix="kvshare-vllm-bench-")
     model = engines.write_model(os.path.join(work, "llama"), **BENCH_MODEL)
