@@ -32,7 +32,7 @@
 #   tools/kvserve/kvserve.mk    kvserve, the demo server
 #   tools/gpu/gpu-bundle.mk     the GPU session's bundle
 #   tests/NAME/NAME-tests.mk    one per suite folder: attn, core, daemon,
-#                               gpu (and gpu-guest.mk), install, libkv, pip,
+#                               docs, gpu (and gpu-guest.mk), install, libkv, pip,
 #                               ptx, python, radix, remote, serve, simt,
 #                               uapi, uring, vm-daemon
 #   dist/install.mk             make install / make uninstall

@@ -182,10 +182,18 @@ void kvsd_remote_published(uint32_t pool_id, uint64_t ns, uint32_t uid,
 		goto out;
 	for (i = 0; i < pub->count; i++)
 		m += !(e[i].flags & KVS_PUBLISHED_DUP);
-	room = t->rc->queue - t->write_queued;
-	if (!atomic_load(&t->up) || m > room) {
-		count(&t->st.write_dropped, atomic_load(&t->up) ? m - room : m);
-		m = atomic_load(&t->up) ? room : 0;
+	/*
+	 * Each queued page holds a reference until the thread has copied
+	 * it, and a slow Redis makes them wait: past the bound the pages
+	 * are dropped (counted), so that the pool's clients keep the rest.
+	 */
+	room = t->write_max - t->write_queued;
+	if (!atomic_load(&t->up)) {
+		count(&t->st.write_dropped[WRITE_DROP_DOWN], m);
+		m = 0;
+	} else if (m > room) {
+		count(&t->st.write_dropped[WRITE_DROP_BUSY], m - room);
+		m = room;
 	}
 	if (!m)
 		goto out;
@@ -202,7 +210,7 @@ void kvsd_remote_published(uint32_t pool_id, uint64_t ns, uint32_t uid,
 	lk.keys = (uintptr_t)j->keys;
 	lk.pages = (uintptr_t)j->pages;
 	if (tier_cmd(s->cl, t->owner, KVS_IOC_LOOKUP, &lk, NULL) || !lk.n_hit) {
-		count(&t->st.write_dropped, j->n);	/* EDQUOT: the pool's quota */
+		count(&t->st.write_dropped[WRITE_DROP_REFUSED], j->n);	/* EDQUOT */
 		free(j);
 		goto out;
 	}
@@ -434,6 +442,9 @@ static int tier_map(struct tier *t)
 	if (!ret) {
 		t->geom = at.geom;
 		t->n_pages = at.n_pages;
+		t->write_max = t->rc->queue;
+		if (t->write_max > at.n_pages / WRITE_POOL_SHARE)
+			t->write_max = at.n_pages / WRITE_POOL_SHARE ?: 1;
 		t->mem_len = (size_t)at.n_pages * at.geom.page_bytes;
 		t->mem = mmap(NULL, t->mem_len, PROT_READ | PROT_WRITE, MAP_SHARED,
 			      kvs_host_mem_fd(mem), 0);
