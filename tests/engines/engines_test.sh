@@ -23,6 +23,10 @@ suite=$here
 if [ "${1:-}" = --python-suite ]; then
 	suite=$root/tests/python
 	shift
+	# torch 2.13's OpenMP pool spins: on two loaded cores the suite's tiny
+	# decoders ran 4x slower with it (test_stopped_kvshared_keeps_serving
+	# took 41 s instead of 10), Debian's torch 1.13 does not.
+	export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 fi
 
 log=$(mktemp "${TMPDIR:-/tmp}/kvshare-engine-env.XXXXXX")
