@@ -46,6 +46,23 @@ void kvsd_users_init(struct kvsd *d)
 	users.d = d;
 }
 
+void kvsd_users_stop(void)
+{
+	struct kvsd_user *u, *next;
+	unsigned int i;
+
+	for (i = 0; i < USER_BUCKETS; i++) {
+		for (u = users.buckets[i]; u; u = next) {
+			next = u->next;
+			kvsd_log("uid %u: ledger left at exit with %u references and "
+				 "%llu bytes charged (a bug)", u->uid, u->refs,
+				 (unsigned long long)u->total);
+			free(u);
+		}
+		users.buckets[i] = NULL;
+	}
+}
+
 static struct kvsd_user *user_find(uint32_t uid)
 {
 	struct kvsd_user *u;

@@ -46,6 +46,11 @@ enum kvsd_charge {
 
 /* The ledger's limits, from the configuration. */
 void kvsd_users_init(struct kvsd *d);
+/*
+ * At exit, once every connection is closed and every remote fetch has
+ * ended: each ledger still there was not given back (logged, a bug).
+ */
+void kvsd_users_stop(void);
 /* @uid's ledger, referenced (one reference per connection); NULL: no memory. */
 struct kvsd_user *kvsd_user_get(uint32_t uid, bool admin);
 void kvsd_user_put(struct kvsd_user *u);
