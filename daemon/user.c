@@ -31,6 +31,7 @@ const char *const kvsd_charge_names[KVSD_CHARGE_NKINDS] = {
 	[KVSD_CHARGE_BUF] = "buffers",
 	[KVSD_CHARGE_RING] = "rings",
 	[KVSD_CHARGE_HELD] = "held-pages",
+	[KVSD_CHARGE_FETCH] = "remote-fetches",
 };
 
 static struct {
@@ -43,6 +44,23 @@ static struct {
 void kvsd_users_init(struct kvsd *d)
 {
 	users.d = d;
+}
+
+void kvsd_users_stop(void)
+{
+	struct kvsd_user *u, *next;
+	unsigned int i;
+
+	for (i = 0; i < USER_BUCKETS; i++) {
+		for (u = users.buckets[i]; u; u = next) {
+			next = u->next;
+			kvsd_log("uid %u: ledger left at exit with %u references and "
+				 "%llu bytes charged (a bug)", u->uid, u->refs,
+				 (unsigned long long)u->total);
+			free(u);
+		}
+		users.buckets[i] = NULL;
+	}
 }
 
 static struct kvsd_user *user_find(uint32_t uid)
@@ -174,6 +192,20 @@ void kvsd_user_uncharge(struct kvsd_user *u, enum kvsd_charge kind, uint64_t byt
 	u->total -= bytes;
 	if (!u->admin)
 		users.charged -= bytes;
+}
+
+uint64_t kvsd_user_room(const struct kvsd_user *u)
+{
+	const struct kvsd_config *cfg = users.d->cfg;
+	uint64_t mine = u->total + u->pool_bytes;
+	uint64_t all = users.charged + users.pool_bytes;
+	uint64_t room_mine, room_all;
+
+	if (u->admin)
+		return UINT64_MAX;
+	room_mine = mine < cfg->max_user_memory ? cfg->max_user_memory - mine : 0;
+	room_all = all < cfg->max_memory_total ? cfg->max_memory_total - all : 0;
+	return room_mine < room_all ? room_mine : room_all;
 }
 
 void kvsd_users_tick(void)

@@ -11,7 +11,9 @@
  * KVSD_BUF_MIN bytes of buffer, its supplementary groups), its buffer
  * beyond that (a request as far as it has arrived, then its reply), its
  * shared ring, and the core's table of the pages it holds (at its
- * largest: it never shrinks).  The arbiter core's bookkeeping of the pools a uid
+ * largest: it never shrinks), and each remote fetch its LOOKUPs start
+ * (daemon/remote/tier.c: the bound of what the fetch's replies may hold,
+ * a page's size per page, until the fetch ends).  The arbiter core's bookkeeping of the pools a uid
  * owns is the core's to free (a destroyed pool lives until its last file
  * closes): it is charged to the pool's creator at POOL_CREATE
  * (kvsd_user_pool_room()) and counted again from the pool list every
@@ -38,11 +40,17 @@ enum kvsd_charge {
 	KVSD_CHARGE_BUF,		/* buffers beyond the first KVSD_BUF_MIN */
 	KVSD_CHARGE_RING,		/* shared rings */
 	KVSD_CHARGE_HELD,		/* the core's tables of the pages held */
+	KVSD_CHARGE_FETCH,		/* remote fetches its misses started */
 	KVSD_CHARGE_NKINDS,
 };
 
 /* The ledger's limits, from the configuration. */
 void kvsd_users_init(struct kvsd *d);
+/*
+ * At exit, once every connection is closed and every remote fetch has
+ * ended: each ledger still there was not given back (logged, a bug).
+ */
+void kvsd_users_stop(void);
 /* @uid's ledger, referenced (one reference per connection); NULL: no memory. */
 struct kvsd_user *kvsd_user_get(uint32_t uid, bool admin);
 void kvsd_user_put(struct kvsd_user *u);
@@ -54,6 +62,8 @@ void kvsd_user_put(struct kvsd_user *u);
 int kvsd_user_charge(struct kvsd_user *u, enum kvsd_charge kind, uint64_t bytes,
 		     char *why, size_t why_len);
 void kvsd_user_uncharge(struct kvsd_user *u, enum kvsd_charge kind, uint64_t bytes);
+/* The bytes @u may still be charged within both limits (UINT64_MAX: uid 0). */
+uint64_t kvsd_user_room(const struct kvsd_user *u);
 
 /*
  * Whether @u may create a pool of @n_pages: the core's bookkeeping of the

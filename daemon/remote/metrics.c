@@ -62,12 +62,13 @@ static void latency(FILE *f)
 
 static void skipped(FILE *f, struct tier *t)
 {
-	static const char *const why[] = { "down", "busy", "claimed", "recent_miss" };
+	static const char *const why[] = { "down", "busy", "claimed", "recent_miss",
+					   "user_memory" };
 	atomic_ullong *c[] = { &t->st.skip_down, &t->st.skip_busy,
-			       &t->st.skip_claimed, &t->st.skip_neg };
+			       &t->st.skip_claimed, &t->st.skip_neg, &t->st.skip_user };
 	unsigned int i;
 
-	for (i = 0; i < 4; i++)
+	for (i = 0; i < sizeof(why) / sizeof(why[0]); i++)
 		fprintf(f, "kvshare_remote_fetch_skipped_total{pool=\"%s\",why=\"%s\"} %llu\n",
 			t->name, why[i], get(c[i]));
 }

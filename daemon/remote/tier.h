@@ -47,6 +47,7 @@ struct tier_stats {
 	atomic_ullong write_dropped[3];	/* by enum write_drop */
 	atomic_ullong write_pending;	/* queued, not yet written or failed */
 	atomic_ullong skip_down, skip_busy, skip_claimed, skip_neg;
+	atomic_ullong skip_user;	/* the uid's ledger had no room for a page */
 	atomic_ullong lat[N_LAT + 1], lat_sum_us;
 	atomic_ullong redirects, map_loads, replica_reads;
 	atomic_ullong auth_refused;	/* probes a Redis refused the credentials */
@@ -60,6 +61,7 @@ enum write_drop {
 };
 
 struct tier;
+struct kvsd_user;
 
 /* One namespace of a pool, with the tier's own client in it. */
 struct tns {
@@ -75,6 +77,8 @@ struct job {
 	bool fetch;
 	bool failed;			/* fetch: Redis did not answer */
 	uint32_t uid;			/* fetch: whose LOOKUP missed */
+	struct kvsd_user *user;		/* fetch: its ledger, charged @charged */
+	uint64_t charged;
 	struct tns *tns;
 	uint32_t n, n_ok;
 	uint32_t parent;		/* fetch: a reference, or KVS_NO_PAGE */

@@ -40,6 +40,17 @@ $(BUILD)/tests/remote_lookup_storm: tests/remote/lookup_storm.c $(LIBKV)
 
 ALL_TARGETS += $(BUILD)/tests/remote_lookup_storm
 
+# Remote fetches charged to the uid whose miss started them (daemon/user.h).
+$(BUILD)/tests/remote_charge_test: tests/remote/charge_test.sh tests/remote/lib.sh \
+		$(BUILD)/san/kvshared $(BUILD)/kvshared $(BUILD)/kvserve \
+		$(BUILD)/tests/remote_lookup_storm
+	@mkdir -p $(@D)
+	cp $< $@
+	chmod +x $@
+
+ALL_TARGETS += $(BUILD)/tests/remote_charge_test
+HOST_TESTS  += $(BUILD)/tests/remote_charge_test
+
 # Named tiers turned on at run time by a pool's owner (KVS_SOCK_REMOTE_TIER).
 $(BUILD)/tests/remote_tier_test: tests/remote/tier_test.sh tests/remote/lib.sh \
 		tests/remote/tier_req.py $(BUILD)/san/kvshared $(BUILD)/kvctl \
