@@ -166,7 +166,7 @@ kv_extend_tc_kernel(const struct ext_args a)
 				s[nt][i] = t < visible[i >> 1] ? s[nt][i] * a.scale2 : -INFINITY;
 				mx[i >> 1] = fmaxf(mx[i >> 1], s[nt][i]);
 			}
-		kv_tc_rescale(mx, m, l, c, mu);
+		kv_tc_online_softmax(mx, m, l, c, mu);
 #pragma unroll
 		for (int j = 0; j < NTILES; j++) {
 			o[j][0] *= c[0];
