@@ -20,7 +20,9 @@
  * staged in shared memory once per tile (loaded one tile earlier still);
  * tokens_per_page is a power of two, so a token's page and slot are a
  * shift and a mask.  At the end the warps' partial softmaxes are merged
- * through shared memory (the stages, no longer needed).
+ * through shared memory (the stages, no longer needed).  Each step is a
+ * named device function: cuda_tc.cuh's for what the extend kernel shares,
+ * kv_dec_tc_* below for the merge and the output.
  *
  * KV_MUTATE (tests/simt only, never in a real build) breaks the kernel on
  * purpose so that tests can prove the suites notice: 1 drops the barrier
