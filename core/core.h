@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * The kvshare arbiter core: the page state machine of design.md section 3,
- * in plain C.  It is compiled twice: into kvshare.ko (host_kernel.h) and
- * into user space (host_user.h) for the daemon, the unit tests and the
- * benchmarks.  This interface uses no kernel-only type: a host is a thin
- * layer that turns its transport (ioctl, uring_cmd, socket) into
- * kvs_cmd() calls.
+ * The kvshare arbiter core: the page state machine of docs/design.md
+ * section 3, in plain C.  It is compiled twice (docs/design.md section 2):
+ * into kvshare.ko (host_kernel.h) and into user space (host_user.h) for
+ * the daemon, the unit tests and the benchmarks.  This interface uses no
+ * kernel-only type: a host is a thin layer that turns its transport
+ * (ioctl, uring_cmd, socket) into kvs_cmd() calls.
  */
 #ifndef _KVS_CORE_H
 #define _KVS_CORE_H
@@ -73,6 +73,14 @@ void kvs_core_exit(void);
 
 /* Live core objects (pools, clients, tables): back to 0 when all is gone. */
 __u64 kvs_core_objects(void);
+
+/*
+ * What the core allocates, at most, for a pool of @n_pages (its pages and
+ * key index), and for a client holding @n_held pages: hosts charge it to
+ * whoever asks for it (kvshared's per-uid ledger).  Never more than these.
+ */
+__u64 kvs_pool_meta_bytes(__u64 n_pages);
+__u64 kvs_client_meta_bytes(__u64 n_held);
 
 struct kvs_client *kvs_client_new(void);
 /*

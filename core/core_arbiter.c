@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The page state machine of design.md section 3:
+ * The page state machine of docs/design.md section 3:
  *
  *   FREE --ALLOC--> OWNED --PUBLISH--> SHARED --last PUT--> CACHED
  *     ^               |                  ^                    |
@@ -775,7 +775,7 @@ static int kvs_check_waiting(struct kvs_pool *pool)
 }
 
 /*
- * Verify the invariants of design.md section 3 and of this file's
+ * Verify the invariants of docs/design.md section 3.9 and of this file's
  * structures.  O(n_pages); for tests and tools, not for the fast path.
  */
 int kvs_arb_check(struct kvs_pool *pool)

@@ -128,6 +128,17 @@ install_dkms_tree() {
 	inst 0644 "$tmpdir/dkms.conf" "$dkmsdir/dkms.conf"
 }
 
+# The manual, laid out as in the repository so that its relative links
+# hold: README.md, docs/*.md and the READMEs they link to (daemon/README.md
+# comes with the daemon).
+install_docs() {
+	local f
+
+	for f in README.md docs/*.md python/README.md; do
+		inst 0644 "$f" "$docdir/$f"
+	done
+}
+
 install_daemon() {
 	local conf=$sysconfdir/kvshare/kvshared.conf
 
@@ -245,7 +256,7 @@ do_install() {
 	inst 0755 "$KVCTL" "$bindir/kvctl"
 	install_lib
 	install_python
-	inst 0644 README.md "$docdir/README.md"
+	install_docs
 	write_manifest
 	[ -n "$DESTDIR" ] || activate
 }

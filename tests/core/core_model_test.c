@@ -3,7 +3,7 @@
  * Randomized model test of the arbiter core: a long random trace of
  * ALLOC / PUBLISH / LOOKUP / PUT / QUOTA / client free over several
  * clients (two namespaces), run against the core and against a brute-force
- * model of design.md section 3 (state, refcount, parent and children per
+ * model of docs/design.md section 3 (state, refcount, parent and children per
  * page; holdings per client; (namespace, key) -> page by linear search).
  * Results, errnos and counters are compared after every step, every page
  * descriptor and KVS_STATS_CHECK every few steps.  Eviction order is only

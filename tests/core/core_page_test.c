@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Page life cycle of the arbiter core (design.md section 3): ALLOC,
+ * Page life cycle of the arbiter core (docs/design.md section 3): ALLOC,
  * PUBLISH (duplicates, parents), LOOKUP (longest run, references,
  * namespaces), PUT, client free, eviction order and quotas.  Every test
  * ends with the pool invariants (kt_check_pool) and the teardown checks

@@ -35,7 +35,7 @@ say() { echo "# $*"; }
 # Each test prints its diagnostics and returns 0 (pass), 1 (fail) or 2
 # (skip, with the reason in $why).
 TESTS=(
-	t_install t_binaries t_lib_files t_system_files t_dkms_files t_module
+	t_install t_binaries t_lib_files t_system_files t_docs t_dkms_files t_module
 	t_manifest t_headers_alone t_link t_python t_unit_paths t_unit_verify t_config_loads
 	t_sysusers
 	t_udev_syntax t_udev_real t_dkms_conf t_dkms_tree t_dkms_build
@@ -142,6 +142,18 @@ t_system_files() {
 		/etc/kvshare/kvshared.conf daemon/kvshared.conf.example \
 		$PREFIX/share/doc/kvshare/kvshared.conf.example daemon/kvshared.conf.example \
 		$PREFIX/share/doc/kvshare/daemon/README.md daemon/README.md
+}
+
+t_docs() {
+	desc="README.md and docs/*.md in the doc dir: 0644, every relative link resolving there"
+	local doc=$PREFIX/share/doc/kvshare args=() f
+
+	for f in README.md docs/*.md python/README.md; do
+		args+=("$doc/$f" "$f")
+	done
+	want_all 0644 "${args[@]}" || return 1
+	/usr/bin/python3 tests/docs/doc_links_test.py "$D$doc" > "$W/links.tap" 2>&1 ||
+		{ diag < "$W/links.tap"; return 1; }
 }
 
 # The module's sources as Kbuild names them, plus its headers.

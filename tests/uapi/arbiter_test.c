@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * kvshare arbiter: success paths, every state transition of design.md
- * section 3, eviction order, quotas, counters and invariants, pool
- * lifecycle, pool and page listings.
+ * kvshare arbiter: success paths, every state transition of
+ * docs/design.md section 3, eviction order, quotas, counters and
+ * invariants, pool lifecycle, pool and page listings.
  *
  * Each test runs on a fresh pool of ARB_PAGES pages with two files, a and
  * b, attached in namespace 1; it ends by checking that every counter of

@@ -1177,8 +1177,8 @@ static inline void kvs_assert_same_state(struct __test_metadata *_metadata,
 #define KVS_WALK_MAX	(1u << 17)
 
 /*
- * The invariant set of design.md section 3, asserted through @c on pool
- * @pool_id (0: @c's attached pool) at a quiescent point:
+ * The invariant set of docs/design.md section 3.9, asserted through @c
+ * on pool @pool_id (0: @c's attached pool) at a quiescent point:
  *  - KVS_STATS_CHECK passes (the arbiter's own full check);
  *  - free + owned + shared + cached == n_pages;
  *  - n_held == n_refs + n_owned;
