@@ -266,9 +266,14 @@ $$(case "$$MAKEFLAGS" in *-j*|*jobserver*) ;; *) echo -j$(NPROC) ;; esac)
 endef
 
 # `make test` = setup, then a fresh make (so KDIR and friends are evaluated
-# after setup installed the headers on a new machine).
+# after setup installed the headers on a new machine).  The engine
+# environment (scripts/engine-env.sh: a venv outside the tree, seconds when
+# it is complete) is built here too; if it cannot be, the suites that need
+# it fail on their own and everything else still runs.
 test:
 	@scripts/setup.sh
+	@scripts/engine-env.sh >/dev/null || \
+		echo "warning: scripts/engine-env.sh failed: the engine suites will fail" >&2
 	@$(MAKE) --no-print-directory test-run
 
 # Internal: the body of `make test`.  Every step runs even when an earlier

@@ -74,6 +74,14 @@ void kvs_core_exit(void);
 /* Live core objects (pools, clients, tables): back to 0 when all is gone. */
 __u64 kvs_core_objects(void);
 
+/*
+ * What the core allocates, at most, for a pool of @n_pages (its pages and
+ * key index), and for a client holding @n_held pages: hosts charge it to
+ * whoever asks for it (kvshared's per-uid ledger).  Never more than these.
+ */
+__u64 kvs_pool_meta_bytes(__u64 n_pages);
+__u64 kvs_client_meta_bytes(__u64 n_held);
+
 struct kvs_client *kvs_client_new(void);
 /*
  * Releases everything the client holds, then frees it.  Never fails.  No

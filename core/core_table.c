@@ -73,12 +73,20 @@ u32 kvs_index_hash(const struct kvs_pool *pool, u64 ns, const struct kvs_key *ke
 	return (u32)h;
 }
 
+/* Slots of the key index of a pool of @n_pages: at most half full. */
+static u64 kvs_index_cap(u64 n_pages)
+{
+	u64 cap = 16;
+
+	while (cap < 2 * n_pages)
+		cap <<= 1;
+	return cap;
+}
+
 int kvs_index_alloc(struct kvs_pool *pool)
 {
-	u32 cap = 16, i;
+	u32 cap = kvs_index_cap(pool->n_pages), i;
 
-	while (cap < 2 * pool->n_pages)
-		cap <<= 1;
 	pool->index = kvcalloc(cap, sizeof(*pool->index), GFP_KERNEL_ACCOUNT);
 	if (!pool->index)
 		return -ENOMEM;
@@ -197,6 +205,16 @@ static void kvs_holds_place(struct kvs_hold_table *t, u32 page, u32 count)
 	t->used++;
 }
 
+/* Slots of a hold table for @n pages: at most half full. */
+static u64 kvs_holds_cap(u64 n)
+{
+	u64 cap = 16;
+
+	while (cap < 2 * n)
+		cap <<= 1;
+	return cap;
+}
+
 /*
  * Make room for @more new pages so that the adds of one command cannot
  * fail half way.  The only step of a command that may fail for memory.
@@ -204,16 +222,13 @@ static void kvs_holds_place(struct kvs_hold_table *t, u32 page, u32 count)
 int kvs_holds_reserve(struct kvs_hold_table *t, u32 more)
 {
 	struct kvs_hold_table old = *t;
-	u64 need = 2 * ((u64)t->used + more);
-	u32 cap = 16, i;
+	u64 cap = kvs_holds_cap((u64)t->used + more);
+	u32 i;
 
-	if (t->slots && need <= (u64)t->mask + 1)
+	if (t->slots && cap <= (u64)t->mask + 1)
 		return 0;
-	while (cap < need) {
-		if (cap >= (1u << 31))
-			return -ENOMEM;
-		cap <<= 1;
-	}
+	if (cap > (1u << 31))
+		return -ENOMEM;
 	t->slots = kvmalloc_array(cap, sizeof(*t->slots), GFP_KERNEL_ACCOUNT);
 	if (!t->slots) {
 		*t = old;
@@ -286,4 +301,17 @@ void kvs_holds_free(struct kvs_hold_table *t)
 	t->slots = NULL;
 	t->mask = 0;
 	t->used = 0;
+}
+
+u64 kvs_pool_meta_bytes(u64 n_pages)
+{
+	return sizeof(struct kvs_pool) + n_pages * sizeof(struct kvs_page) +
+	       kvs_index_cap(n_pages) * sizeof(struct kvs_slot);
+}
+
+u64 kvs_client_meta_bytes(u64 n_held)
+{
+	/* Growing, the table briefly has its old copy beside the new one. */
+	return sizeof(struct kvs_client) +
+	       (n_held ? kvs_holds_cap(n_held) * 3 / 2 * sizeof(struct kvs_hold) : 0);
 }

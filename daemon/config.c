@@ -78,6 +78,10 @@ static void usage(FILE *f)
 	      "                               reading its reply is dropped (10000)\n"
 	      "  --ring-poll-us US            poll the shared rings at most this long\n"
 	      "                               after a request (default 500; 0: never)\n"
+	      "  --max-user-memory BYTES      what one uid (not 0) may cost kvshared:\n"
+	      "                               connections, buffers, rings, its pools'\n"
+	      "                               bookkeeping (default 64M, 16M..256M)\n"
+	      "  --max-memory-total BYTES     the same for all uids (default 1G)\n"
 	      "Socket mode: per-user limits, as the module's parameters (0 = none)\n"
 	      "  --max-user-pools N           pools one uid may own (default 8)\n"
 	      "  --max-user-pool-pages N      pages of the pools one uid owns\n"
@@ -693,6 +697,10 @@ static const struct num_opt num_opts[] = {
 	NUM_OPT("stall_timeout_ms", "--stall-timeout-ms", 100, 3600000,
 		stall_timeout_ms),
 	NUM_OPT("ring_poll_us", "--ring-poll-us", 0, 1000000, ring_poll_us),
+	NUM_OPT("max_user_memory", "--max-user-memory", 16 << 20,
+		KVSD_MAX_USER_MEMORY, max_user_memory),
+	NUM_OPT("max_memory_total", "--max-memory-total", 16 << 20, 1ull << 40,
+		max_memory_total),
 	/* The per-user limits: the module parameters' names; 0 = none. */
 	NUM_OPT("max_user_pools", "--max-user-pools", 0, 1024, max_user_pools),
 	NUM_OPT("max_user_pool_pages", "--max-user-pool-pages", 0, 1ull << 40,
@@ -702,7 +710,7 @@ static const struct num_opt num_opts[] = {
 		max_user_held_bytes),
 };
 
-#define FIRST_USER_OPT	8	/* num_opts[] from max_user_pools on */
+#define FIRST_USER_OPT	10	/* num_opts[] from max_user_pools on */
 
 static int num_opt_find(const char *key)
 {
@@ -1118,6 +1126,8 @@ int kvsd_config_load(int argc, char **argv, struct kvsd_config **out)
 	cfg->max_buffer_total = KVSD_DEFAULT_MAX_BUFFER_TOTAL;
 	cfg->stall_timeout_ms = KVSD_DEFAULT_STALL_TIMEOUT_MS;
 	cfg->ring_poll_us = KVSD_DEFAULT_RING_POLL_US;
+	cfg->max_user_memory = KVSD_DEFAULT_MAX_USER_MEMORY;
+	cfg->max_memory_total = KVSD_DEFAULT_MAX_MEMORY_TOTAL;
 	cfg->max_user_pools = KVSD_DEFAULT_MAX_USER_POOLS;
 	cfg->max_user_pool_pages = KVSD_DEFAULT_MAX_USER_POOL_PAGES;
 	cfg->max_user_held = KVSD_DEFAULT_MAX_USER_HELD;

@@ -24,6 +24,10 @@ struct kvsd_remote_cfg;
 #define KVSD_DEFAULT_MAX_BUFFER_TOTAL	(1ull << 30)
 #define KVSD_DEFAULT_STALL_TIMEOUT_MS	10000
 #define KVSD_DEFAULT_RING_POLL_US	500
+/* What one unprivileged uid, and all of them, may cost kvshared (user.h). */
+#define KVSD_DEFAULT_MAX_USER_MEMORY	(64ull << 20)
+#define KVSD_MAX_USER_MEMORY		(256ull << 20)	/* the largest allowed */
+#define KVSD_DEFAULT_MAX_MEMORY_TOTAL	(1ull << 30)
 /* The module parameters' defaults, which the same keys here default to. */
 #define KVSD_DEFAULT_MAX_USER_POOLS	8
 #define KVSD_DEFAULT_MAX_USER_POOL_PAGES 4194304ull
@@ -80,6 +84,8 @@ struct kvsd_config {
 	uint64_t max_buffer_total;	/* bytes buffered for all of them */
 	uint32_t stall_timeout_ms;	/* mid-message or unread reply: dropped */
 	uint32_t ring_poll_us;		/* rings polled after a request, at most (0: never) */
+	uint64_t max_user_memory;	/* bytes one uid (not 0) may cost kvshared */
+	uint64_t max_memory_total;	/* the same for all of them together */
 	/* Per-user limits of the core (socket mode; 0 = none). */
 	uint32_t max_user_pools;
 	uint64_t max_user_pool_pages;

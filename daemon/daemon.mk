@@ -9,7 +9,8 @@ CUDA_INC  ?= /usr/local/cuda/include
 # The remote tier (daemon/remote/) lists its own sources and libraries.
 include daemon/remote/remote.mk
 
-KVSD_SRCS := daemon/main.c daemon/config.c daemon/server.c daemon/pools.c \
+KVSD_SRCS := daemon/main.c daemon/config.c daemon/server.c daemon/sock_cmd.c \
+             daemon/conn.c daemon/accept.c daemon/user.c daemon/pools.c \
              daemon/mem.c daemon/mem_cuda.c daemon/metrics.c daemon/log.c \
              daemon/loop.c daemon/bell.c daemon/closer.c daemon/ring.c \
              daemon/listen.c $(KVSD_REMOTE_SRCS)

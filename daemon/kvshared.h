@@ -7,10 +7,11 @@
  * Prometheus metrics.
  *
  * Shared declarations of pools.c, mem.c, mem_cuda.c and metrics.c.
- * Parsing lives in config.h, the arbiter socket in server.h, the log in
- * log.h and the event loop in loop.h.  Calls go one way, down:
- *   main.c -> metrics.c -> server.c -> ring.c -> remote/tier.c -> pools.c -> mem.c
- *   -> mem_cuda.c
+ * Parsing lives in config.h, the arbiter socket in server.h (its files:
+ * conn.h), the log in log.h and the event loop in loop.h.  Calls go one
+ * way, down:
+ *   main.c -> metrics.c -> server.c (sock_cmd.c, conn.c, accept.c, user.c)
+ *   -> ring.c -> remote/tier.c -> pools.c -> mem.c -> mem_cuda.c
  * (each may also call any file further down), and every one of them may
  * call config.c (names, sizes and addresses), listen.c, loop.c and log.c,
  * which call nothing above them (listen.c and loop.c only log.c).  The

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * kvshared's listening unix sockets: the arbiter socket (server.c) and the
+ * kvshared's listening unix sockets: the arbiter socket (accept.c) and the
  * metrics socket (metrics.c).  Calls only the log.
  */
 #ifndef _KVSHARED_LISTEN_H

@@ -26,6 +26,7 @@ static struct limiter limiters[KVSD_LOG_NKINDS] = {
 	[KVSD_LOG_CLOSE] = { .what = "disconnection" },
 	[KVSD_LOG_REFUSED] = { .what = "refused-connection" },
 	[KVSD_LOG_REMOTE_TIER] = { .what = "remote-tier request" },
+	[KVSD_LOG_USER_LIMIT] = { .what = "user-memory refusal" },
 };
 
 static uint64_t now_ms(void)

@@ -24,6 +24,7 @@ enum kvsd_log_kind {
 	KVSD_LOG_CLOSE,			/* a client disconnected or was dropped */
 	KVSD_LOG_REFUSED,		/* a connection over a cap */
 	KVSD_LOG_REMOTE_TIER,		/* a KVS_SOCK_REMOTE_TIER request */
+	KVSD_LOG_USER_LIMIT,		/* a request past a uid's memory limit */
 	KVSD_LOG_NKINDS,
 };
 

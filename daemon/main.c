@@ -27,6 +27,7 @@
 #include "remote/ctl.h"
 #include "remote/remote.h"
 #include "server.h"
+#include "user.h"
 
 #define TICK_MS		1000
 
@@ -227,6 +228,7 @@ out:
 	kvsd_metrics_stop();
 	kvsd_server_stop();
 	kvsd_remote_stop();
+	kvsd_users_stop();	/* after every holder of a ledger */
 	kvsd_remote_state_stop();
 	close_arbiter(d);
 	/* Paths and specs were checked with the configuration: all runtime. */

@@ -28,6 +28,7 @@
 #include "listen.h"
 #include "remote/remote.h"
 #include "server.h"
+#include "user.h"
 
 #define REQ_MAX		8192		/* request head, bytes */
 #define MAX_CONNS	32
@@ -215,6 +216,18 @@ static void client_sample(const struct kvsd_conn_info *ci, void *arg)
 		  (unsigned long long)ci->held);
 }
 
+static void user_sample(const struct kvsd_user_info *ui, void *arg)
+{
+	struct sbuf *sb = arg;
+	unsigned int k;
+
+	for (k = 0; k < KVSD_CHARGE_NKINDS; k++)
+		sb_printf(sb, "kvshare_user_memory_bytes{uid=\"%u\",what=\"%s\"} %llu\n",
+			  ui->uid, kvsd_charge_names[k], (unsigned long long)ui->bytes[k]);
+	sb_printf(sb, "kvshare_user_memory_bytes{uid=\"%u\",what=\"pools\"} %llu\n",
+		  ui->uid, (unsigned long long)ui->pools);
+}
+
 static void pool_families(struct sbuf *sb, const struct pool_snap *ps, uint32_t n)
 {
 	pool_info(sb, ps, n);
@@ -299,6 +312,9 @@ static void render(struct sbuf *sb)
 		family(sb, "kvshare_client_held_pages", "gauge",
 		       "Pages one connection holds (owned plus references).");
 		kvsd_server_for_each(client_sample, &cc);
+		family(sb, "kvshare_user_memory_bytes", "gauge",
+		       "What a connected uid costs kvshared (max_user_memory), by what.");
+		kvsd_users_for_each(user_sample, sb);
 	}
 	remote = kvsd_remote_metrics();
 	if (remote)

@@ -2,6 +2,7 @@
 /*
  * kvshared's arbiter socket (socket mode): connections, framing of
  * struct kvs_msg, SCM_RIGHTS, and dispatch to the core's kvs_cmd().
+ * Served by server.c, sock_cmd.c, conn.c and accept.c (conn.h).
  */
 #ifndef _KVSHARED_SERVER_H
 #define _KVSHARED_SERVER_H

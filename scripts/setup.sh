@@ -34,7 +34,7 @@ set -euo pipefail
 #   python3-setuptools python3-wheel    its build backend (python/pyproject.toml, --no-build-isolation)
 #   gnuplot-nox                         tools/kvserve/scale.sh: the throughput and memory plot (make bench)
 #   patchelf                            make gpu-bundle: RPATH $ORIGIN/../lib on the bundle's binaries
-#   libhiredis-dev                      kvshared's remote tier: RESP parsing and formatting
+#   libhiredis-dev                      make bench: the plain hiredis loop the remote tier is measured against
 #   redis-server redis-tools            tests/remote: real Redis servers, a cluster, redis-cli
 #   openssl curl                        tests/remote: TLS certificates, the metrics endpoint
 PACKAGES=(

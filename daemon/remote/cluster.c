@@ -7,24 +7,42 @@
  * MAX_PASSES passes, all under the caller's deadline.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <hiredis/hiredis.h>
-
 #include "cluster.h"
 
 #define MAX_PASSES	4
+
+typedef char c_host_t[sizeof(((struct kvsd_rnode *)0)->host)];
 #define MAP_EVERY_MS	100	/* a stale map is asked for at most this often */
+
+/* CRC16-CCITT (XMODEM), as Redis Cluster's keyHashSlot(), a byte at a time. */
+static uint16_t crc16_table[256];
+
+static void crc16_init(void)
+{
+	unsigned int i, b;
+	uint16_t crc;
+
+	for (i = 0; i < 256; i++) {
+		crc = (uint16_t)(i << 8);
+		for (b = 0; b < 8; b++)
+			crc = crc & 0x8000 ? (uint16_t)((crc << 1) ^ 0x1021) : crc << 1;
+		crc16_table[i] = crc;
+	}
+}
 
 uint16_t kvsd_rcl_slot(const char *key, size_t len)
 {
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	const unsigned char *p = (const unsigned char *)key;
 	uint16_t crc = 0;
 	size_t s, e, i;
-	int b;
 
+	pthread_once(&once, crc16_init);
 	/* A {hash tag}: only what is between the first { and the next }. */
 	for (s = 0; s < len && p[s] != '{'; s++)
 		;
@@ -36,12 +54,8 @@ uint16_t kvsd_rcl_slot(const char *key, size_t len)
 			len = e - s - 1;
 		}
 	}
-	/* CRC16-CCITT (XMODEM), as Redis Cluster's keyHashSlot(). */
-	for (i = 0; i < len; i++) {
-		crc ^= (uint16_t)p[i] << 8;
-		for (b = 0; b < 8; b++)
-			crc = crc & 0x8000 ? (uint16_t)((crc << 1) ^ 0x1021) : crc << 1;
-	}
+	for (i = 0; i < len; i++)
+		crc = (uint16_t)(crc << 8) ^ crc16_table[(crc >> 8) ^ p[i]];
 	return crc & (KVSD_RCL_SLOTS - 1);
 }
 
@@ -78,11 +92,32 @@ void kvsd_rcl_close(struct kvsd_rcluster *c)
 		kvsd_rnode_close(&c->nodes[i]);
 }
 
-static int node_find(struct kvsd_rcluster *c, const char *host, size_t hlen, int port)
+/*
+ * An address Redis announced (CLUSTER SLOTS, MOVED, ASK): a numeric IPv4
+ * or IPv6 address or "localhost" (all kvsd_rnode_connect() can reach),
+ * and a TCP port.  Anything else is refused here, before it is stored
+ * or logged.
+ */
+static bool addr_ok(const char *host, size_t hlen, long long port)
+{
+	size_t i;
+
+	if (port < 1 || port > 65535 || !hlen || hlen >= sizeof(c_host_t))
+		return false;
+	if (hlen == 9 && !memcmp(host, "localhost", 9))
+		return true;
+	for (i = 0; i < hlen; i++)
+		if (!strchr("0123456789abcdefABCDEF.:", host[i]) || !host[i])
+			return false;
+	return true;
+}
+
+static int node_find(struct kvsd_rcluster *c, const char *host, size_t hlen,
+		     long long port)
 {
 	unsigned int i;
 
-	if (!hlen || hlen >= sizeof(c->nodes[0].host))
+	if (!addr_ok(host, hlen, port))
 		return -1;
 	for (i = 0; i < c->n_nodes; i++)
 		if (c->nodes[i].port == port && strlen(c->nodes[i].host) == hlen &&
@@ -90,7 +125,7 @@ static int node_find(struct kvsd_rcluster *c, const char *host, size_t hlen, int
 			return (int)i;
 	if (c->n_nodes == KVSD_RCL_MAX_NODES)
 		return -1;
-	kvsd_rnode_init(&c->nodes[c->n_nodes], "", port);
+	kvsd_rnode_init(&c->nodes[c->n_nodes], "", (int)port);
 	c->nodes[c->n_nodes].readonly = c->cluster;
 	memcpy(c->nodes[c->n_nodes].host, host, hlen);
 	c->nodes[c->n_nodes].host[hlen] = '\0';
@@ -103,21 +138,20 @@ static void note(struct kvsd_rcluster *c, const struct kvsd_rnode *n)
 }
 
 /* The first replica of a CLUSTER SLOTS entry, or -1. */
-static int8_t slot_replica(struct kvsd_rcluster *c, const redisReply *e)
+static int8_t slot_replica(struct kvsd_rcluster *c, const struct kvsd_reply *e)
 {
-	const redisReply *r;
+	const struct kvsd_reply *r;
 	int node;
 
 	if (e->elements < 4)
 		return -1;
 	r = e->element[3];
-	if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
-	    r->element[0]->type != REDIS_REPLY_STRING || !r->element[0]->len ||
-	    r->element[1]->type != REDIS_REPLY_INTEGER ||
-	    r->element[1]->integer < 1 || r->element[1]->integer > 65535)
+	if (r->type != KVSD_REPLY_ARRAY || r->elements < 2 ||
+	    r->element[0]->type != KVSD_REPLY_STRING ||
+	    r->element[1]->type != KVSD_REPLY_INTEGER)
 		return -1;
 	node = node_find(c, r->element[0]->str, r->element[0]->len,
-			 (int)r->element[1]->integer);
+			 r->element[1]->integer);
 	return (int8_t)node;
 }
 
@@ -127,8 +161,9 @@ static int map_from(struct kvsd_rcluster *c, unsigned int i, uint64_t deadline_m
 	static const char *argv[] = { "CLUSTER", "SLOTS" };
 	static const size_t lens[] = { 7, 5 };
 	struct kvsd_rcmd cmd;
-	redisReply *r;
+	struct kvsd_reply *r;
 	unsigned int k, set = 0;
+	char words[128];
 	int ret;
 
 	ret = kvsd_rnode_connect(&c->nodes[i], &c->auth, deadline_ms);
@@ -138,34 +173,38 @@ static int map_from(struct kvsd_rcluster *c, unsigned int i, uint64_t deadline_m
 		return -ENOMEM;
 	ret = kvsd_rnode_exec(&c->nodes[i], &cmd, 1, 1u << 20, deadline_ms);
 	r = cmd.reply;
-	if (!ret && (!r || r->type != REDIS_REPLY_ARRAY)) {
-		snprintf(c->err, sizeof(c->err), "%s:%d: CLUSTER SLOTS: %.100s",
+	if (!ret && (!r || r->type != KVSD_REPLY_ARRAY)) {
+		snprintf(c->err, sizeof(c->err), "%s:%d: CLUSTER SLOTS: %s",
 			 c->nodes[i].host, c->nodes[i].port,
-			 r && r->type == REDIS_REPLY_ERROR ? r->str : "not a slot map");
+			 r && r->type == KVSD_REPLY_ERROR ?
+			 kvsd_resp_escape(words, sizeof(words), r->str, r->len) :
+			 "not a slot map");
 		ret = -EPROTO;
 	}
 	for (k = 0; !ret && k < r->elements; k++) {
-		redisReply *e = r->element[k], *m;
+		struct kvsd_reply *e = r->element[k], *m;
 		long long s, t;
 		int node;
 
-		if (e->type != REDIS_REPLY_ARRAY || e->elements < 3)
+		if (e->type != KVSD_REPLY_ARRAY || e->elements < 3)
 			continue;
 		m = e->element[2];
-		if (e->element[0]->type != REDIS_REPLY_INTEGER ||
-		    e->element[1]->type != REDIS_REPLY_INTEGER ||
-		    m->type != REDIS_REPLY_ARRAY || m->elements < 2 ||
-		    m->element[0]->type != REDIS_REPLY_STRING ||
-		    m->element[1]->type != REDIS_REPLY_INTEGER)
+		if (e->element[0]->type != KVSD_REPLY_INTEGER ||
+		    e->element[1]->type != KVSD_REPLY_INTEGER ||
+		    m->type != KVSD_REPLY_ARRAY || m->elements < 2 ||
+		    m->element[0]->type != KVSD_REPLY_STRING ||
+		    m->element[1]->type != KVSD_REPLY_INTEGER)
 			continue;
 		s = e->element[0]->integer;
 		t = e->element[1]->integer;
 		if (s < 0 || t >= KVSD_RCL_SLOTS || s > t)
 			continue;
-		/* An empty address is the node we asked. */
-		node = m->element[0]->len ?
-			node_find(c, m->element[0]->str, m->element[0]->len,
-				  (int)m->element[1]->integer) : (int)i;
+		/* An empty address is the node we asked (its port must be too). */
+		if (!m->element[0]->len)
+			node = m->element[1]->integer == c->nodes[i].port ? (int)i : -1;
+		else
+			node = node_find(c, m->element[0]->str, m->element[0]->len,
+					 m->element[1]->integer);
 		if (node < 0)
 			continue;
 		memset(c->slot_node + s, node, t - s + 1);
@@ -225,41 +264,48 @@ int kvsd_rcl_probe(struct kvsd_rcluster *c, uint64_t deadline_ms)
 }
 
 /* "MOVED 3999 127.0.0.1:6381": the node (added if new), or -1. */
-static int redirect_node(struct kvsd_rcluster *c, const char *msg, uint16_t *slot)
+static int redirect_node(struct kvsd_rcluster *c, const char *msg, size_t len,
+			 uint16_t *slot)
 {
-	const char *sp = strchr(msg, ' '), *addr, *colon;
-	long s, port;
+	const char *sp = memchr(msg, ' ', len), *end = msg + len, *addr, *colon;
+	long long s = 0, port = 0;
+	const char *p;
 
 	if (!sp)
 		return -1;
-	s = strtol(sp + 1, NULL, 10);
-	addr = strchr(sp + 1, ' ');
-	if (!addr || s < 0 || s >= KVSD_RCL_SLOTS)
+	for (p = sp + 1; p < end && *p >= '0' && *p <= '9' && s < KVSD_RCL_SLOTS; p++)
+		s = s * 10 + (*p - '0');
+	if (p == sp + 1 || p == end || *p != ' ' || s >= KVSD_RCL_SLOTS)
 		return -1;
-	addr++;
-	colon = strrchr(addr, ':');
-	port = colon ? strtol(colon + 1, NULL, 10) : 0;
-	if (port < 1 || port > 65535)
+	addr = p + 1;
+	for (colon = NULL, p = addr; p < end; p++)
+		if (*p == ':')
+			colon = p;
+	if (!colon || colon + 1 == end)
+		return -1;
+	for (p = colon + 1; p < end && *p >= '0' && *p <= '9' && port <= 65535; p++)
+		port = port * 10 + (*p - '0');
+	if (p != end)
 		return -1;
 	*slot = (uint16_t)s;
-	return node_find(c, addr, colon - addr, (int)port);
+	return node_find(c, addr, colon - addr, port);
 }
 
-static bool is_err(const redisReply *r, const char *prefix)
+static bool is_err(const struct kvsd_reply *r, const char *prefix)
 {
-	return r && r->type == REDIS_REPLY_ERROR &&
+	return r && r->type == KVSD_REPLY_ERROR &&
 	       !strncmp(r->str, prefix, strlen(prefix));
 }
 
 /* A redirect or a transient cluster error: the command goes again. */
 static bool take_redirect(struct kvsd_rcluster *c, struct kvsd_rcmd *cmd)
 {
-	redisReply *r = cmd->reply;
+	struct kvsd_reply *r = cmd->reply;
 	uint16_t slot;
 	int node;
 
 	if (is_err(r, "MOVED ") || is_err(r, "ASK ")) {
-		node = redirect_node(c, r->str, &slot);
+		node = redirect_node(c, r->str, r->len, &slot);
 		if (node < 0)
 			return false;
 		if (r->str[0] == 'M') {
@@ -278,7 +324,7 @@ static bool take_redirect(struct kvsd_rcluster *c, struct kvsd_rcmd *cmd)
 		return false;
 	}
 	c->redirects++;
-	freeReplyObject(r);
+	kvsd_reply_free(r);
 	cmd->reply = NULL;
 	return true;
 }
@@ -380,7 +426,7 @@ static void run_pass(struct kvsd_rcluster *c, struct kvsd_rcmd *cmds,
 	for (j = 0; j < n; j++) {
 		if (idx[j] == UINT32_MAX) {
 			if (batch[j].reply)
-				freeReplyObject(batch[j].reply);
+				kvsd_reply_free(batch[j].reply);
 			continue;
 		}
 		cmds[idx[j]].reply = batch[j].reply;

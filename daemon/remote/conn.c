@@ -15,8 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
-#include <hiredis/hiredis.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -25,7 +25,7 @@
 
 #define BACKOFF_MIN_MS	100
 #define BACKOFF_MAX_MS	5000
-#define READ_CHUNK	(256u << 10)
+#define SEND_IOV	64	/* commands of one sendmsg() */
 
 struct kvsd_rtls {
 	SSL_CTX *ctx;
@@ -123,8 +123,7 @@ void kvsd_rnode_close(struct kvsd_rnode *n)
 	if (n->fd >= 0)
 		close(n->fd);
 	n->fd = -1;
-	if (n->reader)
-		redisReaderFree(n->reader);
+	kvsd_resp_free(n->reader);
 	n->reader = NULL;
 }
 
@@ -275,6 +274,29 @@ static ssize_t io_write(struct kvsd_rnode *n, const char *p, size_t len, short *
 	return errno == EAGAIN || errno == EINTR ? -EAGAIN : -errno;
 }
 
+/* Plain TCP: as many of the pipeline's commands as the socket takes, in one call. */
+static ssize_t io_writev(struct kvsd_rexec *x, short *want)
+{
+	struct iovec iov[SEND_IOV];
+	struct msghdr msg = { .msg_iov = iov };
+	unsigned int i;
+	ssize_t w;
+
+	for (i = 0; i < SEND_IOV && x->sent + i < x->count; i++) {
+		const struct kvsd_rcmd *c = &x->cmds[x->sent + i];
+		size_t off = i ? 0 : x->off;
+
+		iov[i].iov_base = c->buf + off;
+		iov[i].iov_len = c->len - off;
+	}
+	msg.msg_iovlen = i;
+	w = sendmsg(x->n->fd, &msg, MSG_NOSIGNAL);
+	if (w >= 0)
+		return w;
+	*want = POLLOUT;
+	return errno == EAGAIN || errno == EINTR ? -EAGAIN : -errno;
+}
+
 static ssize_t io_read(struct kvsd_rnode *n, char *p, size_t len, short *want)
 {
 	ssize_t r;
@@ -293,9 +315,17 @@ static ssize_t io_read(struct kvsd_rnode *n, char *p, size_t len, short *want)
 	return errno == EAGAIN || errno == EINTR ? -EAGAIN : -errno;
 }
 
-static bool reply_ok(const redisReply *r)
+static bool reply_ok(const struct kvsd_reply *r)
 {
-	return r && r->type == REDIS_REPLY_STATUS && !strcmp(r->str, "OK");
+	return r && r->type == KVSD_REPLY_STATUS && !strcmp(r->str, "OK");
+}
+
+/* What a refusal said, escaped for the log. */
+static const char *reply_words(const struct kvsd_reply *r, char *buf, size_t len)
+{
+	if (!r || !r->str)
+		return "?";
+	return kvsd_resp_escape(buf, len, r->str, r->len);
 }
 
 static int node_auth(struct kvsd_rnode *n, const struct kvsd_rauth *a,
@@ -304,6 +334,7 @@ static int node_auth(struct kvsd_rnode *n, const struct kvsd_rauth *a,
 	const char *argv[3] = { "AUTH" };
 	size_t lens[3] = { 4 };
 	struct kvsd_rcmd c = { 0 };
+	char words[128];
 	int argc = 1, ret;
 
 	if (!a->password)
@@ -319,9 +350,9 @@ static int node_auth(struct kvsd_rnode *n, const struct kvsd_rauth *a,
 	ret = kvsd_rnode_exec(n, &c, 1, 4096, deadline_ms);
 	if (!ret && !reply_ok(c.reply)) {
 		/* Redis's words (WRONGPASS ...), never the password. */
-		snprintf(n->err, sizeof(n->err), "AUTH%s%s at %s:%d refused: %.100s",
+		snprintf(n->err, sizeof(n->err), "AUTH%s%s at %s:%d refused: %s",
 			 a->user ? " as " : "", a->user ? a->user : "", n->host,
-			 n->port, c.reply && c.reply->str ? c.reply->str : "?");
+			 n->port, reply_words(c.reply, words, sizeof(words)));
 		n->auth_failed = true;
 		ret = -EACCES;
 	}
@@ -341,14 +372,14 @@ static int node_readonly(struct kvsd_rnode *n, uint64_t deadline_ms)
 	static const char cmd[] = "*1\r\n$8\r\nREADONLY\r\n";
 	struct kvsd_rcmd c = { .buf = (char *)cmd, .len = sizeof(cmd) - 1 };
 	int ret = kvsd_rnode_exec(n, &c, 1, 4096, deadline_ms);
+	char words[128];
 
 	if (!ret && !reply_ok(c.reply)) {
-		snprintf(n->err, sizeof(n->err), "READONLY at %s:%d refused: %.100s",
-			 n->host, n->port, c.reply && c.reply->str ? c.reply->str : "?");
+		snprintf(n->err, sizeof(n->err), "READONLY at %s:%d refused: %s",
+			 n->host, n->port, reply_words(c.reply, words, sizeof(words)));
 		ret = -EPROTO;
 	}
-	if (c.reply)
-		freeReplyObject(c.reply);
+	kvsd_reply_free(c.reply);
 	return ret;
 }
 
@@ -366,7 +397,7 @@ int kvsd_rnode_connect(struct kvsd_rnode *n, const struct kvsd_rauth *a,
 		return -EAGAIN;
 	}
 	n->auth_failed = false;
-	n->reader = redisReaderCreate();
+	n->reader = kvsd_resp_new();
 	if (!n->reader)
 		return -ENOMEM;
 	ret = tcp_connect(n, deadline_ms);
@@ -407,59 +438,110 @@ static int exec_fail(struct kvsd_rnode *n, int ret, const char *what)
 	return ret;
 }
 
+/* Send what the socket takes now: 0, or -errno (-EAGAIN: *want says for what). */
+static int exec_send(struct kvsd_rexec *x, short *want)
+{
+	ssize_t w;
+
+	while (x->sent < x->count) {
+		struct kvsd_rcmd *c = &x->cmds[x->sent];
+
+		w = x->n->ssl ? io_write(x->n, c->buf + x->off, c->len - x->off, want)
+			      : io_writev(x, want);
+		if (w < 0)
+			return (int)w;
+		/* Past every command the call took whole. */
+		while (w && x->sent < x->count) {
+			size_t left = x->cmds[x->sent].len - x->off;
+
+			if ((size_t)w < left) {
+				x->off += w;
+				break;
+			}
+			w -= left;
+			x->sent++;
+			x->off = 0;
+		}
+	}
+	return 0;
+}
+
 /*
  * Move what the socket allows: write until it would block, read and take
  * every whole reply until it would block.  1 when every reply is in, 0
  * when it must wait (x->events says for what), or -errno (the node is
  * closed).
  */
-static int exec_step(struct kvsd_rexec *x, char *buf)
+static int exec_step(struct kvsd_rexec *x)
 {
 	struct kvsd_rnode *n = x->n;
 	short w_want = POLLOUT, r_want = POLLIN;
+	struct kvsd_reply *reply;
+	size_t room;
+	char *p;
 	ssize_t r;
+	int ret;
 
 	while (x->got < x->count) {
-		while (x->sent < x->count) {
-			struct kvsd_rcmd *c = &x->cmds[x->sent];
-
-			r = io_write(n, c->buf + x->off, c->len - x->off, &w_want);
-			if (r == -EAGAIN)
-				break;
-			if (r < 0)
-				return exec_fail(n, (int)r, "sending");
-			x->off += r;
-			if (x->off == (size_t)c->len) {
-				x->sent++;
-				x->off = 0;
-			}
-		}
-		r = io_read(n, buf, READ_CHUNK, &r_want);
+		ret = exec_send(x, &w_want);
+		if (ret && ret != -EAGAIN)
+			return exec_fail(n, ret, "sending");
+		kvsd_resp_space(n->reader, &p, &room);
+		r = io_read(n, p, room, &r_want);
 		if (r == -EAGAIN) {
 			x->events = r_want | (x->sent < x->count ? w_want : 0);
 			return 0;
 		}
 		if (r < 0)
 			return exec_fail(n, (int)r, "reading");
-		x->read_total += r;
-		if (x->read_total > x->budget ||
-		    redisReaderFeed(n->reader, buf, r) != REDIS_OK)
-			return exec_fail(n, -EPROTO, "reading");
+		kvsd_resp_filled(n->reader, r);
 		for (;;) {
-			void *reply;
-
-			if (redisReaderGetReply(n->reader, &reply) != REDIS_OK)
-				return exec_fail(n, -EPROTO, "reading");
-			if (!reply)
+			/* The next reply is its command's: its bound, its sink. */
+			if (x->got < x->count)
+				kvsd_resp_expect(n->reader, x->max_reply,
+						 x->cmds[x->got].sink);
+			ret = kvsd_resp_next(n->reader, &reply);
+			if (ret < 0) {
+				snprintf(n->err, sizeof(n->err), "%s:%d: reading: %s",
+					 n->host, n->port, kvsd_resp_error(n->reader));
+				node_failed(n);
+				return -EPROTO;
+			}
+			if (!ret)
 				break;
 			if (x->got >= x->count) {	/* an answer nobody asked */
-				freeReplyObject(reply);
-				return exec_fail(n, -EPROTO, "reading");
+				kvsd_reply_free(reply);
+				snprintf(n->err, sizeof(n->err), "%s:%d: a reply nobody asked for",
+					 n->host, n->port);
+				node_failed(n);
+				return -EPROTO;
 			}
 			x->cmds[x->got++].reply = reply;
 		}
 	}
+	if (kvsd_resp_busy(n->reader)) {
+		snprintf(n->err, sizeof(n->err), "%s:%d: bytes after the last reply",
+			 n->host, n->port);
+		node_failed(n);
+		return -EPROTO;
+	}
 	return 1;
+}
+
+/*
+ * Bytes waiting before anything was asked: a Redis that answers what
+ * nobody asked would shift every later reply onto the wrong command.
+ * (Plain TCP: over TLS, session tickets may wait there.)
+ */
+static bool unsolicited(struct kvsd_rnode *n)
+{
+	char c;
+
+	if (n->ssl || n->fd < 0)
+		return false;
+	if (recv(n->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 1)
+		return true;
+	return false;
 }
 
 void kvsd_rexec_init(struct kvsd_rexec *x, struct kvsd_rnode *n,
@@ -469,19 +551,24 @@ void kvsd_rexec_init(struct kvsd_rexec *x, struct kvsd_rnode *n,
 	x->n = n;
 	x->cmds = cmds;
 	x->count = count;
-	x->budget = max_reply * count;
+	x->max_reply = max_reply;
 	x->ret = n->fd < 0 ? -ENOTCONN : 1;	/* 1: running */
+	if (x->ret == 1 && unsolicited(n)) {
+		snprintf(n->err, sizeof(n->err), "%s:%d: bytes nobody asked for",
+			 n->host, n->port);
+		node_failed(n);
+		x->ret = -EPROTO;
+	}
 }
 
 void kvsd_rexec_run(struct kvsd_rexec *xs, unsigned int n_x, uint64_t deadline_ms)
 {
 	struct pollfd *p = calloc(n_x, sizeof(*p));
 	unsigned int *idx = calloc(n_x, sizeof(*idx));
-	char *buf = malloc(READ_CHUNK);
 	unsigned int i, n_p;
 	int left, r;
 
-	if (!p || !idx || !buf) {
+	if (!p || !idx) {
 		for (i = 0; i < n_x; i++)
 			if (xs[i].ret == 1)
 				xs[i].ret = -ENOMEM;
@@ -492,7 +579,7 @@ void kvsd_rexec_run(struct kvsd_rexec *xs, unsigned int n_x, uint64_t deadline_m
 		for (i = 0; i < n_x; i++) {
 			if (xs[i].ret != 1)
 				continue;
-			r = exec_step(&xs[i], buf);
+			r = exec_step(&xs[i]);
 			if (r) {
 				xs[i].ret = r < 0 ? r : 0;
 				continue;
@@ -520,7 +607,6 @@ void kvsd_rexec_run(struct kvsd_rexec *xs, unsigned int n_x, uint64_t deadline_m
 out:
 	free(p);
 	free(idx);
-	free(buf);
 }
 
 int kvsd_rnode_exec(struct kvsd_rnode *n, struct kvsd_rcmd *cmds, unsigned int count,
@@ -533,11 +619,11 @@ int kvsd_rnode_exec(struct kvsd_rnode *n, struct kvsd_rcmd *cmds, unsigned int c
 	return x.ret;
 }
 
-int kvsd_rcmd_format(struct kvsd_rcmd *c, int argc, const char **argv,
+int kvsd_rcmd_format(struct kvsd_rcmd *c, int argc, const char *const *argv,
 		     const size_t *lens)
 {
 	char *buf = NULL;
-	int len = redisFormatCommandArgv(&buf, argc, argv, lens);
+	int len = kvsd_resp_format(&buf, argc, argv, lens);
 
 	if (len < 0)
 		return -ENOMEM;
@@ -550,9 +636,8 @@ int kvsd_rcmd_format(struct kvsd_rcmd *c, int argc, const char **argv,
 
 void kvsd_rcmd_free(struct kvsd_rcmd *c)
 {
-	if (c->reply)
-		freeReplyObject(c->reply);
+	kvsd_reply_free(c->reply);
 	c->reply = NULL;
-	free(c->buf);		/* redisFormatCommandArgv mallocs (hi_malloc) */
+	free(c->buf);
 	c->buf = NULL;
 }

@@ -4,9 +4,9 @@
  * TCP (optionally TLS through OpenSSL), AUTH with an ACL user, and
  * pipelined commands.  Every call takes an absolute deadline (CLOCK_
  * MONOTONIC ms) and never blocks past it: the socket is non-blocking and
- * waits are poll()s bounded by the deadline.  hiredis does the RESP work
- * (redisFormatCommandArgv, redisReader); the bytes move here, because
- * Debian's hiredis 0.14 has neither TLS nor cluster support.
+ * waits are poll()s bounded by the deadline.  Replies are read by the
+ * project's own bounded RESP reader (resp.h), never by hiredis:
+ * a Redis is not trusted to send sane replies.
  *
  * A node that fails to connect or breaks mid-call is closed and not
  * tried again before its backoff passes (100 ms, doubling to 5 s), so
@@ -19,7 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct redisReply;
+#include "resp.h"
+
 struct kvsd_rtls;
 
 /* How to reach and log in to every node of one tier. */
@@ -34,7 +35,7 @@ struct kvsd_rnode {
 	int port;
 	int fd;				/* -1: not connected */
 	void *ssl;			/* SSL *, with TLS */
-	void *reader;			/* redisReader * */
+	struct kvsd_resp *reader;
 	uint64_t retry_at_ms;		/* no connect before this */
 	uint32_t backoff_ms;
 	bool auth_failed;		/* the last connect was refused by AUTH */
@@ -43,13 +44,15 @@ struct kvsd_rnode {
 };
 
 /*
- * One command of a pipeline: RESP bytes (redisFormatCommandArgv) and,
- * after kvsd_rnode_exec(), its reply (NULL if none came).
+ * One command of a pipeline: RESP bytes (kvsd_rcmd_format) and, after
+ * kvsd_rnode_exec(), its reply (NULL if none came).  With a sink, a bulk
+ * string reply of the sink's length is read into it (resp.h).
  */
 struct kvsd_rcmd {
 	char *buf;
 	int len;
-	struct redisReply *reply;
+	struct kvsd_reply *reply;
+	const struct kvsd_rsink *sink;
 	uint16_t slot;			/* cluster routing (cluster.c) */
 	int8_t node;			/* where it goes, -1: by slot */
 	bool asking;			/* precede it with ASKING (an ASK redirect) */
@@ -76,9 +79,10 @@ int kvsd_rnode_connect(struct kvsd_rnode *n, const struct kvsd_rauth *a,
 
 /*
  * Send cmds[0..n) in one pipeline and read one reply each, in order,
- * reading while writing.  A reply longer than max_reply bytes, garbage,
- * a broken connection or the deadline closes the node: -EPROTO, -EIO,
- * -ETIMEDOUT, the replies read so far kept.
+ * reading while writing.  A reply longer than max_reply bytes (or
+ * otherwise out of the reader's bounds), garbage, bytes nobody asked
+ * for, a broken connection or the deadline closes the node: -EPROTO,
+ * -EIO, -ETIMEDOUT, the replies read so far kept.
  */
 int kvsd_rnode_exec(struct kvsd_rnode *n, struct kvsd_rcmd *cmds, unsigned int count,
 		    size_t max_reply, uint64_t deadline_ms);
@@ -91,7 +95,7 @@ struct kvsd_rexec {
 	struct kvsd_rnode *n;
 	struct kvsd_rcmd *cmds;
 	unsigned int count, sent, got;
-	size_t off, budget, read_total;
+	size_t off, max_reply;
 	short events;			/* what it waits for */
 	int ret;			/* 1 while running */
 };
@@ -101,7 +105,7 @@ void kvsd_rexec_init(struct kvsd_rexec *x, struct kvsd_rnode *n,
 void kvsd_rexec_run(struct kvsd_rexec *xs, unsigned int n_x, uint64_t deadline_ms);
 
 /* A command from argv; 0 or -ENOMEM.  kvsd_rcmd_free() frees buf and reply. */
-int kvsd_rcmd_format(struct kvsd_rcmd *c, int argc, const char **argv,
+int kvsd_rcmd_format(struct kvsd_rcmd *c, int argc, const char *const *argv,
 		     const size_t *lens);
 void kvsd_rcmd_free(struct kvsd_rcmd *c);
 

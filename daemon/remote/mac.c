@@ -264,8 +264,10 @@ static struct tag_ctx *ctx_get(void)
 }
 
 /* The tag of @msg under @key and @nonce (the one-time key of mac.h). */
+/* The tag of @msg then @msg2 (len2 0: none). */
 static int tag(const uint8_t key[KVSD_RMAC_KEY], const uint8_t nonce[KVSD_RMAC_NONCE],
-	       const void *msg, size_t len, uint8_t out[KVSD_RMAC_TAG])
+	       const void *msg, size_t len, const void *msg2, size_t len2,
+	       uint8_t out[KVSD_RMAC_TAG])
 {
 	static const uint8_t zero[KVSD_RMAC_KEY];
 	struct tag_ctx *x = ctx_get();
@@ -277,6 +279,7 @@ static int tag(const uint8_t key[KVSD_RMAC_KEY], const uint8_t nonce[KVSD_RMAC_N
 	ok = x && EVP_EncryptInit_ex2(x->c, chacha20, key, nonce, NULL) &&
 	     EVP_EncryptUpdate(x->c, otk, &n, zero, sizeof(zero)) && n == sizeof(otk) &&
 	     EVP_MAC_init(x->p, otk, sizeof(otk), NULL) && EVP_MAC_update(x->p, msg, len) &&
+	     (!len2 || EVP_MAC_update(x->p, msg2, len2)) &&
 	     EVP_MAC_final(x->p, out, &tag_len, KVSD_RMAC_TAG) && tag_len == KVSD_RMAC_TAG;
 	explicit_bzero(otk, sizeof(otk));
 	return ok ? 0 : -EIO;
@@ -299,18 +302,24 @@ int kvsd_rmac_sign(const struct kvsd_rmac_keys *k, const void *msg, size_t len,
 	memcpy(out, &x->salt, sizeof(x->salt));
 	memcpy(out + sizeof(x->salt), &x->count, sizeof(x->count));
 	x->count++;
-	return tag(k->key[0], out, msg, len, out + KVSD_RMAC_NONCE);
+	return tag(k->key[0], out, msg, len, NULL, 0, out + KVSD_RMAC_NONCE);
 }
 
 int kvsd_rmac_verify(const struct kvsd_rmac_keys *k, const void *msg, size_t len,
 		     const uint8_t mac[KVSD_RMAC_LEN])
+{
+	return kvsd_rmac_verify_parts(k, msg, len, NULL, 0, mac);
+}
+
+int kvsd_rmac_verify_parts(const struct kvsd_rmac_keys *k, const void *msg, size_t len,
+			   const void *msg2, size_t len2, const uint8_t mac[KVSD_RMAC_LEN])
 {
 	uint8_t want[KVSD_RMAC_TAG];
 	unsigned int i;
 	int ret;
 
 	for (i = 0; i < k->n; i++) {
-		ret = tag(k->key[i], mac, msg, len, want);
+		ret = tag(k->key[i], mac, msg, len, msg2, len2, want);
 		if (ret)
 			return ret;
 		if (!CRYPTO_memcmp(want, mac + KVSD_RMAC_NONCE, KVSD_RMAC_TAG))

@@ -67,5 +67,8 @@ int kvsd_rmac_sign(const struct kvsd_rmac_keys *k, const void *msg, size_t len,
  */
 int kvsd_rmac_verify(const struct kvsd_rmac_keys *k, const void *msg, size_t len,
 		     const uint8_t mac[KVSD_RMAC_LEN]);
+/* The same over a message in two pieces: @msg, then @msg2. */
+int kvsd_rmac_verify_parts(const struct kvsd_rmac_keys *k, const void *msg, size_t len,
+			   const void *msg2, size_t len2, const uint8_t mac[KVSD_RMAC_LEN]);
 
 #endif /* _KVSHARED_REMOTE_MAC_H */

@@ -14,6 +14,12 @@ static void family(FILE *f, const char *name, const char *type, const char *help
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+static const char *const write_drop_names[] = {
+	[WRITE_DROP_BUSY] = "busy",
+	[WRITE_DROP_DOWN] = "down",
+	[WRITE_DROP_REFUSED] = "refused",
+};
+
 #define EACH_TIER(t) for (t = kvsd_remote_tiers; t; t = t->next)
 
 static void counter(FILE *f, const char *name, const char *help, size_t off)
@@ -56,12 +62,13 @@ static void latency(FILE *f)
 
 static void skipped(FILE *f, struct tier *t)
 {
-	static const char *const why[] = { "down", "busy", "claimed", "recent_miss" };
+	static const char *const why[] = { "down", "busy", "claimed", "recent_miss",
+					   "user_memory" };
 	atomic_ullong *c[] = { &t->st.skip_down, &t->st.skip_busy,
-			       &t->st.skip_claimed, &t->st.skip_neg };
+			       &t->st.skip_claimed, &t->st.skip_neg, &t->st.skip_user };
 	unsigned int i;
 
-	for (i = 0; i < 4; i++)
+	for (i = 0; i < sizeof(why) / sizeof(why[0]); i++)
 		fprintf(f, "kvshare_remote_fetch_skipped_total{pool=\"%s\",why=\"%s\"} %llu\n",
 			t->name, why[i], get(c[i]));
 }
@@ -83,7 +90,8 @@ char *kvsd_remote_metrics(void)
 	EACH_TIER(t)
 		fprintf(f, "kvshare_remote_up{pool=\"%s\"} %d\n", t->name,
 			atomic_load(&t->up) ? 1 : 0);
-	family(f, "kvshare_remote_write_queue", "gauge", "Pages waiting to be written.");
+	family(f, "kvshare_remote_write_queue", "gauge",
+	       "Pages waiting to be written, a reference on each.");
 	EACH_TIER(t)
 		fprintf(f, "kvshare_remote_write_queue{pool=\"%s\"} %u\n", t->name,
 			t->write_queued);
@@ -108,8 +116,14 @@ char *kvsd_remote_metrics(void)
 	COUNTER(f, "kvshare_remote_write_bytes_total", "Bytes written.", bytes_out);
 	COUNTER(f, "kvshare_remote_write_errors_total",
 		"Pages Redis refused or did not answer.", write_errors);
-	COUNTER(f, "kvshare_remote_write_dropped_total",
-		"Pages not queued: queue full, quota, or Redis down.", write_dropped);
+	family(f, "kvshare_remote_write_dropped_total", "counter",
+	       "Pages not queued for writing, by reason: busy (the queue's bound, "
+	       "remote_queue or a quarter of the pool: Redis slower than the "
+	       "publishes), down (no Redis answers), refused (no reference: quota).");
+	EACH_TIER(t)
+		for (b = 0; b < 3; b++)
+			fprintf(f, "kvshare_remote_write_dropped_total{pool=\"%s\",reason=\"%s\"} %llu\n",
+				t->name, write_drop_names[b], get(&t->st.write_dropped[b]));
 	COUNTER(f, "kvshare_remote_redirects_total",
 		"MOVED, ASK and retries followed.", redirects);
 	COUNTER(f, "kvshare_remote_slot_map_loads_total",

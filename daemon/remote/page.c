@@ -159,16 +159,16 @@ int kvsd_rpage_seal(uint8_t *val, const struct kvsd_rpage_id *id,
 }
 
 /* A keyed tier's verdict on a value's MAC (absent: refused). */
-static enum kvsd_rpage_bad mac_check(const struct kvsd_rpage_id *id, const uint8_t *val,
-				     size_t len, bool has_mac)
+static enum kvsd_rpage_bad mac_check(const struct kvsd_rpage_id *id, const void *hdr,
+				     const void *bytes, const uint8_t *mac, bool has_mac)
 {
 	struct kvsd_rmac_keys *k;
 	int ret;
 
-	if (!has_mac)
+	if (!has_mac || !mac)
 		return KVSD_RPAGE_BAD_MAC;
 	k = kvsd_rmac_get(id->mac);
-	ret = kvsd_rmac_verify(k, val, len, val + len);
+	ret = kvsd_rmac_verify_parts(k, hdr, KVSD_RPAGE_HDR, bytes, id->geom.page_bytes, mac);
 	kvsd_rmac_put(k);
 	return ret < 0 ? KVSD_RPAGE_BAD_MAC : KVSD_RPAGE_OK;
 }
@@ -178,20 +178,35 @@ enum kvsd_rpage_bad kvsd_rpage_check(const void *val, size_t len,
 				     const struct kvs_key *key)
 {
 	size_t body = KVSD_RPAGE_HDR + id->geom.page_bytes;
+	const uint8_t *v = val;
+
+	if (len < KVSD_RPAGE_HDR)
+		return KVSD_RPAGE_BAD_SIZE;
+	return kvsd_rpage_check_parts(v, v + KVSD_RPAGE_HDR,
+				      len == body + KVSD_RMAC_LEN ? v + body : NULL, len,
+				      id, key);
+}
+
+enum kvsd_rpage_bad kvsd_rpage_check_parts(const void *hdr, const void *bytes,
+					   const void *mac, size_t len,
+					   const struct kvsd_rpage_id *id,
+					   const struct kvs_key *key)
+{
+	size_t body = KVSD_RPAGE_HDR + id->geom.page_bytes;
 	struct rpage_hdr want, got;
 	uint8_t sum[16];
 	bool has_mac;
 
 	if (len != body && len != body + KVSD_RMAC_LEN)
 		return KVSD_RPAGE_BAD_SIZE;
-	memcpy(&got, val, sizeof(got));
+	memcpy(&got, hdr, sizeof(got));
 	hdr_fill(&want, id, key);
 	if (memcmp(got.magic, want.magic, sizeof(got.magic)) ||
 	    got.version != want.version || got.hdr_len != want.hdr_len ||
 	    (got.flags & ~htole64(RPAGE_F_MAC)))
 		return KVSD_RPAGE_BAD_FORMAT;
 	has_mac = got.flags & htole64(RPAGE_F_MAC);
-	if (len != body + (has_mac ? KVSD_RMAC_LEN : 0))
+	if (len != body + (has_mac ? KVSD_RMAC_LEN : 0) || (has_mac && !mac))
 		return KVSD_RPAGE_BAD_SIZE;
 	if (memcmp(&got.n_layers, &want.n_layers,
 		   offsetof(struct rpage_hdr, owner) -
@@ -207,9 +222,9 @@ enum kvsd_rpage_bad kvsd_rpage_check(const void *val, size_t len,
 	 * the checksum is computed only to say why a value fails: damaged
 	 * (checksum) or consistent but not ours (mac).
 	 */
-	if (id->mac && mac_check(id, val, body, has_mac) == KVSD_RPAGE_OK)
+	if (id->mac && mac_check(id, hdr, bytes, mac, has_mac) == KVSD_RPAGE_OK)
 		return KVSD_RPAGE_OK;
-	checksum(&got, (const uint8_t *)val + KVSD_RPAGE_HDR, id->geom.page_bytes, sum);
+	checksum(&got, bytes, id->geom.page_bytes, sum);
 	if (memcmp(sum, got.sum, sizeof(sum)))
 		return KVSD_RPAGE_BAD_CHECKSUM;
 	return id->mac ? KVSD_RPAGE_BAD_MAC : KVSD_RPAGE_OK;

@@ -79,5 +79,14 @@ int kvsd_rpage_seal(uint8_t *val, const struct kvsd_rpage_id *id,
 enum kvsd_rpage_bad kvsd_rpage_check(const void *val, size_t len,
 				     const struct kvsd_rpage_id *id,
 				     const struct kvs_key *key);
+/*
+ * The same for a value read into separate places (the tier reads a page
+ * straight into the pool): its header, its page bytes and its MAC (NULL
+ * if it came without one); @len is the whole value's length.
+ */
+enum kvsd_rpage_bad kvsd_rpage_check_parts(const void *hdr, const void *bytes,
+					   const void *mac, size_t len,
+					   const struct kvsd_rpage_id *id,
+					   const struct kvs_key *key);
 
 #endif /* _KVSHARED_REMOTE_PAGE_H */

@@ -12,8 +12,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <hiredis/hiredis.h>
-
 #include "tier.h"
 
 static void set_up(struct tier *t, bool up)
@@ -30,6 +28,14 @@ static void set_up(struct tier *t, bool up)
 			      memory_order_relaxed);
 }
 
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 static void lat_count(struct tier *t, uint64_t us)
 {
 	unsigned int b;
@@ -40,69 +46,137 @@ static void lat_count(struct tier *t, uint64_t us)
 	count(&t->st.lat_sum_us, us);
 }
 
-static void do_fetch(struct tier *t, struct job *j)
+/* What of a fetched value is not the page: its header, then its MAC if it has one. */
+#define VALUE_SIDE	(KVSD_RPAGE_HDR + KVSD_RMAC_LEN)
+
+/* A fetch job's GETs, their sinks and the values' headers and MACs, within a round. */
+struct fetch_io {
+	struct kvsd_rcmd *cmds;
+	struct kvsd_rsink *sinks;
+	uint8_t *hdrs;
+};
+
+/*
+ * The job's GETs, each value to be read straight into its claimed page
+ * (its header beside it): the page is the job's until the loop publishes
+ * or puts it, and only what passes fetch_check() is published, so bytes
+ * that fail never reach a reader.
+ */
+static int fetch_prepare(struct tier *t, struct job *j, struct fetch_io *io)
 {
-	const struct tns *s = j->tns;
 	size_t page_bytes = t->geom.page_bytes;
-	struct kvsd_rcmd *cmds = calloc(j->n, sizeof(*cmds));
 	char key[KVSD_RPAGE_KEY_MAX];
 	unsigned int i;
-	struct timespec ts;
-	uint64_t t0;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	t0 = (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 	count(&t->st.fetches, 1);
 	count(&t->st.fetch_pages, j->n);
-	if (!cmds) {
-		j->failed = true;
-		return;
-	}
 	for (i = 0; i < j->n; i++) {
 		const char *argv[2] = { "GET", key };
-		size_t lens[2] = { 3, kvsd_rpage_key(key, &s->id, &j->keys[i]) };
+		size_t lens[2] = { 3, kvsd_rpage_key(key, &j->tns->id, &j->keys[i]) };
 
-		if (kvsd_rcmd_format(&cmds[i], 2, argv, lens))
-			break;
-		cmds[i].slot = kvsd_rcl_slot(key, lens[1]);
-		cmds[i].read = true;
+		if (kvsd_rcmd_format(&io->cmds[i], 2, argv, lens))
+			return -ENOMEM;
+		io->cmds[i].slot = kvsd_rcl_slot(key, lens[1]);
+		io->cmds[i].read = true;
+		io->sinks[i].head = io->hdrs + (size_t)i * VALUE_SIDE;
+		io->sinks[i].head_len = KVSD_RPAGE_HDR;
+		io->sinks[i].body = t->mem + (size_t)j->pages[i] * page_bytes;
+		io->sinks[i].body_len = page_bytes;
+		/* A value may come with a MAC, keyed tier or not (page.h). */
+		io->sinks[i].tail = io->hdrs + (size_t)i * VALUE_SIDE + KVSD_RPAGE_HDR;
+		io->sinks[i].tail_len = KVSD_RMAC_LEN;
+		io->cmds[i].sink = &io->sinks[i];
 	}
-	if (i == j->n) {	/* every GET formatted */
-		kvsd_rcl_exec(&t->rcl, cmds, j->n, kvsd_rpage_value_max(&s->id) + 64,
-			      j->t0_ms + t->rc->timeout_ms);
-		set_up(t, kvsd_rcl_reachable(&t->rcl));
-	}
+	return 0;
+}
+
+/* The replies in chain order: j->n_ok is the valid run. */
+static void fetch_check(struct tier *t, struct job *j, const struct fetch_io *io,
+			uint64_t t0_us)
+{
+	unsigned int i;
+
 	for (i = 0; i < j->n; i++) {
-		redisReply *r = cmds[i].reply;
+		const struct kvsd_reply *r = io->cmds[i].reply;
 		enum kvsd_rpage_bad bad;
 
-		if (!r || r->type == REDIS_REPLY_ERROR) {
+		if (!r || r->type == KVSD_REPLY_ERROR) {
 			j->failed = true;
 			count(&t->st.error_fetches, 1);
 			break;
 		}
-		if (r->type == REDIS_REPLY_NIL) {
+		if (r->type == KVSD_REPLY_NIL) {
 			count(&t->st.miss_pages, 1);
 			break;
 		}
-		bad = r->type == REDIS_REPLY_STRING ?
-		      kvsd_rpage_check(r->str, r->len, &s->id, &j->keys[i]) :
-		      KVSD_RPAGE_BAD_FORMAT;
+		if (r->type != KVSD_REPLY_STRING)
+			bad = KVSD_RPAGE_BAD_FORMAT;
+		else if (!r->sunk)	/* not a value's length: discarded */
+			bad = KVSD_RPAGE_BAD_SIZE;
+		else
+			bad = kvsd_rpage_check_parts(io->sinks[i].head, io->sinks[i].body,
+						     r->len == KVSD_RPAGE_HDR + t->geom.page_bytes ?
+						     NULL : io->sinks[i].tail, r->len,
+						     &j->tns->id, &j->keys[i]);
 		if (bad) {
 			count(&t->st.dropped[bad], 1);
 			break;
 		}
-		memcpy(t->mem + (size_t)j->pages[i] * page_bytes, r->str + KVSD_RPAGE_HDR,
-		       page_bytes);
 		count(&t->st.bytes_in, r->len);
 		j->n_ok++;
 	}
 	count(&t->st.hit_pages, j->n_ok);
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	lat_count(t, (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000 - t0);
-	for (i = 0; i < j->n; i++)
-		kvsd_rcmd_free(&cmds[i]);
-	free(cmds);
+	lat_count(t, now_us() - t0_us);
+}
+
+/*
+ * Every fetch job of @list in one pipeline per node, so that fetches of
+ * different clients are in flight together rather than one after the
+ * other; under the earliest job's deadline, so that no waiter waits past
+ * its own.
+ */
+static void do_fetches(struct tier *t, struct job *list)
+{
+	uint64_t t0 = now_us(), deadline = UINT64_MAX;
+	unsigned int n = 0, at = 0, i;
+	struct fetch_io all = { 0 }, io;
+	struct job *j;
+
+	for (j = list; j; j = j->next) {
+		n += j->n;
+		if (j->t0_ms + t->rc->timeout_ms < deadline)
+			deadline = j->t0_ms + t->rc->timeout_ms;
+	}
+	all.cmds = calloc(n, sizeof(*all.cmds));
+	all.sinks = calloc(n, sizeof(*all.sinks));
+	all.hdrs = malloc((size_t)n * VALUE_SIDE);
+	for (j = list; j; j = j->next) {
+		io.cmds = all.cmds + at;
+		io.sinks = all.sinks + at;
+		io.hdrs = all.hdrs + (size_t)at * VALUE_SIDE;
+		if (!all.cmds || !all.sinks || !all.hdrs || fetch_prepare(t, j, &io))
+			goto fail;
+		at += j->n;
+	}
+	kvsd_rcl_exec(&t->rcl, all.cmds, n, kvsd_rpage_value_max(&list->tns->id) + 64,
+		      deadline);
+	set_up(t, kvsd_rcl_reachable(&t->rcl));
+	for (at = 0, j = list; j; at += j->n, j = j->next) {
+		io.cmds = all.cmds + at;
+		io.sinks = all.sinks + at;
+		io.hdrs = all.hdrs + (size_t)at * VALUE_SIDE;
+		fetch_check(t, j, &io, t0);
+	}
+	goto out;
+fail:
+	for (j = list; j; j = j->next)
+		j->failed = true;
+out:
+	for (i = 0; all.cmds && i < n; i++)
+		kvsd_rcmd_free(&all.cmds[i]);
+	free(all.cmds);
+	free(all.sinks);
+	free(all.hdrs);
 }
 
 /*
@@ -209,9 +283,9 @@ static void do_writes(struct tier *t, struct job *list)
 			set_up(t, kvsd_rcl_reachable(&t->rcl));
 		}
 		for (i = 0; i < n; i++) {
-			redisReply *r = cmds[i].reply;
+			struct kvsd_reply *r = cmds[i].reply;
 
-			if (r && r->type == REDIS_REPLY_STATUS) {
+			if (r && r->type == KVSD_REPLY_STATUS) {
 				count(&t->st.written, 1);
 				count(&t->st.bytes_out, value);
 			} else {
@@ -264,12 +338,57 @@ static struct job *take_jobs(struct tier *t)
 	return list;
 }
 
+static bool has_fetch(const struct job *j)
+{
+	for (; j; j = j->next)
+		if (j->fetch)
+			return true;
+	return false;
+}
+
+/*
+ * Clients that miss together (the replicas of an engine given the same
+ * prompt burst) reach the loop within a fraction of a millisecond, and
+ * the thread wakes at the first: it waits FETCH_LINGER_US for more, as
+ * long as more come (FETCH_LINGER_MAX_US in all), so that they share one
+ * pipeline instead of each waiting for the round trip of the one before.
+ */
+static void linger(struct tier *t, struct job **list)
+{
+	struct job **tail = list;
+	uint64_t start = now_us();
+	struct timespec ts;
+
+	while (*tail)
+		tail = &(*tail)->next;
+	pthread_mutex_lock(&t->mu);
+	while (!t->stop && now_us() - start < FETCH_LINGER_MAX_US) {
+		if (!t->todo) {
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += FETCH_LINGER_US * 1000l;
+			ts.tv_sec += ts.tv_nsec / 1000000000l;
+			ts.tv_nsec %= 1000000000l;
+			pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+			if (!t->todo)
+				break;	/* none came: go */
+		}
+		*tail = t->todo;
+		while (*tail)
+			tail = &(*tail)->next;
+		t->todo = NULL;
+		t->todo_tail = &t->todo;
+	}
+	pthread_mutex_unlock(&t->mu);
+}
+
 void *kvsd_tier_main(void *arg)
 {
 	struct tier *t = arg;
 	struct job *list, *j, *next, *fetches, *writes, **ft, **wt;
 
 	while ((list = take_jobs(t))) {
+		if (has_fetch(list))
+			linger(t, &list);
 		fetches = writes = NULL;
 		ft = &fetches;
 		wt = &writes;
@@ -285,8 +404,8 @@ void *kvsd_tier_main(void *arg)
 			}
 		}
 		/* Fetches first: someone waits for them. */
-		for (j = fetches; j; j = j->next)
-			do_fetch(t, j);
+		if (fetches)
+			do_fetches(t, fetches);
 		post_done(t, fetches);
 		do_writes(t, writes);
 	}

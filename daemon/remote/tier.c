@@ -21,6 +21,7 @@
 #include "core.h"
 #include "remote.h"
 #include "tier.h"
+#include "../user.h"
 
 struct tier *kvsd_remote_tiers;
 struct tier *kvsd_remote_stopping;
@@ -182,10 +183,18 @@ void kvsd_remote_published(uint32_t pool_id, uint64_t ns, uint32_t uid,
 		goto out;
 	for (i = 0; i < pub->count; i++)
 		m += !(e[i].flags & KVS_PUBLISHED_DUP);
-	room = t->rc->queue - t->write_queued;
-	if (!atomic_load(&t->up) || m > room) {
-		count(&t->st.write_dropped, atomic_load(&t->up) ? m - room : m);
-		m = atomic_load(&t->up) ? room : 0;
+	/*
+	 * Each queued page holds a reference until the thread has copied
+	 * it, and a slow Redis makes them wait: past the bound the pages
+	 * are dropped (counted), so that the pool's clients keep the rest.
+	 */
+	room = t->write_max - t->write_queued;
+	if (!atomic_load(&t->up)) {
+		count(&t->st.write_dropped[WRITE_DROP_DOWN], m);
+		m = 0;
+	} else if (m > room) {
+		count(&t->st.write_dropped[WRITE_DROP_BUSY], m - room);
+		m = room;
 	}
 	if (!m)
 		goto out;
@@ -202,7 +211,7 @@ void kvsd_remote_published(uint32_t pool_id, uint64_t ns, uint32_t uid,
 	lk.keys = (uintptr_t)j->keys;
 	lk.pages = (uintptr_t)j->pages;
 	if (tier_cmd(s->cl, t->owner, KVS_IOC_LOOKUP, &lk, NULL) || !lk.n_hit) {
-		count(&t->st.write_dropped, j->n);	/* EDQUOT: the pool's quota */
+		count(&t->st.write_dropped[WRITE_DROP_REFUSED], j->n);	/* EDQUOT */
 		free(j);
 		goto out;
 	}
@@ -268,6 +277,48 @@ static bool uid_fetching(struct tier *t, uint32_t uid, int delta)
 	return true;
 }
 
+/*
+ * Charge the fetch of @j->n pages to @uid's ledger, cut to what it has
+ * room for.  A value that is not a page's exact size is not read into its
+ * page, and a hostile store may answer with other things, so the reader
+ * may hold up to a page's size of each reply until the fetch ends
+ * (resp.c): 64 MiB for a FETCH_BYTES fetch, 8 of them out per uid.
+ * 0, or -EDQUOT / -ENOBUFS when not even one page fits (logged).
+ */
+static int fetch_charge(struct tier *t, struct job *j, uint32_t uid)
+{
+	uint64_t page_bytes = t->geom.page_bytes, room;
+	char why[200];
+	int ret;
+
+	j->user = kvsd_user_get(uid, uid == 0);
+	if (!j->user)
+		return -ENOMEM;
+	room = kvsd_user_room(j->user) / page_bytes;
+	if (room && room < j->n)
+		j->n = room;
+	ret = kvsd_user_charge(j->user, KVSD_CHARGE_FETCH, j->n * page_bytes, why,
+			       sizeof(why));
+	if (ret) {
+		kvsd_user_refused(j->user, "a remote fetch", why);
+		kvsd_user_put(j->user);
+		j->user = NULL;
+		return ret;
+	}
+	j->charged = j->n * page_bytes;
+	return 0;
+}
+
+/* A fetch has ended, however: its uid's ledger no longer pays for it. */
+static void fetch_uncharge(struct job *j)
+{
+	if (!j->user)
+		return;
+	kvsd_user_uncharge(j->user, KVSD_CHARGE_FETCH, j->charged);
+	kvsd_user_put(j->user);
+	j->user = NULL;
+}
+
 void kvsd_remote_lookup(struct kvs_client *cl, uint32_t pool_id, uint64_t ns,
 			uint32_t uid, struct kvs_call *call, struct kvs_lookup *lk)
 {
@@ -301,6 +352,11 @@ void kvsd_remote_lookup(struct kvs_client *cl, uint32_t pool_id, uint64_t ns,
 	}
 	j->tns = s;
 	j->uid = uid;
+	if (fetch_charge(t, j, uid)) {
+		count(&t->st.skip_user, 1);
+		goto drop;
+	}
+	m = j->n;
 	if (call->copy_in(call, j->keys, lk->keys + (uint64_t)lk->n_hit * sizeof(struct kvs_key),
 			  (uint64_t)m * sizeof(struct kvs_key)) ||
 	    (lk->n_hit && call->copy_in(call, &parent_key, lk->keys +
@@ -332,6 +388,7 @@ void kvsd_remote_lookup(struct kvs_client *cl, uint32_t pool_id, uint64_t ns,
 	}
 	return;
 drop:
+	fetch_uncharge(j);
 	uid_fetching(t, uid, -1);
 	free(j);
 }
@@ -378,6 +435,7 @@ static void fetch_done(struct tier *t, struct job *j)
 	free(e);
 	t->fetching--;
 	uid_fetching(t, j->uid, -1);
+	fetch_uncharge(j);
 }
 
 static void tier_free(struct tier *t);
@@ -434,6 +492,9 @@ static int tier_map(struct tier *t)
 	if (!ret) {
 		t->geom = at.geom;
 		t->n_pages = at.n_pages;
+		t->write_max = t->rc->queue;
+		if (t->write_max > at.n_pages / WRITE_POOL_SHARE)
+			t->write_max = at.n_pages / WRITE_POOL_SHARE ?: 1;
 		t->mem_len = (size_t)at.n_pages * at.geom.page_bytes;
 		t->mem = mmap(NULL, t->mem_len, PROT_READ | PROT_WRITE, MAP_SHARED,
 			      kvs_host_mem_fd(mem), 0);
@@ -484,13 +545,18 @@ static void tier_free(struct tier *t)
 		pthread_mutex_unlock(&t->mu);
 		pthread_join(t->th, NULL);
 	}
-	/* Jobs never run or never collected: the clients' close releases them. */
+	/*
+	 * Jobs never run or never collected: the clients' close releases
+	 * their pages, and their uids' ledgers stop paying for them here.
+	 */
 	for (j = t->todo; j; j = jn) {
 		jn = j->next;
+		fetch_uncharge(j);
 		free(j);
 	}
 	for (j = t->done; j; j = jn) {
 		jn = j->next;
+		fetch_uncharge(j);
 		free(j);
 	}
 	for (s = t->nss; s; s = sn) {

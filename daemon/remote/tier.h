@@ -27,9 +27,12 @@
 #define MAX_UID_FETCHES	8	/* of them for one uid: a quarter */
 #define NEG_SLOTS	4096	/* keys that just missed */
 #define NEG_TTL_MS	500
-#define WRITE_BATCH	128	/* pages of one write pipeline */
+#define WRITE_BATCH	512	/* pages of one write pipeline */
+#define WRITE_POOL_SHARE 4	/* write-behind holds at most 1/4 of the pool's pages */
 #define WRITE_BYTES	(16u << 20) /* bytes of one, unless one page is more */
 #define FETCH_BYTES	(64u << 20) /* bytes of one fetch, unless one page is more */
+#define FETCH_LINGER_US	200	/* a fetch waits this long for others to share its pipeline */
+#define FETCH_LINGER_MAX_US 1000 /* and no longer in all */
 #define PROBE_MS	500	/* a down tier is probed this often */
 #define PROBE_START_MS	2000	/* the startup check's deadline */
 
@@ -40,15 +43,25 @@ struct tier_stats {
 	atomic_ullong fetches, fetch_pages, hit_pages, miss_pages, error_fetches;
 	atomic_ullong dropped[KVSD_RPAGE_N_BAD];
 	atomic_ullong bytes_in, bytes_out;
-	atomic_ullong written, write_errors, write_dropped;
+	atomic_ullong written, write_errors;
+	atomic_ullong write_dropped[3];	/* by enum write_drop */
 	atomic_ullong write_pending;	/* queued, not yet written or failed */
 	atomic_ullong skip_down, skip_busy, skip_claimed, skip_neg;
+	atomic_ullong skip_user;	/* the uid's ledger had no room for a page */
 	atomic_ullong lat[N_LAT + 1], lat_sum_us;
 	atomic_ullong redirects, map_loads, replica_reads;
 	atomic_ullong auth_refused;	/* probes a Redis refused the credentials */
 };
 
+/* Why a page was not queued for writing (kvshare_remote_write_dropped_total's reason). */
+enum write_drop {
+	WRITE_DROP_BUSY,	/* the queue's bound: Redis is slower than the publishes */
+	WRITE_DROP_DOWN,	/* no Redis answers */
+	WRITE_DROP_REFUSED,	/* the pool refused the tier a reference (quota, memory) */
+};
+
 struct tier;
+struct kvsd_user;
 
 /* One namespace of a pool, with the tier's own client in it. */
 struct tns {
@@ -64,6 +77,8 @@ struct job {
 	bool fetch;
 	bool failed;			/* fetch: Redis did not answer */
 	uint32_t uid;			/* fetch: whose LOOKUP missed */
+	struct kvsd_user *user;		/* fetch: its ledger, charged @charged */
+	uint64_t charged;
 	struct tns *tns;
 	uint32_t n, n_ok;
 	uint32_t parent;		/* fetch: a reference, or KVS_NO_PAGE */
@@ -99,7 +114,8 @@ struct tier {
 	bool stop;
 	struct kvsd_watch w;		/* eventfd: jobs done */
 	atomic_bool up;
-	uint32_t write_queued;		/* loop: pages in write jobs */
+	uint32_t write_queued;		/* loop: pages in write jobs (a reference each) */
+	uint32_t write_max;		/* loop: their bound, rc->queue or a share of the pool */
 	uint32_t fetching;		/* loop: fetch jobs out */
 	struct { uint32_t uid, n; } uid_fetching[MAX_FETCHES]; /* loop: by uid */
 	struct { uint64_t h, until; } neg[NEG_SLOTS];

@@ -666,6 +666,8 @@ static PyMethodDef Pool_methods[] = {
 	{ "lookup", (PyCFunction)(void (*)(void))Pool_lookup, METH_VARARGS | METH_KEYWORDS,
 	  Pool_lookup__doc__ },
 	{ "contains", (PyCFunction)Pool_contains, METH_O, Pool_contains__doc__ },
+	{ "copy_pages", (PyCFunction)(void (*)(void))Pool_copy_pages,
+	  METH_VARARGS | METH_KEYWORDS, Pool_copy_pages__doc__ },
 	{ "put", (PyCFunction)Pool_put, METH_O, Pool_put__doc__ },
 	{ "quota", (PyCFunction)(void (*)(void))Pool_quota, METH_VARARGS | METH_KEYWORDS,
 	  Pool_quota__doc__ },

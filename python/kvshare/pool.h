@@ -42,4 +42,8 @@ static inline int pool_is_device(const PoolObject *p)
 /* pool_view.c: pages [start, start + count) of @pool, without a copy. */
 PyObject *PoolView_make(PoolObject *pool, uint32_t start, uint32_t count);
 
+/* pagecopy.c: Pool.copy_pages(). */
+extern const char Pool_copy_pages__doc__[];
+PyObject *Pool_copy_pages(PoolObject *self, PyObject *args, PyObject *kw);
+
 #endif /* KVPY_POOL_H */

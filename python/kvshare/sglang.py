@@ -20,7 +20,8 @@ kvshare page, byte for byte, in the order the host pool's
 ``get_page_buffer_meta`` lists its pieces; for MHA layer_first that is
 kvshare's own layout, [layer][K, V][token][head][dim], and for the other
 layouts it is SGLang's flat page (``get_data_page``), so both the zero-copy
-calls and the generic ones move whole pages with memmove.  The pool's
+calls and the generic ones move whole pages, a batch in one call
+(``Pool.copy_pages``: no GIL, streaming stores).  The pool's
 geometry must fit exactly: MHA pages need (layers, kv_heads, head_dim,
 page_size, dtype); an MLA page holds one C-wide vector per token and layer
 (C = kv_lora_rank + qk_rope_head_dim, no K/V split), stored in a pool of
@@ -52,21 +53,20 @@ $KVSHARE_CALL_TIMEOUT_MS, and one thread attaches at a time).  Each thread
 (SGLang's prefetch, prefetch-IO and backup threads, and the scheduler's
 clear) gets its own handle, so no thread waits behind another's call.
 
-Extra-config keys (all optional): ``pool`` (name, default "sglang"),
-``arbiter`` (socket or device path; default libkv's), ``owner`` (uid or
-user name owning the pool; default libkv's), ``create`` (create the pool
-with the engine's geometry when it does not exist), ``pages`` and ``mode``
-(its size, default the host pool's page count, and permission bits,
-default 0o600), ``timeout_ms`` (call deadline), ``namespace`` (a salt:
-tenants that must never hit each other's pages set different ones),
-``retry_s`` (seconds before a broken handle is opened again, default 5).
+Extra-config keys (all optional; kvshare.adapter, the same keys as
+kvshare.vllm's): ``pool`` (name, default "sglang"), ``arbiter`` (socket or
+device path; default libkv's), ``owner`` (uid or user name owning the
+pool; default libkv's), ``create`` (create the pool with the engine's
+geometry when it does not exist), ``pages`` and ``mode`` (its size, default
+the host pool's page count, and permission bits, default 0o600),
+``timeout_ms`` (call deadline), ``namespace`` (a salt: tenants that must
+never hit each other's pages set different ones), ``retry_s`` (seconds
+before a broken handle is opened again, default 5).
 """
-import ctypes
 import errno
 import hashlib
 import logging
 import os
-import re
 import threading
 import time
 from typing import Any, List, NamedTuple, Optional
@@ -79,6 +79,7 @@ from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage,
                                                   HiCacheStorageExtraInfo)
 
 import kvshare
+from kvshare import adapter
 
 __all__ = ["KVShareStorage", "EnginePage", "engine_page", "pool_geometry",
            "check_pool_fits", "namespace_digest", "kvshare_keys",
@@ -89,6 +90,7 @@ logger = logging.getLogger(__name__)
 # Keys handled per arbiter call: far above SGLang's 128-page batches, and
 # within any sane per-handle quota.
 CHUNK = 4096
+
 
 MHA_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
 MLA_LAYOUTS = ("layer_first", "page_first", "page_first_direct")
@@ -171,39 +173,25 @@ def pool_geometry(page: EnginePage) -> dict:
             "tokens_per_page": page.tokens, "dtype": KVSHARE_DTYPES[page.dtype]}
 
 
-def _geometry_text(g):
-    return ("%d layers, %d kv heads x %d, %d tokens a page, %s"
-            % (g["layers"], g["kv_heads"], g["head_dim"], g["tokens_per_page"], g["dtype"]))
-
-
 def check_pool_fits(pool, page: EnginePage):
     """ValueError, naming both geometries, unless @pool's pages are @page's."""
-    want = pool_geometry(page)
-    g = pool.geometry
-    have = {"layers": g["n_layers"], "kv_heads": g["n_kv_heads"],
-            "head_dim": g["head_dim"], "tokens_per_page": g["tokens_per_page"],
-            "dtype": g["dtype"]}
-    if have != want or pool.page_bytes != page.page_bytes:
-        raise ValueError(
-            "kvshare.sglang: pool %r does not fit the engine's pages: the pool has %s "
-            "(%d bytes a page); %s need a pool of %s"
-            % (pool.name, _geometry_text(have), pool.page_bytes, page.describe(),
-               _geometry_text(want)))
+    adapter.check_geometry(pool, pool_geometry(page), page.page_bytes, "kvshare.sglang",
+                           page.describe())
 
 
 def namespace_digest(config: HiCacheStorageConfig, page: EnginePage,
                      salt: str = "") -> bytes:
     """32 bytes naming everything a stored page's meaning depends on."""
-    parts = ["kvshare.sglang/1", "model=%s" % (config.model_name or ""),
-             "pp=%d/%d" % (config.pp_rank, config.pp_size),
-             "cp=%d/%d" % (config.attn_cp_rank, config.attn_cp_size),
-             "kind=%s" % page.kind, "layout=%s" % page.layout,
-             "dtype=%s" % page.dtype,
-             "page=%dx%dx%dx%d" % (page.layers, page.heads, page.head_dim, page.tokens),
-             "salt=%s" % salt]
+    fields = [("model", config.model_name or "")]
     if not config.is_mla_model:
-        parts.insert(2, "tp=%d/%d" % (config.tp_rank, config.tp_size))
-    return hashlib.sha256("\n".join(parts).encode()).digest()
+        fields.append(("tp", "%d/%d" % (config.tp_rank, config.tp_size)))
+    fields += [("pp", "%d/%d" % (config.pp_rank, config.pp_size)),
+               ("cp", "%d/%d" % (config.attn_cp_rank, config.attn_cp_size)),
+               ("kind", page.kind), ("layout", page.layout), ("dtype", page.dtype),
+               ("page", "%dx%dx%dx%d" % (page.layers, page.heads, page.head_dim,
+                                         page.tokens)),
+               ("salt", salt)]
+    return adapter.salt_digest("kvshare.sglang/1", fields)
 
 
 def kvshare_keys(ns: bytes, keys: List[str]) -> numpy.ndarray:
@@ -239,63 +227,25 @@ def kvshare_keys(ns: bytes, keys: List[str]) -> numpy.ndarray:
     return out
 
 
-_POOL_NAME = re.compile(r"^[A-Za-z0-9._-]{1,63}$")
+class BackendOptions(adapter.Options):
+    """The backend's keys of SGLang's extra config, validated
+    (kvshare.adapter).  Keys that are not ours (backend_name, module_path,
+    interface_v1, ...) belong to SGLang and are left alone."""
 
-
-class BackendOptions:
-    """The backend's keys of SGLang's extra config, validated.  Keys that
-    are not ours (backend_name, module_path, interface_v1, ...) belong to
-    SGLang and are left alone."""
+    DEFAULTS = {"pool": "sglang", "create": False, "mode": 0o600, "namespace": "",
+                "retry_s": 5.0}
 
     def __init__(self, extra: Optional[dict]):
-        extra = dict(extra or {})
-        self.pool = self._get(extra, "pool", str, "sglang")
-        if not _POOL_NAME.match(self.pool):
-            raise ValueError("kvshare.sglang: pool %r: 1..63 of [A-Za-z0-9._-]" % self.pool)
-        self.arbiter = self._get(extra, "arbiter", str, None)
-        self.owner = self._get(extra, "owner", (str, int), None)
-        self.create = self._get(extra, "create", bool, False)
-        self.pages = self._get(extra, "pages", int, None)
-        if self.pages is not None and self.pages < 1:
-            raise ValueError("kvshare.sglang: pages %d: at least 1" % self.pages)
-        mode = self._get(extra, "mode", (int, str), 0o600)
-        if isinstance(mode, str):
-            try:
-                mode = int(mode, 8)
-            except ValueError:
-                raise ValueError("kvshare.sglang: mode %r: octal permission bits, "
-                                 "e.g. \"0660\"" % mode) from None
-        if not 0 <= mode <= 0o777:
-            raise ValueError("kvshare.sglang: mode %o: permission bits 0..0777" % mode)
-        self.mode = mode
-        self.timeout_ms = self._get(extra, "timeout_ms", int, None)
-        if self.timeout_ms is not None and not 0 <= self.timeout_ms <= 86400000:
-            raise ValueError("kvshare.sglang: timeout_ms %d: 0..86400000"
-                             % self.timeout_ms)
-        self.namespace = self._get(extra, "namespace", str, "")
-        self.retry_s = float(self._get(extra, "retry_s", (int, float), 5.0))
-        if self.retry_s < 0:
-            raise ValueError("kvshare.sglang: retry_s %g: not negative" % self.retry_s)
-
-    @staticmethod
-    def _get(extra, key, types, default):
-        if extra.get(key) is None:
-            return default
-        v, types = extra[key], types if isinstance(types, tuple) else (types,)
-        if not isinstance(v, types) or (isinstance(v, bool) and bool not in types):
-            raise ValueError("kvshare.sglang: extra config %r: expected %s, got %r"
-                             % (key, " or ".join(t.__name__ for t in types), v))
-        return v
+        super().__init__(extra, "kvshare.sglang", self.DEFAULTS, log=logger)
 
 
 class _Handle:
-    """One thread's attachment: the Pool, its mapping's address, and a lock
-    that close() takes so that no copy runs while the mapping goes away."""
-    __slots__ = ("pool", "base", "lock")
+    """One thread's attachment: the Pool and a lock that close() takes so
+    that no copy runs while the mapping goes away."""
+    __slots__ = ("pool", "lock")
 
     def __init__(self, pool):
         self.pool = pool
-        self.base = pool.address
         self.lock = threading.Lock()
 
 
@@ -358,7 +308,7 @@ class KVShareStorage(HiCacheStorage):
         self._handles = []
         self._handles_lock = threading.Lock()
         self._closed = False
-        self._retry_at = 0.0                 # no thread attaches before this
+        self._reopen = adapter.Reopen(self.options.retry_s)   # when threads attach
         self._opening = threading.Lock()
         self._stats = _Stats()
         self._last_log = {}
@@ -384,14 +334,9 @@ class KVShareStorage(HiCacheStorage):
         logger.info("kvshare.sglang: pool %r (owner %d, %d pages) for %s",
                     pool.name, pool.owner, pool.n_pages, page.describe())
 
-    def _open(self):
-        o = self.options
-        return kvshare.Pool(o.pool, arbiter=o.arbiter, owner=o.owner,
-                            timeout_ms=o.timeout_ms)
-
     def _checked(self, pool):
         """@pool if its pages are the engine's and in host memory (the
-        copies are memmoves by the CPU); else closed, and ValueError."""
+        copies are the CPU's); else closed, and ValueError."""
         try:
             check_pool_fits(pool, self.page)
             if pool.is_device:
@@ -404,22 +349,10 @@ class KVShareStorage(HiCacheStorage):
         return pool
 
     def _attach(self, geometry, host):
-        o = self.options
-        try:
-            return self._open()
-        except kvshare.Error as e:
-            if e.errno != errno.ENOENT or not o.create:
-                raise
-        pages = o.pages or int(host.page_num)
-        try:
-            with kvshare.Arbiter(o.arbiter, timeout_ms=o.timeout_ms) as arb:
-                arb.create_pool(o.pool, pages=pages, mode=o.mode, **geometry)
-            logger.info("kvshare.sglang: created pool %r: %d pages of %s, mode %o",
-                        o.pool, pages, _geometry_text(geometry), o.mode)
-        except kvshare.Error as e:
-            if e.errno != errno.EEXIST:     # another rank created it meanwhile
-                raise
-        return self._open()
+        """The pool, created with @geometry and the host pool's page count
+        (unless ``pages``) when missing and ``create``."""
+        return adapter.open_pool(self.options, geometry=geometry, pages=int(host.page_num),
+                                 log=logger)
 
     def _adopt(self, pool):
         h = _Handle(pool)
@@ -439,19 +372,23 @@ class KVShareStorage(HiCacheStorage):
             broken = h.pool.broken
             if broken is None:
                 return h
-            self._drop(h, "broken (%s)" % errno.errorcode.get(broken, broken))
-        if self._closed or self.page is None or time.monotonic() < self._retry_at:
+            self._drop(h, "broken (%s)" % errno.errorcode.get(broken, broken),
+                       why=broken)
+        if self._closed or self.page is None or not self._reopen.ready():
             return None
         # One thread at a time attaches: while kvshared is stopped, an open
         # waits out $KVSHARE_CALL_TIMEOUT_MS (libkv's deadline for opening);
         # the threads behind it then see its failure and do not wait again.
         with self._opening:
-            if self._closed or time.monotonic() < self._retry_at:
+            if self._closed or not self._reopen.ready():
                 return None
             try:
-                pool = self._checked(self._open())
+                # A kvshared restarted without the pool gets it back when
+                # the operator asked for creation.
+                pool = self._checked(self._attach(pool_geometry(self.page),
+                                                  self.mem_pool_host))
             except Exception as e:
-                self._retry_at = time.monotonic() + self.options.retry_s
+                self._reopen.failed()
                 self._log("open", "kvshare.sglang: cannot attach pool %r: %s; serving "
                           "without it for %gs" % (self.options.pool, e,
                                                   self.options.retry_s))
@@ -459,11 +396,12 @@ class KVShareStorage(HiCacheStorage):
         self._stats.add(handles=1)
         return self._adopt(pool)
 
-    def _drop(self, h, why):
-        """Close a broken handle.  Every thread then waits retry_s before
-        attaching again: the daemon is likely down for all of them."""
+    def _drop(self, h, reason, why=None):
+        """Close a handle broken with errno @why.  Every thread then waits
+        retry_s before attaching again, unless the daemon went away (see
+        adapter.Reopen): it is likely down for all of them."""
         self._local.handle = None
-        self._retry_at = time.monotonic() + self.options.retry_s
+        wait = self._reopen.failed(why)
         self._stats.add(broken=1)
         with self._handles_lock:
             if h in self._handles:
@@ -473,8 +411,8 @@ class KVShareStorage(HiCacheStorage):
                 h.pool.close()
             except Exception as e:
                 logger.debug("kvshare.sglang: closing a broken handle: %s", e)
-        self._log("drop", "kvshare.sglang: pool %r handle %s: closed; reopening in %gs"
-                  % (self.options.pool, why, self.options.retry_s))
+        self._log("drop", "kvshare.sglang: pool %r handle %s: closed; reopening %s"
+                  % (self.options.pool, reason, "in %gs" % wait if wait else "now"))
 
     def _log(self, what, msg):
         """Log at most every 10 s per kind: a dead daemon must not flood."""
@@ -485,21 +423,32 @@ class KVShareStorage(HiCacheStorage):
 
     def _call(self, what, failed, fn, *args):
         """fn(handle, *args) on this thread's handle; @failed when there is
-        no handle or anything goes wrong (logged, never raised)."""
-        h = self._handle()
-        if h is None:
-            return failed
-        with h.lock:
-            if h.pool.closed:
+        no handle or anything goes wrong (logged, never raised).  A handle
+        whose daemon went away (the connection closed: kvshared restarted)
+        is replaced at once and the call made again, once: after a restart
+        no call is lost to a stale handle.  A call that timed out is not
+        retried; the handle waits retry_s (the daemon may be stopped)."""
+        for attempt in (0, 1):
+            h = self._handle()
+            if h is None:
                 return failed
-            try:
-                return fn(h, *args)
-            except kvshare.Error as e:
-                self._stats.add(errors=1)
-                self._log(what, "kvshare.sglang: %s failed: %s" % (what, e))
-            except Exception:
-                self._stats.add(errors=1)
-                logger.exception("kvshare.sglang: %s failed", what)
+            with h.lock:
+                if h.pool.closed:
+                    return failed
+                try:
+                    return fn(h, *args)
+                except kvshare.Error as e:
+                    lost = e.errno
+                    if not (attempt == 0 and lost in adapter.DAEMON_GONE
+                            and h.pool.broken in adapter.DAEMON_GONE):
+                        self._stats.add(errors=1)
+                        self._log(what, "kvshare.sglang: %s failed: %s" % (what, e))
+                        return failed
+                except Exception:
+                    self._stats.add(errors=1)
+                    logger.exception("kvshare.sglang: %s failed", what)
+                    return failed
+            self._drop(h, "lost its daemon (%s)" % errno.errorcode.get(lost, lost), lost)
         return failed
 
     # -- keys and host memory --------------------------------------------
@@ -576,19 +525,15 @@ class KVShareStorage(HiCacheStorage):
         """LOOKUP (one reference a page found), copy, PUT."""
         t0 = time.perf_counter()
         ptrs, sizes = pieces
-        per = len(ptrs) // len(keys)
-        pb, base, memmove = self.page.page_bytes, h.base, ctypes.memmove
+        per, pb = len(ptrs) // len(keys), self.page.page_bytes
         pages = h.pool.lookup(self._keys(keys))
-        try:
-            for i, page in enumerate(pages.tolist()):
-                src = base + page * pb
-                for j in range(i * per, (i + 1) * per):
-                    memmove(ptrs[j], src, sizes[j])
-                    src += sizes[j]
-        finally:
-            if len(pages):
-                h.pool.put(pages)
         n = len(pages)
+        try:
+            if n:
+                h.pool.copy_pages(pages, ptrs[:n * per], sizes[:n * per], False)
+        finally:
+            if n:
+                h.pool.put(pages)
         self._stats.add(get_calls=1, get_pages=n, get_misses=len(keys) - n)
         self._stats.sample("get", n, n * pb, time.perf_counter() - t0)
         return [True] * n + [False] * (len(keys) - n)
@@ -623,7 +568,7 @@ class KVShareStorage(HiCacheStorage):
         t0 = time.perf_counter()
         ptrs, sizes = pieces
         n, per = len(keys), len(ptrs) // len(keys)
-        pb, memmove, pool = self.page.page_bytes, ctypes.memmove, h.pool
+        pb, pool = self.page.page_bytes, h.pool
         kk = self._keys(keys)
         have = pool.lookup(kk)
         k = len(have)
@@ -639,11 +584,7 @@ class KVShareStorage(HiCacheStorage):
                     self._stats.add(set_calls=1, set_skipped=k, set_failed=n - k)
                     return [True] * k + [False] * (n - k)
                 try:
-                    for i, page in enumerate(fresh.tolist()):
-                        dst = h.base + page * pb
-                        for j in range((k + i) * per, (k + i + 1) * per):
-                            memmove(dst, ptrs[j], sizes[j])
-                            dst += sizes[j]
+                    pool.copy_pages(fresh, ptrs[k * per:], sizes[k * per:], True)
                 except BaseException:
                     pool.put(fresh)
                     raise

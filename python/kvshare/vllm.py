@@ -27,7 +27,6 @@ pool after retry_s.
 import errno
 import logging
 import os
-import time
 
 import numpy
 
@@ -35,6 +34,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole)
 
 import kvshare
+from kvshare import adapter
 from kvshare.blockcopy import BlockCopier, EngineLayout, check_fits
 
 __all__ = ["KVShareConnector", "KVShareConnectorMetadata"]
@@ -42,51 +42,57 @@ __all__ = ["KVShareConnector", "KVShareConnectorMetadata"]
 logger = logging.getLogger("vllm.kvshare")
 
 KEY_BYTES = 32
-OPTIONS = {
-    # key: (default, type check, meaning)
-    "pool": ("vllm-kv", str, "pool name (.tpR/.ppR appended with TP/PP > 1)"),
-    "socket": (None, str, "kvshared socket (default: libkv's choice)"),
-    "owner": (None, (int, str), "the pool owner's uid or name (default: ours)"),
-    "create_pages": (0, int, "create the pool with this many pages, if missing"),
-    "create_mode": (0o600, int, "the created pool's mode"),
-    "timeout_ms": (1000, int, "deadline of every call to kvshared"),
-    "retry_s": (5.0, (int, float), "wait before reopening after a failure"),
-    "kv_layout": (None, str, "NHD or HND: required of vLLM, salted into keys"),
-    "namespace": ("", str, "extra salt: keeps tenants of one model apart"),
+# The connector's keys beyond kvshare.adapter's common ones (pool, arbiter,
+# owner, create, pages, mode, timeout_ms, retry_s, namespace).
+OWN_OPTIONS = {
+    "kv_layout": (str, "NHD or HND: required of vLLM, salted into keys"),
 }
+# The owner: never someone else's pool unless named.
+DEFAULTS = {"pool": "vllm-kv", "owner": None, "create": False, "mode": 0o600,
+            "timeout_ms": 1000, "retry_s": 5.0, "namespace": ""}
 
 
 def _options(kv_transfer_config):
-    extra = dict(kv_transfer_config.kv_connector_extra_config or {})
-    unknown = sorted(set(extra) - set(OPTIONS))
-    if unknown:
-        raise ValueError("kvshare: unknown kv_connector_extra_config keys %s (known: "
-                         "%s)" % (unknown, ", ".join(sorted(OPTIONS))))
-    opts = {}
-    for k, (default, types, _) in OPTIONS.items():
-        v = extra.get(k, default)
-        if v is not None and (not isinstance(v, types) or isinstance(v, bool)):
-            raise ValueError("kvshare: kv_connector_extra_config %r is %r, not %s"
-                             % (k, v, types))
-        opts[k] = v
-    if opts["kv_layout"] not in (None, "NHD", "HND"):
-        raise ValueError("kvshare: kv_layout is %r, not NHD or HND" % opts["kv_layout"])
-    if opts["create_pages"] < 0 or not 0 <= opts["timeout_ms"] <= 86400000 \
-            or opts["retry_s"] < 0:
-        raise ValueError("kvshare: create_pages, timeout_ms and retry_s must be >= 0 "
-                         "(timeout_ms at most 86400000)")
-    if opts["owner"] is None:
-        opts["owner"] = os.getuid()       # never attach to someone else's pool
+    opts = adapter.Options(kv_transfer_config.kv_connector_extra_config, "kvshare.vllm",
+                           dict(DEFAULTS, owner=os.getuid()), own=OWN_OPTIONS,
+                           strict=True, log=logger)
+    if opts.kv_layout not in (None, "NHD", "HND"):
+        raise ValueError("kvshare.vllm: kv_layout is %r, not NHD or HND" % opts.kv_layout)
+    if opts.create and not opts.pages:
+        raise ValueError("kvshare.vllm: create needs pages (the size of the pool "
+                         "created)")
     return opts
 
 
+def _resolved_layout(vllm_config):
+    """NHD or HND from the layout vLLM's engine core resolved (vLLM >= 0.32:
+    cache_config.kv_cache_layout names a KVCacheLayout, e.g. LBHNC, whose
+    stride order puts the heads (logical axis 2) before or after the
+    tokens (axis 3); the old names are aliases); None if not resolved."""
+    name = getattr(getattr(vllm_config, "cache_config", None), "kv_cache_layout", None)
+    if not isinstance(name, str):
+        return None
+    if name in ("NHD", "HND"):
+        return name
+    try:
+        from vllm.v1.kv_cache_layout import KVCacheLayout
+        order = KVCacheLayout[name].stride_order
+    except (ImportError, KeyError, AttributeError):
+        return None
+    return "HND" if order.index(2) < order.index(3) else "NHD"
+
+
 def _layout(vllm_config, opts):
-    """The KV layout the workers use: MLA, the one configured, or vLLM's."""
+    """The KV layout the workers use: MLA, the one configured, the one
+    vLLM's engine core resolved, or vLLM's global one (before 0.32)."""
     model = getattr(vllm_config, "model_config", None)
     if getattr(model, "use_mla", False):
         return "MLA"
-    if opts["kv_layout"]:
-        return opts["kv_layout"]
+    if opts.kv_layout:
+        return opts.kv_layout
+    resolved = _resolved_layout(vllm_config)
+    if resolved:
+        return resolved
     try:
         from vllm.v1.attention.backends.utils import get_kv_cache_layout
         return get_kv_cache_layout()
@@ -138,14 +144,14 @@ class KVShareConnector(KVConnectorBase_V1):
         self._block_size = vllm_config.cache_config.block_size
         self._layout = _layout(vllm_config, self._opts)
         tp_rank, tp, pp_rank, pp = _ranks(vllm_config, role)
-        name = self._opts["pool"]
+        name = self._opts.pool
         name += ".tp%d" % tp_rank if tp > 1 else ""
         name += ".pp%d" % pp_rank if pp > 1 else ""
         self._pool_name = name
         model = getattr(vllm_config, "model_config", None)
         self._model = str(getattr(model, "model", "") or "")
         self._pool = None
-        self._retry_at = 0.0
+        self._reopen = adapter.Reopen(self._opts.retry_s)
         self._copier = None
         self._layers = {}
         self.stats = dict(lookups=0, hit_tokens=0, loaded_blocks=0, load_errors=0,
@@ -177,45 +183,30 @@ class KVShareConnector(KVConnectorBase_V1):
 
     def _salt(self):
         p = self._pool
-        return ("kvshare.vllm/1|model=%s|namespace=%s|layout=%s|layers=%d|kv_heads=%d|"
-                "head_dim=%d|block=%d|dtype=%s" % (
-                    self._model, self._opts["namespace"], self._layout, p.n_layers,
-                    p.n_kv_heads, p.head_dim, p.tokens_per_page, p.dtype))
+        return adapter.salt_text("kvshare.vllm/1", [
+            ("model", self._model), ("namespace", self._opts.namespace),
+            ("layout", self._layout), ("layers", p.n_layers), ("kv_heads", p.n_kv_heads),
+            ("head_dim", p.head_dim), ("block", p.tokens_per_page), ("dtype", p.dtype)])
 
     def _open(self, create, eng=None):
-        o = self._opts
-        try:
-            pool = kvshare.Pool(self._pool_name, o["socket"], owner=o["owner"],
-                                timeout_ms=o["timeout_ms"])
-        except kvshare.Error as e:
-            if e.errno != errno.ENOENT or not (create and o["create_pages"]):
-                raise kvshare.Error(e.errno, "kvshare: cannot attach pool %r of uid %s "
-                                    "(%s)%s" % (self._pool_name, o["owner"], e,
-                                                "" if e.errno != errno.ENOENT else
-                                                ": create it, or set create_pages"))
-            with kvshare.Arbiter(o["socket"], timeout_ms=o["timeout_ms"]) as arb:
-                try:
-                    arb.create_pool(self._pool_name, pages=o["create_pages"],
-                                    layers=eng.layers, kv_heads=eng.kv_heads,
-                                    head_dim=eng.head_dim,
-                                    tokens_per_page=eng.block_size, dtype=eng.dtype,
-                                    mode=o["create_mode"])
-                except kvshare.Error as ce:
-                    if ce.errno != errno.EEXIST:    # another worker won the race
-                        raise
-            pool = kvshare.Pool(self._pool_name, o["socket"], owner=o["owner"],
-                                timeout_ms=o["timeout_ms"])
-        if isinstance(o["owner"], int) and pool.owner != o["owner"]:
-            pool.close()
-            raise kvshare.Error(errno.EACCES, "kvshare: pool %r is owned by uid %d, not "
-                                "%s" % (self._pool_name, pool.owner, o["owner"]))
-        return pool
+        """The pool; the worker (@create, engine geometry @eng) creates it
+        when missing and the config says ``create`` (kvshare.adapter)."""
+        geometry = None
+        if create and eng is not None:
+            geometry = {"layers": eng.layers, "kv_heads": eng.kv_heads,
+                        "head_dim": eng.head_dim, "tokens_per_page": eng.block_size,
+                        "dtype": eng.dtype}
+        return adapter.open_pool(self._opts, name=self._pool_name, geometry=geometry,
+                                 log=logger)
 
     def _get(self):
-        """The pool, reopened after a failure once retry_s passed; or None."""
-        if self._pool is None and time.monotonic() >= self._retry_at:
+        """The pool, reopened after a failure once retry_s passed (at once
+        when its daemon went away; a worker creates it again, as at start,
+        if a restarted kvshared lacks it); or None."""
+        if self._pool is None and self._reopen.ready():
             try:
-                self._pool = self._open(create=False)
+                eng = self._copier.eng if self._copier is not None else None
+                self._pool = self._open(create=eng is not None, eng=eng)
                 if self._copier is not None:
                     check_fits(self._pool, self._copier.eng, self._pool_name)
                     self._copier = BlockCopier(self._pool, self._copier.eng)
@@ -228,9 +219,11 @@ class KVShareConnector(KVConnectorBase_V1):
         """Serve without sharing for retry_s: close the handle (the arbiter
         then drops everything it held), recompute meanwhile."""
         self.stats["failures"] += 1
-        logger.warning("kvshare: pool %r failed (%s); recomputing without it for "
-                       "%.1f s", self._pool_name, e, self._opts["retry_s"])
-        self._retry_at = time.monotonic() + self._opts["retry_s"]
+        wait = self._reopen.failed(getattr(e, "errno", None)
+                                   if self._pool is None else self._pool.broken)
+        logger.warning("kvshare: pool %r failed (%s); recomputing without it%s",
+                       self._pool_name, e, " for %.1f s" % wait if wait else
+                       " until the next call reopens it")
         self._close_pool()
 
     def _close_pool(self):
@@ -354,6 +347,9 @@ class KVShareConnector(KVConnectorBase_V1):
     # ---- worker side ----
 
     def register_kv_caches(self, kv_caches):
+        # vLLM >= 0.32 resolves the layout in the engine core and hands it
+        # to the workers before allocating the caches: read it again now.
+        self._layout = _layout(self._vllm_config, self._opts)
         names = list(kv_caches)
         eng = EngineLayout([(n, kv_caches[n]) for n in names], self._block_size,
                            self._layout == "MLA")
@@ -377,10 +373,20 @@ class KVShareConnector(KVConnectorBase_V1):
     def _keys(self, r, start, end):
         return numpy.frombuffer(r["keys"], numpy.uint64).reshape(-1, 4)[start:end]
 
+    def bind_connector_metadata(self, connector_metadata):
+        # The step begins here, not at start_load_kv: vLLM >= 0.32 calls
+        # start_load_kv after the forward (so after save_kv_layer) on steps
+        # without synchronous loads (SchedulerOutput.has_sync_kv_loads).
+        super().bind_connector_metadata(connector_metadata)
+        self._step = dict(loads=[], refs=[], left=set(), saves=None, saved=set(),
+                          failed=set(), load_started=False)
+
     def start_load_kv(self, forward_context, **kwargs):
         meta = self._get_connector_metadata()
-        step = self._step = dict(loads=[], refs=[], left=set(), saves=None,
-                                 saved=set(), failed=set())
+        step = self._step
+        if step is None or step["load_started"]:
+            return
+        step["load_started"] = True
         pool = self._get() if self._copier is not None else None
         for r in meta.reqs:
             s, e = r["load"]
@@ -446,6 +452,8 @@ class KVShareConnector(KVConnectorBase_V1):
 
     def wait_for_layer_load(self, layer_name):
         step = self._step
+        if step is not None and not step["load_started"]:
+            self.start_load_kv(None)    # loads must precede the forward
         layer = self._layers.get(layer_name)
         if step is not None and layer in step["left"]:
             self._load_layer(layer)

@@ -9,7 +9,8 @@
 #                                    quotas, daemon crash and restart,
 #                                    SIGTERM, metrics, and attacks from a
 #                                    second uid (caps, stalls, log floods,
-#                                    groups, per-user limits, PAGES/CHECK)
+#                                    groups, per-user limits, PAGES/CHECK,
+#                                    what one uid costs kvshared in RSS)
 #   build/tests/daemon/ring_test     the shared ring (equal to the socket,
 #                                    crash release, hostile ring clients
 #                                    as a second uid) and libkv's call
@@ -28,10 +29,11 @@ DAEMON_TEST_BINS := $(BUILD)/tests/daemon/daemon_test $(BUILD)/tests/daemon/ring
 
 $(DAEMON_TEST_BINS): $(BUILD)/tests/daemon/%: $(DAEMON_TEST_DIR)/%.c $(DAEMON_TEST_DIR)/kvd_test.h \
 		$(DAEMON_TEST_DIR)/kvd_client.h \
-		$(KSFT_HDRS) $(LIBKV) $(BUILD)/san/kvshared
+		$(KSFT_HDRS) $(LIBKV) $(BUILD)/san/kvshared $(BUILD)/kvshared
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SAN_FLAGS) $(LIBKV_CFLAGS) $(DEPFLAGS) -I$(KSFT_DIR) \
 		-DKVD_KVSHARED_REL='"$(shell realpath -m --relative-to=$(@D) $(BUILD)/san/kvshared)"' \
+		-DKVD_KVSHARED_PLAIN_REL='"$(shell realpath -m --relative-to=$(@D) $(BUILD)/kvshared)"' \
 		-o $@ $< $(LIBKV) $(LIBKV_LDLIBS)
 
 -include $(DAEMON_TEST_BINS:=.d)

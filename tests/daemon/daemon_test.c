@@ -33,7 +33,12 @@
  *    victim keeps working); a connection flood filling the log; groups
  *    gained after connect (SO_PEERGROUPS, not /proc); every per-user limit
  *    in socket mode (EDQUOT, while a victim still creates and attaches);
- *    PAGES' keys and salts, and STATS' CHECK, as a non-owner.
+ *    PAGES' keys and salts, and STATS' CHECK, as a non-owner;
+ *  - what one uid costs kvshared (max_user_memory, max_memory_total),
+ *    each resource pushed past its limit by a second uid while kvshared's
+ *    RSS is measured and a victim's rounds keep their deadline: unfinished
+ *    messages, two uids against the total, pools' bookkeeping, connections
+ *    with 65536 groups and rings.
  *
  * Children report through their exit status (KVD_CHILD_*), never the
  * harness asserts.
@@ -297,6 +302,7 @@ out:
 /* Shared between a test and its looping children. */
 struct loop_shm {
 	volatile long rounds[MAX_KIDS];
+	volatile long max_round_us[MAX_KIDS];	/* the slowest round so far */
 	volatile int stop;
 };
 
@@ -313,12 +319,18 @@ static void __attribute__((noreturn)) child_loop_flags(const char *sock, struct 
 
 	KVD_CHILD_EQ(0, kv_pool_open(sock, POOL, 0, flags, &pool));
 	while (!shm->stop) {
+		double t0 = kvd_now();
+		long us;
+
 		ret = client_round(kv_pool_arbiter(pool), &seed, &what);
 		if (ret) {
 			fprintf(stderr, "# child %d: %s failed: %s\n", (int)getpid(), what,
 				strerror(-ret));
 			_exit(102);
 		}
+		us = (long)((kvd_now() - t0) * 1e6);
+		if (us > shm->max_round_us[slot])
+			shm->max_round_us[slot] = us;
 		__atomic_add_fetch(&shm->rounds[slot], 1, __ATOMIC_RELAXED);
 	}
 	kv_pool_close(pool);
@@ -2670,6 +2682,482 @@ TEST_F(kvd, pages_hides_keys_and_check_is_admin_only)
 	ASSERT_EQ(0, kv_put(kv_pool_arbiter(pool), res, 4));
 	kv_pool_close(pool);
 	assert_all_gone(_metadata, self, self->pool_id);
+}
+
+/* ------------------------------------------------------------------ */
+/* what one uid costs kvshared: max_user_memory, max_memory_total     */
+/* ------------------------------------------------------------------ */
+
+#define MiB		(1l << 20)
+/* kvshared's own RSS beside what it is charged: malloc's slack, stacks. */
+#define RSS_SLACK	(12 * MiB)
+#define ROUND_DEADLINE_US 2000000	/* a victim's round, at the most */
+
+#ifndef KVD_KVSHARED_PLAIN_REL
+#define KVD_KVSHARED_PLAIN_REL "../../kvshared"
+#endif
+
+/*
+ * RSS is measured on the plain build next to the sanitized one: ASan's
+ * shadow and quarantine would be measured otherwise.  $KVSHARED, when
+ * set, is what every test runs, these included.
+ */
+static void use_plain_kvshared(void)
+{
+	char exe[4000], path[4200], *slash;
+	ssize_t n;
+
+	if (getenv("KVSHARED"))
+		return;
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return;
+	exe[n] = '\0';
+	slash = strrchr(exe, '/');
+	if (!slash)
+		return;
+	*slash = '\0';
+	snprintf(path, sizeof(path), "%s/%s", exe, KVD_KVSHARED_PLAIN_REL);
+	if (!access(path, X_OK))
+		setenv("KVSHARED", path, 1);
+}
+
+/* @pid's resident set (VmRSS), bytes; -1 if unreadable. */
+static long rss_of(pid_t pid)
+{
+	char path[64], buf[4096], *p;
+	long kb = -1;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if (kvd_read_file(path, buf, sizeof(buf)) <= 0)
+		return -1;
+	p = strstr(buf, "VmRSS:");
+	if (p)
+		kb = strtol(p + 6, NULL, 10);
+	return kb < 0 ? -1 : kb * 1024;
+}
+
+/*
+ * The daemon restarted on the plain build with @extra, and a victim of
+ * another uid looping rounds in slot 0 (its slowest round recorded).
+ */
+static struct loop_shm *cost_setup(struct __test_metadata *_metadata,
+				   FIXTURE_DATA(kvd) *self, const char *const *extra,
+				   pid_t *vic)
+{
+	struct loop_shm *shm;
+
+	use_plain_kvshared();
+	restart(_metadata, self, extra);
+	unsetenv("KVSHARED");
+	shm = mmap(NULL, sizeof(*shm), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+		   -1, 0);
+	ASSERT_NE(MAP_FAILED, shm);
+	memset((void *)shm, 0, sizeof(*shm));
+	*vic = fork_kid(_metadata, self);
+	if (*vic == 0) {
+		become(VICTIM, NULL, 0);
+		child_loop_flags(self->d.sock, shm, 0, 7, KV_ARBITER_NO_URING);
+	}
+	ASSERT_EQ(0, progress(shm, 0, 3));
+	return shm;
+}
+
+/* The victim still served, never past its deadline; then stopped. */
+static void cost_teardown(struct __test_metadata *_metadata, FIXTURE_DATA(kvd) *self,
+			  struct loop_shm *shm, pid_t vic)
+{
+	ASSERT_EQ(0, progress(shm, 0, 3));
+	shm->stop = 1;
+	ASSERT_KID_OK(vic);
+	ASSERT_GT(ROUND_DEADLINE_US, shm->max_round_us[0])
+		TH_LOG("the victim's slowest round took %ld us", shm->max_round_us[0]);
+	assert_all_gone(_metadata, self, self->pool_id);
+	munmap((void *)shm, sizeof(*shm));
+	/* Every charge was given back as its connection went. */
+	ASSERT_EQ(0, log_count(&self->d, "ledger freed with"));
+}
+
+/*
+ * In a child: @n connections, each sending @sent bytes of a message that
+ * announces 8 MiB, and never the rest.  How many are still open once the
+ * daemon has read what came (the caller keeps them open while the parent
+ * measures the daemon).
+ */
+static int half_sent(const char *sock, int n, size_t sent, int *fds)
+{
+	static unsigned char buf[8 << 20];
+	struct kvs_info info;
+	int i, open = 0;
+
+	memset(&info, 0, sizeof(info));
+	raw_build(buf, KVS_IOC_INFO, &info, sizeof(info), NULL, 0, 1);
+	((struct kvs_msg *)buf)->len = KVS_MSG_MAX;
+	for (i = 0; i < n; i++) {
+		size_t done = 0;
+		ssize_t k;
+
+		fds[i] = kvd_connect(sock);
+		if (fds[i] < 0)
+			return fds[i];
+		/* The daemon reads as it comes, or drops the connection (EPIPE). */
+		while (done < sent) {
+			k = send(fds[i], buf + done, sent - done, MSG_NOSIGNAL);
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k <= 0)
+				break;
+			done += k;
+		}
+	}
+	kvd_sleep_ms(500);	/* the daemon reads what arrived */
+	for (i = 0; i < n; i++) {
+		struct pollfd pfd = { .fd = fds[i], .events = POLLIN };
+
+		/* A dropped connection reads EOF; a live one has nothing to read. */
+		open += poll(&pfd, 1, 0) == 0;
+	}
+	return open;
+}
+
+/*
+ * Half-sent messages: 24 connections of one uid each send 7 MiB of an
+ * 8 MiB message and stop.  On 7ba17a4 all were kept, and kvshared grew
+ * by their size (the issue measured +389 MiB with 4 MiB each).  Now its
+ * buffers stop at max_user_memory (64 MiB by default): the connections
+ * past it are dropped with the uid in the log, kvshared's RSS grows by at
+ * most the limit, and a victim of another uid is served throughout.
+ */
+TEST_F_TIMEOUT(kvd, half_sent_messages_cost_one_uid_its_limit_at_most, 90)
+{
+	struct loop_shm *shm;
+	int sync[2], go[2];
+	long base, peak;
+	pid_t vic, att;
+	char c;
+
+	shm = cost_setup(_metadata, self, NULL, &vic);
+	ASSERT_EQ(0, pipe(sync));
+	ASSERT_EQ(0, pipe(go));
+	base = rss_of(self->d.pid);
+	ASSERT_LT(0, base);
+	att = fork_kid(_metadata, self);
+	if (att == 0) {
+		int fds[24], open;
+
+		become(NOBODY, NULL, 0);
+		open = half_sent(self->d.sock, 24, 7 << 20, fds);
+		KVD_CHILD_EQ(0, xwrite(sync[1], &open, sizeof(open)));
+		KVD_CHILD_EQ(0, xread(go[0], &c, 1));
+		_exit(0);
+	}
+	/* Ours closed: a child that dies is an EOF here, not a wait. */
+	close(sync[1]);
+	close(go[0]);
+	{
+		int open = 0;
+
+		ASSERT_EQ(0, xread(sync[0], &open, sizeof(open)));
+		peak = rss_of(self->d.pid);
+		TH_LOG("24 unfinished 8 MiB messages: %d connections kept, RSS %ld -> %ld MiB "
+		       "(+%ld MiB)", open, base / MiB, peak / MiB, (peak - base) / MiB);
+		ASSERT_EQ(0, xwrite(go[1], "x", 1));
+		ASSERT_KID_OK(att);
+		ASSERT_LT(0, open);
+		ASSERT_GT(24, open);
+	}
+	ASSERT_EQ(0, progress(shm, 0, 3));
+	ASSERT_GE(64 * MiB + RSS_SLACK, peak - base);
+	ASSERT_LT(0, log_count(&self->d, "uid 65534: a message's buffer refused: uid 65534 "
+			       "would cost kvshared"));
+	close(sync[0]);
+	close(go[1]);
+	cost_teardown(_metadata, self, shm, vic);
+}
+
+/*
+ * The same against max_memory_total: two uids, 24 MiB each under a
+ * per-uid limit of 32 MiB but a total of 32 MiB: the second is refused
+ * by the total (logged as such), and kvshared grows by at most the total.
+ */
+TEST_F_TIMEOUT(kvd, all_uids_together_cost_at_most_the_total, 90)
+{
+	const char *const caps[] = {
+		"--max-user-memory", "32M", "--max-memory-total", "32M", NULL,
+	};
+	const uid_t uids[2] = { NOBODY, OTHER };
+	struct loop_shm *shm;
+	int sync[2], go[2], i;
+	long base, peak;
+	pid_t vic, att[2];
+	char c;
+
+	shm = cost_setup(_metadata, self, caps, &vic);
+	ASSERT_EQ(0, pipe(sync));
+	ASSERT_EQ(0, pipe(go));
+	base = rss_of(self->d.pid);
+	for (i = 0; i < 2; i++) {
+		att[i] = fork_kid(_metadata, self);
+		if (att[i] == 0) {
+			int fds[6], open;
+
+			become(uids[i], NULL, 0);
+			open = half_sent(self->d.sock, 6, 4 << 20, fds);
+			KVD_CHILD_EQ(0, xwrite(sync[1], &open, sizeof(open)));
+			KVD_CHILD_EQ(0, xread(go[0], &c, 1));
+			_exit(0);
+		}
+		{
+			int open = 0;
+
+			ASSERT_EQ(0, xread(sync[0], &open, sizeof(open)));
+			TH_LOG("uid %u: %d of 6 half-sent messages kept", uids[i], open);
+		}
+	}
+	peak = rss_of(self->d.pid);
+	TH_LOG("two uids: RSS %ld -> %ld MiB (+%ld MiB)", base / MiB, peak / MiB,
+	       (peak - base) / MiB);
+	ASSERT_EQ(0, progress(shm, 0, 3));
+	ASSERT_GE(32 * MiB + RSS_SLACK, peak - base);
+	ASSERT_LT(0, log_count(&self->d, "refused: all users would cost kvshared"));
+	ASSERT_EQ(0, xwrite(go[1], "xx", 2));
+	ASSERT_KID_OK(att[0]);
+	ASSERT_KID_OK(att[1]);
+	close(sync[0]);
+	close(sync[1]);
+	close(go[0]);
+	close(go[1]);
+	cost_teardown(_metadata, self, shm, vic);
+}
+
+/* POOL_CREATE of @pages pages without memory, as the caller: 0 or -errno. */
+static int create_bare_pool(struct kv_arbiter *a, const char *name, __u64 pages)
+{
+	struct kvs_pool_create pc;
+
+	memset(&pc, 0, sizeof(pc));
+	snprintf(pc.name, sizeof(pc.name), "%s", name);
+	pc.n_pages = pages;
+	pc.geom.n_layers = 2;
+	pc.geom.n_kv_heads = 2;
+	pc.geom.head_dim = 16;
+	pc.geom.tokens_per_page = 16;
+	pc.geom.dtype = KVS_DTYPE_F16;
+	pc.mode = 0600;
+	pc.mem_fd = -1;
+	return kv_arbiter_call(a, KVS_IOC_POOL_CREATE, &pc);
+}
+
+/*
+ * Pools' bookkeeping is charged to their creator: one 4M-page pool (on
+ * 7ba17a4, +180 MiB of kvshared for one uid) is EDQUOT at once, and
+ * 256k-page pools are created until the next would pass 64 MiB.  Once
+ * destroyed (and so freed), they no longer count: the uid may create
+ * again.  kvshared grows by at most the limit meanwhile.
+ */
+TEST_F_TIMEOUT(kvd, pools_bookkeeping_is_charged_to_their_creator, 90)
+{
+	struct loop_shm *shm;
+	int sync[2], go[2];
+	long base, peak;
+	pid_t vic, att;
+	char c;
+
+	shm = cost_setup(_metadata, self, NULL, &vic);
+	ASSERT_EQ(0, pipe(sync));
+	ASSERT_EQ(0, pipe(go));
+	base = rss_of(self->d.pid);
+	att = fork_kid(_metadata, self);
+	if (att == 0) {
+		struct kv_arbiter *a;
+		char name[32];
+		int n, ret = 0;
+
+		become(NOBODY, NULL, 0);
+		KVD_CHILD_EQ(0, kv_arbiter_open(self->d.sock, KV_ARBITER_NO_URING, &a));
+		KVD_CHILD_EQ(-EDQUOT, create_bare_pool(a, "huge", KVS_MAX_POOL_PAGES));
+		for (n = 0; n < 8; n++) {
+			snprintf(name, sizeof(name), "p%d", n);
+			ret = create_bare_pool(a, name, 256 << 10);
+			if (ret)
+				break;
+		}
+		/* 20 MiB each: three fit beside the connection, the fourth not. */
+		KVD_CHILD_EQ(-EDQUOT, ret);
+		KVD_CHILD_EQ(3, n);
+		KVD_CHILD_EQ(0, xwrite(sync[1], &n, sizeof(n)));
+		KVD_CHILD_EQ(0, xread(go[0], &c, 1));
+		/* Destroyed (nothing attached: freed at once), they stop counting. */
+		KVD_CHILD_EQ(3, destroy_pools_of(a, NOBODY));
+		KVD_CHILD_EQ(0, create_bare_pool(a, "again", 256 << 10));
+		KVD_CHILD_EQ(1, destroy_pools_of(a, NOBODY));
+		kv_arbiter_close(a);
+		_exit(0);
+	}
+	/* Ours closed: a child that dies is an EOF here, not a wait. */
+	close(sync[1]);
+	close(go[0]);
+	{
+		int n = 0;
+
+		ASSERT_EQ(0, xread(sync[0], &n, sizeof(n)));
+		peak = rss_of(self->d.pid);
+		TH_LOG("%d pools of 256k pages: RSS %ld -> %ld MiB (+%ld MiB)", n,
+		       base / MiB, peak / MiB, (peak - base) / MiB);
+	}
+	ASSERT_GE(64 * MiB + RSS_SLACK, peak - base);
+	ASSERT_LT(0, log_count(&self->d, "uid 65534: POOL_CREATE refused: uid 65534 "
+			       "would cost kvshared"));
+	ASSERT_EQ(0, xwrite(go[1], "x", 1));
+	ASSERT_KID_OK(att);
+	close(sync[0]);
+	close(go[1]);
+	cost_teardown(_metadata, self, shm, vic);
+}
+
+/*
+ * Connections are charged with their supplementary groups: 64 connections
+ * of a uid with 65536 groups (256 KiB each) pass a 16 MiB limit, and the
+ * ones past it are refused, logged with the uid; rings are charged too
+ * (RING_SETUP fails with EDQUOT past the limit).
+ */
+TEST_F_TIMEOUT(kvd, connections_groups_and_rings_are_charged, 90)
+{
+	const char *const caps[] = { "--max-user-memory", "16M", NULL };
+	struct loop_shm *shm;
+	long base, peak;
+	pid_t vic, att;
+	int sync[2], go[2];
+	char c;
+
+	shm = cost_setup(_metadata, self, caps, &vic);
+	ASSERT_EQ(0, pipe(sync));
+	ASSERT_EQ(0, pipe(go));
+	base = rss_of(self->d.pid);
+	att = fork_kid(_metadata, self);
+	if (att == 0) {
+		static gid_t groups[65536];
+		int fds[64], i, served, rings = 0, ret;
+		struct kvs_ring_setup rs;
+		struct raw_reply *r = malloc(sizeof(*r));
+
+		for (i = 0; i < 65536; i++)
+			groups[i] = 100000 + i;
+		become(NOBODY, groups, 65536);
+		served = open_served(self->d.sock, fds, 64);
+		KVD_CHILD_TRUE(served > 0 && served < 64);
+		/* The parent measures the daemon while they are open. */
+		KVD_CHILD_EQ(0, xwrite(sync[1], &served, sizeof(served)));
+		KVD_CHILD_EQ(0, xread(go[0], &c, 1));
+		for (i = 0; i < 64; i++)
+			close(fds[i]);
+		kvd_sleep_ms(200);
+		/* Now rings of 8 MiB until refused. */
+		for (i = 0; i < 8; i++) {
+			fds[i] = kvd_connect(self->d.sock);
+			KVD_CHILD_TRUE(fds[i] >= 0 && r);
+			memset(&rs, 0, sizeof(rs));
+			rs.size = 8 << 20;
+			KVD_CHILD_EQ(0, raw_call(fds[i], KVS_SOCK_RING_SETUP, &rs, sizeof(rs),
+						 NULL, 0, r));
+			ret = r->h.result;
+			if (ret)
+				break;
+			rings++;
+		}
+		KVD_CHILD_EQ(-EDQUOT, ret);
+		KVD_CHILD_EQ(1, rings);
+		_exit(0);
+	}
+	/* Ours closed: a child that dies is an EOF here, not a wait. */
+	close(sync[1]);
+	close(go[0]);
+	{
+		int served = 0;
+
+		ASSERT_EQ(0, xread(sync[0], &served, sizeof(served)));
+		peak = rss_of(self->d.pid);
+		TH_LOG("%d of 64 connections with 65536 groups served; RSS %ld -> %ld MiB "
+		       "(+%ld MiB)", served, base / MiB, peak / MiB, (peak - base) / MiB);
+	}
+	ASSERT_GE(16 * MiB + RSS_SLACK, peak - base);
+	ASSERT_EQ(0, xwrite(go[1], "x", 1));
+	ASSERT_LT(0, log_count(&self->d, "uid 65534: a connection refused: uid 65534 "
+			       "would cost kvshared"));
+	ASSERT_KID_OK(att);
+	ASSERT_LT(0, log_count(&self->d, "uid 65534: a shared ring refused"));
+	close(sync[0]);
+	close(go[1]);
+	cost_teardown(_metadata, self, shm, vic);
+}
+
+/*
+ * The core's table of the pages a connection holds is charged as it
+ * grows: in a 1M-page pool of the daemon's (mode 0666, no memory), one
+ * uid ALLOCs 65536 pages at a time under a 16 MiB limit.  Eight batches
+ * fit (a 12 MiB table), the ninth would double it: EDQUOT, logged, and
+ * the pages taken so far go back when the connection closes.
+ */
+TEST_F_TIMEOUT(kvd, held_pages_tables_are_charged, 90)
+{
+	const char *const caps[] = {
+		"--max-user-memory", "16M", "--pool",
+		"h:pages=1048576,layers=2,kv_heads=2,head_dim=16,memory=none,mode=0666",
+		NULL,
+	};
+	struct loop_shm *shm;
+	long base, peak;
+	pid_t vic, att;
+	int sync[2], go[2];
+	char c;
+
+	shm = cost_setup(_metadata, self, caps, &vic);
+	ASSERT_EQ(0, pipe(sync));
+	ASSERT_EQ(0, pipe(go));
+	base = rss_of(self->d.pid);
+	att = fork_kid(_metadata, self);
+	if (att == 0) {
+		static __u32 pages[65536];
+		struct kv_arbiter *a;
+		struct kvs_alloc al;
+		int n, ret = 0;
+
+		become(NOBODY, NULL, 0);
+		KVD_CHILD_EQ(0, kv_arbiter_open(self->d.sock, KV_ARBITER_NO_URING, &a));
+		KVD_CHILD_EQ(0, attach_owner(a, "h", 0));
+		for (n = 0; n < 16; n++) {
+			memset(&al, 0, sizeof(al));
+			al.count = 65536;
+			al.pages = (uintptr_t)pages;
+			ret = kv_arbiter_call(a, KVS_IOC_ALLOC, &al);
+			if (ret)
+				break;
+		}
+		KVD_CHILD_EQ(-EDQUOT, ret);
+		KVD_CHILD_EQ(8, n);
+		KVD_CHILD_EQ(0, xwrite(sync[1], &n, sizeof(n)));
+		KVD_CHILD_EQ(0, xread(go[0], &c, 1));
+		kv_arbiter_close(a);
+		_exit(0);
+	}
+	/* Ours closed: a child that dies is an EOF here, not a wait. */
+	close(sync[1]);
+	close(go[0]);
+	{
+		int n = 0;
+
+		ASSERT_EQ(0, xread(sync[0], &n, sizeof(n)));
+		peak = rss_of(self->d.pid);
+		TH_LOG("%d batches of 65536 pages held; RSS %ld -> %ld MiB (+%ld MiB)",
+		       n, base / MiB, peak / MiB, (peak - base) / MiB);
+	}
+	ASSERT_GE(16 * MiB + RSS_SLACK, peak - base);
+	ASSERT_LT(0, log_count(&self->d, "uid 65534: holding more pages refused"));
+	ASSERT_EQ(0, xwrite(go[1], "x", 1));
+	ASSERT_KID_OK(att);
+	close(sync[0]);
+	close(go[1]);
+	cost_teardown(_metadata, self, shm, vic);
 }
 
 TEST_HARNESS_MAIN

@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: GPL-2.0
 """SGLang as its storage backends see it, on Debian's torch 1.13 (CPU).
 
-* import_sglang(): SGLang's REAL interface files from the peers tree
-  (../shared/peers/sglang, verbatim upstream), imported as SGLang imports
-  them: a bare ``sglang`` package (its real __init__ pulls in the whole
+* import_sglang(): the installed sglang's modules where sglang is
+  installed (the engine environment); else SGLang's REAL interface files
+  from the peers tree (../shared/peers/sglang, verbatim upstream), imported
+  as SGLang imports them: a bare ``sglang`` package (its real __init__ pulls in the whole
   engine) whose __path__ is the peers tree.  Two modules absent from the
   peers tree are stood in for: ``sglang.srt.environ`` (SGLang's env-var
   registry: every variable unset) and ``human_readable_int`` (HiCacheFile's
@@ -18,6 +19,7 @@
   the generic batch_get + set_from_flat_data_page).
 """
 import hashlib
+import importlib.metadata
 import os
 import sys
 import types
@@ -49,14 +51,26 @@ def _human_readable_int(s):
     return int(float(s[:-1]) * units[s[-1]]) if s[-1:] in units else int(s)
 
 
+def _installed():
+    """Whether an installed sglang (the engine environment's) is there."""
+    try:
+        importlib.metadata.version("sglang")
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
 def import_sglang():
     """A namespace with SGLang's real HiCacheStorage, HiCacheStorageConfig,
-    HiCacheStorageExtraInfo, StorageBackendFactory and HiCacheFile."""
+    HiCacheStorageExtraInfo, StorageBackendFactory and HiCacheFile: the
+    installed sglang's where there is one, else the peers tree's."""
     tree = os.path.join(PEERS, "sglang")
-    if not os.path.isfile(os.path.join(tree, "srt", "mem_cache", "hicache_storage.py")):
+    if _installed():
+        pass
+    elif not os.path.isfile(os.path.join(tree, "srt", "mem_cache", "hicache_storage.py")):
         raise FileNotFoundError("SGLang's interface files are not at %s "
                                 "(set $KVS_SGLANG_PEERS)" % tree)
-    if "sglang" not in sys.modules:
+    elif "sglang" not in sys.modules:
         pkg = types.ModuleType("sglang")
         pkg.__path__ = [tree]
         sys.modules["sglang"] = pkg

@@ -310,7 +310,10 @@ def test_bad_options_are_refused(daemon, mkpool):
     name = mkpool(**geometry("NHD"))
     for extra, what in ((dict(pol="x"), "unknown"), (dict(timeout_ms="5"), "timeout_ms"),
                         (dict(kv_layout="NDH"), "kv_layout"),
-                        (dict(create_pages=-1), "create_pages")):
+                        (dict(create_pages=-1), "create_pages"),
+                        (dict(create=True), "create needs pages"),
+                        (dict(mode="rw"), "octal"),
+                        (dict(socket="/a", arbiter="/b"), "both 'socket'")):
         with pytest.raises(ValueError, match=what):
             Engine(daemon.socket, name, "NHD", extra=extra)
 
@@ -319,10 +322,10 @@ def test_missing_pool(daemon, arbiter):
     name = "vllm-missing-%d" % os.getpid()
     with pytest.raises(kvshare.Error) as ei:
         Engine(daemon.socket, name, "NHD")
-    assert ei.value.errno == errno.ENOENT and "create_pages" in str(ei.value)
+    assert ei.value.errno == errno.ENOENT and '"create": true' in str(ei.value)
     assert name not in [p["name"] for p in arbiter.pools()]
-    # create_pages: the worker creates it with the engine's geometry.
-    eng = Engine(daemon.socket, name, "MLA", extra=dict(create_pages=64))
+    # create: the worker creates it with the engine's geometry.
+    eng = Engine(daemon.socket, name, "MLA", extra=dict(create=True, pages=64))
     try:
         info = [p for p in arbiter.pools() if p["name"] == name][0]
         g = info["geometry"]

@@ -93,7 +93,7 @@ class Engine:
         self.mla = layout == "MLA"
         self.layout = layout
         self.model = TinyModel(layers, heads, dim, self.mla)
-        cfg = dict(pool=pool, socket=socket, timeout_ms=2000, retry_s=0.2)
+        cfg = dict(pool=pool, arbiter=socket, timeout_ms=2000, retry_s=0.2)
         if not self.mla:
             cfg["kv_layout"] = layout
         cfg.update(extra or {})

@@ -2,19 +2,33 @@
 # SPDX-License-Identifier: GPL-2.0
 """A Redis that lies, for tests/remote: it accepts any AUTH and PING, then
 answers every other command the way MODE says.  Usage: hostile_redis.py
-MODE PORT (prints "ready" once listening; serves until killed).
+MODE PORT [ARG] (prints "ready" once listening; serves until killed).
 
 Modes: garbage (random bytes), huge (a 1 GiB bulk string that never
 comes), nested (arrays nested 100 deep), wrongtype (an array of strings
 for GET), moved (MOVED to a non-routable address), slots (a slot map with
 2000 masters, bad ranges and long host names), trickle (the right
-answer for a missing key, one byte every 50 ms), close (closes at once).
+answer for a missing key, one byte every 50 ms), close (closes at once);
+and, for hostile_test.sh:
+  corpus FILE:AFTER  the bytes of FILE (tests/remote/corpus) for every
+                     keyed command, then AFTER: next, close or hold
+  slow               an honest store 3 ms a SET (then +OK), GET a miss
+  storm PEER         a cluster node owning every slot that MOVEs every
+                     key to 127.0.0.1:PEER, which does the same back
+  portwrap PORT      a cluster whose only master is at PORT + 65536
+  trap               accepts, prints "connected" for each connection
+  escape-auth        refuses AUTH with words that carry escape sequences
+                     and a forged log line
+  escape-slots       the same words as its CLUSTER SLOTS error
 """
 import os
 import socket
 import sys
 import threading
 import time
+
+
+PORT, ARG, CORPUS, AFTER = 0, "", b"", "next"
 
 
 def commands(conn):
@@ -66,13 +80,48 @@ def slot_map():
     return b"".join(out)
 
 
+# No CR: RESP cannot carry one in an error line (the reader refuses it).
+FORGED = b"WRONGPASS \x1b[2J\x1b[31mno\x1b[0m\nkvshared: ready\x07"
+
+
+def one_master(host, port):
+    """CLUSTER SLOTS: every slot on one master."""
+    return b"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$%d\r\n%s\r\n:%d\r\n" % (
+        len(host), host, port)
+
+
 def answer(mode, conn, cmd):
     name = cmd[0].upper() if cmd else b""
-    if name in (b"AUTH", b"PING", b"ASKING"):
+    if name == b"AUTH" and mode == "escape-auth":
+        conn.sendall(b"-" + FORGED + b"\r\n")
+        return True
+    if name in (b"AUTH", b"PING", b"ASKING", b"READONLY"):
         conn.sendall(b"+OK\r\n" if name != b"PING" else b"+PONG\r\n")
         return True
     if name == b"CLUSTER":
-        conn.sendall(slot_map())
+        if mode == "escape-slots":
+            conn.sendall(b"-ERR " + FORGED + b"\r\n")
+        elif mode == "storm":
+            conn.sendall(one_master(b"127.0.0.1", PORT))
+        elif mode == "portwrap":
+            conn.sendall(one_master(b"127.0.0.1", int(ARG) + 65536))
+        else:
+            conn.sendall(slot_map())
+        return True
+    if mode == "corpus":
+        conn.sendall(CORPUS)
+        if AFTER == "hold":
+            time.sleep(30)
+        return AFTER == "next"
+    if mode == "slow":
+        if name == b"SET":
+            time.sleep(0.003)
+            conn.sendall(b"+OK\r\n")
+        else:
+            conn.sendall(b"$-1\r\n")
+        return True
+    if mode == "storm":
+        conn.sendall(b"-MOVED 42 127.0.0.1:%d\r\n" % int(ARG))
         return True
     if mode == "garbage":
         conn.sendall(os.urandom(4096))
@@ -108,7 +157,13 @@ def serve(mode, conn):
 
 
 def main():
+    global PORT, ARG, CORPUS, AFTER
     mode, port = sys.argv[1], int(sys.argv[2])
+    PORT, ARG = port, sys.argv[3] if len(sys.argv) > 3 else ""
+    if mode == "corpus":
+        path, AFTER = ARG.rsplit(":", 1)
+        with open(path, "rb") as f:
+            CORPUS = f.read()
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("127.0.0.1", port))
@@ -116,6 +171,8 @@ def main():
     print("ready", flush=True)
     while True:
         conn, _ = srv.accept()
+        if mode == "trap":
+            print("connected", flush=True)
         threading.Thread(target=serve, args=(mode, conn), daemon=True).start()
 
 

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * lookup_storm: N LOOKUPs of distinct random chains of 4 keys on pool
- * NAME of the arbiter at PATH, as fast as they go, without waiting: what
- * a client that misses everything does to a remote tier.  Prints the
- * hits.  Usage: lookup_storm PATH NAME N
+ * lookup_storm: N LOOKUPs of distinct random chains of CHAIN keys (4
+ * unless given) on pool NAME of the arbiter at PATH, as fast as they go,
+ * without waiting: what a client that misses everything does to a remote
+ * tier.  Prints the hits.  Usage: lookup_storm PATH NAME N [CHAIN]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,14 +16,21 @@ int main(int argc, char **argv)
 {
 	struct kvs_pool_attach info;
 	struct kv_arbiter *arb;
-	struct kvs_key keys[4];
-	uint32_t pages[4];
-	long i, n, hits = 0;
+	struct kvs_key *keys;
+	uint32_t *pages;
+	long i, n, chain = 4, hits = 0;
 	int ret;
 
-	if (argc != 4 || (n = atol(argv[3])) < 1) {
-		fprintf(stderr, "usage: lookup_storm PATH NAME N\n");
+	if ((argc != 4 && argc != 5) || (n = atol(argv[3])) < 1 ||
+	    (argc == 5 && ((chain = atol(argv[4])) < 1 || chain > 65536))) {
+		fprintf(stderr, "usage: lookup_storm PATH NAME N [CHAIN (1..65536)]\n");
 		return 2;
+	}
+	keys = calloc(chain, sizeof(*keys));
+	pages = calloc(chain, sizeof(*pages));
+	if (!keys || !pages) {
+		fprintf(stderr, "lookup_storm: no memory for chains of %ld keys\n", chain);
+		return 1;
 	}
 	ret = kv_arbiter_open(argv[1], 0, &arb);
 	if (!ret)
@@ -33,9 +40,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	for (i = 0; i < n; i++) {
-		if (getrandom(keys, sizeof(keys), 0) != sizeof(keys))
+		if (getrandom(keys, chain * sizeof(*keys), 0) !=
+		    (ssize_t)(chain * sizeof(*keys)))
 			return 1;
-		ret = kv_lookup(arb, keys, 4, pages);
+		ret = kv_lookup(arb, keys, chain, pages);
 		if (ret < 0) {
 			fprintf(stderr, "lookup_storm: LOOKUP: %s\n", strerror(-ret));
 			return 1;
@@ -46,5 +54,7 @@ int main(int argc, char **argv)
 	}
 	printf("%ld hits\n", hits);
 	kv_arbiter_close(arb);
+	free(keys);
+	free(pages);
 	return 0;
 }

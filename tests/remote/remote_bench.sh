@@ -15,6 +15,13 @@
 #    against a 3-master cluster.
 # 2. Two hosts serving the same workload one after the other: prompt
 #    tokens host B computes with and without the tier.
+# 0. First, the tier beside Redis's own speed (tier_bench): C clients at
+#    once each publish a chain on host A (the time until the tier has
+#    written it all) and fetch it on a fresh host B (LOOKUP with WAIT
+#    until every page is a hit, each byte checked), against C clients of
+#    a plain pipelined hiredis loop GETting and SETting the very same
+#    keys and values on the same servers, in the same run; medians of
+#    $REPS runs, and the median of each run's tier rate over its loop rate.
 set -uo pipefail
 
 build=${BUILD:-build}
@@ -60,16 +67,61 @@ bench_chain() {
 		"$match" "$local_ms" "$scratch"
 }
 
-echo "remote tier: one chain of 256 pages (4 MiB; medians of $REPS runs, kvserve's ms are whole ms)"
-printf '  %-22s %11s %14s %13s %13s %15s\n' "" "tier fetch" "fetch rate" "remote match" \
-	"local match" "recompute"
+# tb_row LABEL NODES EXTRA-KEYS GEOMETRY PAGE-BYTES PAGES CLIENTS LOOP-NODES...:
+# one row of part 0.
+tb_row() {
+	local label=$1 nodes=$2 extra=$3 geom=$4 pb=$5 np=$6 nc=$7 r ns spec seed keys
+	local tb=$build/tests/remote_tier_bench
+	shift 7
+	: >"$tmp/tb.pub"; : >"$tmp/tb.set"; : >"$tmp/tb.fetch"; : >"$tmp/tb.get"
+	for r in $(seq "$REPS"); do
+		ns=tb$RANDOM$r
+		seed=$RANDOM$r
+		spec="kvserve:pages=@PAGES@,$geom,mode=0600,memory=host,remote=$nodes"
+		spec+=",remote_user=kvshare,remote_password_file=$tmp/pw,remote_namespace=$ns$extra"
+		# A deadline that measures a slow run on a loaded machine instead
+		# of cutting it off.
+		spec+=",remote_timeout_ms=2000"
+		# A's pool 4 times what it publishes: write-behind holds at most a
+		# quarter of a pool's pages; B's just more than one fetch.
+		start_kvshared A "${spec/@PAGES@/$((4 * np * nc + 16))}" &&
+			start_kvshared B "${spec/@PAGES@/$((np * nc + 16))}" ||
+			{ echo "# $label: kvshared did not start"; return; }
+		keys="kvs1:$ns:*:0000000000000000:*"	# client namespace 0's
+		# Both hosts as hosts that have run a while: their pools' memory
+		# in place, the tier connected to every node, B's pages recycled
+		# (a chain of client namespace 1 fetched, then evicted by the
+		# measured fetch), so that neither side pays a first touch.
+		"$tb" warm "$tmp/A.sock" kvserve
+		"$tb" warm "$tmp/B.sock" kvserve
+		TB_NS=1 "$tb" publish "$tmp/A.sock" "$tmp/A.met" kvserve "$nc" "$np" "$seed" \
+			>/dev/null
+		TB_NS=1 "$tb" fetch "$tmp/B.sock" kvserve "$nc" "$np" "$seed" >/dev/null
+		"$tb" publish "$tmp/A.sock" "$tmp/A.met" kvserve "$nc" "$np" "$seed" >>"$tmp/tb.pub"
+		"$tb" setloop default "$admin_pw" "$keys" "$nc" "$@" >>"$tmp/tb.set"
+		# Alternately first, so that neither side always finds Redis warmer.
+		[ $((r % 2)) = 0 ] && "$tb" getloop default "$admin_pw" "$keys" "$nc" "$@" \
+			>>"$tmp/tb.get"
+		"$tb" fetch "$tmp/B.sock" kvserve "$nc" "$np" "$seed" >>"$tmp/tb.fetch"
+		[ $((r % 2)) = 1 ] && "$tb" getloop default "$admin_pw" "$keys" "$nc" "$@" \
+			>>"$tmp/tb.get"
+		stop_kvshared A >/dev/null
+		stop_kvshared B >/dev/null
+	done
+	# rate FILE: the median run's GB/s; ratio A B: the median of each run's
+	# A over the same run's B (paired: a run's load is the same for both).
+	rate() { awk '{ print $3 / $2 / 1e9 }' "$1" | median; }
+	ratio() { paste "$1" "$2" | awk '{ print 100 * ($3 / $2) / ($6 / $5) }' | median; }
+	awk -v l="$label" -v f="$(rate "$tmp/tb.fetch")" -v g="$(rate "$tmp/tb.get")" \
+		-v p="$(rate "$tmp/tb.pub")" -v s="$(rate "$tmp/tb.set")" \
+		-v fr="$(ratio "$tmp/tb.fetch" "$tmp/tb.get")" \
+		-v pr="$(ratio "$tmp/tb.pub" "$tmp/tb.set")" 'BEGIN {
+		printf "  %-34s %7.2f %7.2f %6.0f%%   %7.2f %7.2f %6.0f%%\n", l, f, g, fr,
+			p, s, pr }'
+}
+
 read -r r1 <<<"$(free_ports 1)"
 start_redis r1 "$r1" >/dev/null || exit 1
-bench_chain "single redis-server" "127.0.0.1:$r1" ""
-# The same with a MAC key: every page sealed and checked (remote_mac.h).
-(umask 077; openssl rand -hex 32 >"$tmp/bench.mac")
-bench_chain "single, MAC key" "127.0.0.1:$r1" ",remote_mac_key_file=$tmp/bench.mac"
-
 read -r -a cp <<<"$(free_cluster_ports 3)"
 for i in 0 1 2; do
 	start_redis "c$i" "${cp[$i]}" --cluster-enabled yes \
@@ -82,6 +134,31 @@ for _ in $(seq 100); do
 	sleep 0.1
 done
 sleep 0.5
+cl="127.0.0.1:${cp[0]}+127.0.0.1:${cp[1]}+127.0.0.1:${cp[2]}"
+cl_loop=("127.0.0.1:${cp[0]}" "127.0.0.1:${cp[1]}" "127.0.0.1:${cp[2]}")
+small="layers=2,kv_heads=2,head_dim=64,tokens_per_page=16,dtype=bf16"	# 16 KiB
+llama="layers=32,kv_heads=8,head_dim=128,tokens_per_page=16,dtype=bf16"	# 2 MiB: Llama-8B
+
+echo "remote tier beside a pipelined hiredis loop of the same values (GB/s and tier/loop, medians of $REPS runs):"
+printf '  %-34s %7s %7s %7s   %7s %7s %7s\n' "" "fetch" "GET" "ratio" "write" "SET" "ratio"
+for nc in 1 4; do
+	tb_row "one server, 256 x 16 KiB, $nc client$([ $nc = 1 ] || echo s)" \
+		"127.0.0.1:$r1" "" "$small" 16384 256 "$nc" "127.0.0.1:$r1"
+	tb_row "one server, 16 x 2 MiB, $nc client$([ $nc = 1 ] || echo s)" \
+		"127.0.0.1:$r1" "" "$llama" 2097152 16 "$nc" "127.0.0.1:$r1"
+	tb_row "3 masters, 256 x 16 KiB, $nc client$([ $nc = 1 ] || echo s)" \
+		"$cl" ",remote_cluster=yes" "$small" 16384 256 "$nc" "${cl_loop[@]}"
+	tb_row "3 masters, 16 x 2 MiB, $nc client$([ $nc = 1 ] || echo s)" \
+		"$cl" ",remote_cluster=yes" "$llama" 2097152 16 "$nc" "${cl_loop[@]}"
+done
+
+echo "remote tier: one chain of 256 pages (4 MiB; medians of $REPS runs, kvserve's ms are whole ms)"
+printf '  %-22s %11s %14s %13s %13s %15s\n' "" "tier fetch" "fetch rate" "remote match" \
+	"local match" "recompute"
+bench_chain "single redis-server" "127.0.0.1:$r1" ""
+# The same with a MAC key: every page sealed and checked (mac.h).
+(umask 077; openssl rand -hex 32 >"$tmp/bench.mac")
+bench_chain "single, MAC key" "127.0.0.1:$r1" ",remote_mac_key_file=$tmp/bench.mac"
 bench_chain "cluster, 3 masters" "127.0.0.1:${cp[0]}" ",remote_cluster=yes"
 
 # Part 2: the same workload on A, then on B; what B computes.

@@ -12,10 +12,13 @@ bf16, 16-token pages (2 MiB a page), page_first host pool.
          dummy pages, then set_from_flat_data_page (the controller's
          generic path);
   memcpy the same bytes (256 MiB) in one memmove;
+  pieces the same bytes as one memmove a host-pool piece (1 MiB: a page's
+         K or V), from Python: how the adapter copied before
+         Pool.copy_pages (one C call a batch, streaming stores, no GIL);
   exists batch_exists of 128 stored keys.
 
-Medians of --reps repetitions.  Goals: set and get >= 5x HiCacheFile, get
->= 70% of memcpy's throughput, exists <= 50 us.  Needs SGLang's interface
+Medians of --reps repetitions, interleaved.  Goals: set and get >= 5x
+HiCacheFile, get >= 85% of memcpy's throughput, exists <= 50 us.  Needs SGLang's interface
 files (../shared/peers/sglang) and the test harness's host pool; run with
 PYTHONPATH=build/python.  Memory: ~1.3 GiB (host pool 512 MiB, kvshare
 pool 512 MiB, 256 MiB of files in /dev/shm, 256 MiB memcpy target).
@@ -56,7 +59,7 @@ def file_get(hcf, host, keys, dst):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--shm", default="/dev/shm", help="tmpfs for HiCacheFile's files")
     o = ap.parse_args(argv)
     try:
@@ -87,7 +90,12 @@ def main(argv=None):
 
         a = torch.empty(nbytes, dtype=torch.uint8).fill_(1)
         b = torch.empty(nbytes, dtype=torch.uint8).fill_(2)
-        times = {k: [] for k in ("kset", "fset", "kget", "fget", "copy")}
+        piece = L * PS * HEADS * D * 2        # one page's K (or V), page_first
+        times = {k: [] for k in ("kset", "fset", "kget", "fget", "copy", "pieces")}
+
+        def pieces():
+            for off in range(0, nbytes, piece):
+                ctypes.memmove(b.data_ptr() + off, a.data_ptr() + off, piece)
 
         def timed(name, fn):
             t0 = time.perf_counter()
@@ -106,8 +114,10 @@ def main(argv=None):
             timed("kget", lambda: assert_all(kvs.batch_get_v1(kkeys, dst)))
             timed("fget", lambda: file_get(hcf, host, fkeys, dst))
             timed("copy", lambda: ctypes.memmove(b.data_ptr(), a.data_ptr(), nbytes))
-        t_kset, t_fset, t_kget, t_fget, t_copy = (
-            statistics.median(times[k]) for k in ("kset", "fset", "kget", "fget", "copy"))
+            timed("pieces", pieces)
+        t_kset, t_fset, t_kget, t_fget, t_copy, t_pieces = (
+            statistics.median(times[k])
+            for k in ("kset", "fset", "kget", "fget", "copy", "pieces"))
         state = {"keys": kkeys}
         keys = state["keys"]
         assert kvs.batch_exists(keys) == PAGES
@@ -128,12 +138,13 @@ def main(argv=None):
     print("  %-30s %9s %9s" % ("", "ms", "GB/s"))
     for name, t in (("batch_set_v1 kvshare", t_kset), ("batch_set HiCacheFile (tmpfs)", t_fset),
                     ("batch_get_v1 kvshare", t_kget), ("batch_get HiCacheFile (tmpfs)", t_fget),
-                    ("memcpy", t_copy)):
+                    ("memcpy", t_copy),
+                    ("memmove a 1 MiB piece (old)", t_pieces)):
         print("  %-30s %9.2f %9.2f" % (name, t * 1e3, gbs(t)))
     print("  %-30s %9.1f us" % ("batch_exists kvshare (128)", t_exists * 1e6))
     goals = [("set vs HiCacheFile", t_fset / t_kset, 5.0, "x"),
              ("get vs HiCacheFile", t_fget / t_kget, 5.0, "x"),
-             ("get vs memcpy", t_copy / t_kget, 0.70, "%"),
+             ("get vs memcpy", t_copy / t_kget, 0.85, "%"),
              ("batch_exists (us)", t_exists * 1e6, 50.0, "<=")]
     for name, v, goal, kind in goals:
         if kind == "x":

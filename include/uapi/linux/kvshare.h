@@ -617,14 +617,37 @@ struct kvs_user_limits {
  * struct and, at out_off/out_len, the bytes of the data area the command
  * wrote, which the client copies back to the same offsets.
  *
- * File descriptors travel as SCM_RIGHTS with the message: POOL_CREATE's
- * mem_fd is 0 (the first descriptor sent) or -1, and a reply to ATTACH
+ * A request's result, out_off and out_len must be 0 (EINVAL).  A reply
+ * carries the command struct whenever the request did (len >= header +
+ * _IOC_SIZE(cmd)): the updated struct on success, the request's own bytes
+ * on failure, with nothing written back (out_len 0), as the ioctl copies
+ * nothing back on failure.  A request too short to hold its struct gets a
+ * bare header.  Clients frame replies by len.  A message the daemon cannot
+ * frame closes the connection: bad magic, len below the header or above
+ * KVS_MSG_MAX (or above the daemon's max_conn_buffer), or EOF inside a
+ * message.
+ *
+ * File descriptors travel as SCM_RIGHTS with the message, sent with its
+ * first byte (one sendmsg() per message does that): the daemon reads one
+ * message at a time, so a descriptor is never taken for the wrong one.
+ * Only POOL_CREATE takes one, and only one, named by mem_fd 0; -1 is none.
+ * Descriptors sent with any other command, more than one, or with mem_fd
+ * -1 are closed and the command fails with EINVAL; mem_fd 0 without a
+ * descriptor, or mem_fd > 0, is EBADF (as an unopened fd is for the
+ * ioctl), and so is an O_PATH descriptor.  A descriptor that is not a
+ * regular file is EINVAL, unless the pool is KVS_POOL_DEVICE_MEM (then
+ * POOL_CREATE's rules for device memory judge it).  A reply to ATTACH
  * with KVS_ATTACH_MEM_FD carries the memory fd, mem_fd then being 0.
- * A malformed message (bad magic or length, unknown command, descriptors
- * where none belong) gets an error reply when it can be framed, and the
- * connection is closed when it cannot.  If the daemon goes away every
- * holding of the connection is gone with it: the client sees the
- * connection closed and must reconnect, attach and map again.
+ * Any other malformed message (unknown command, descriptors where none
+ * belong) gets an error reply.  The daemon also bounds what each uid but
+ * 0 costs it in memory (its max_user_memory and max_memory_total): a
+ * command that would pass the uid's bound fails with EDQUOT, one that
+ * would pass the total with ENOBUFS (POOL_CREATE for the pool's
+ * bookkeeping, ALLOC, LOOKUP and PUBLISH for the table of pages held,
+ * RING_SETUP), a message too large for the bound closes the connection,
+ * and a connection past it is closed at once.  If the daemon goes away every holding of
+ * the connection is gone with it: the client sees the connection closed
+ * and must reconnect, attach and map again.
  */
 #define KVS_DAEMON_SOCKET	"/run/kvshare/kvshared.sock"
 #define KVS_MSG_MAGIC		0x3153564bu	/* "KVS1" */

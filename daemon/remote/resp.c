@@ -1,0 +1,475 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The remote tier's RESP2 reader and formatter (resp.h).
+ *
+ * The reader keeps one fixed buffer.  A line is parsed only once it is
+ * whole in the buffer (at most KVSD_RESP_MAX_LINE bytes); a bulk
+ * string's bytes are moved out of it as they come (into the reply's own
+ * string, the sink, or nowhere), so the buffer never holds more than
+ * one line's leftovers between reads and compacting it moves at most
+ * that much.  The reply under construction hangs off r->root, each new
+ * item attached to its parent at once, so that freeing the root frees
+ * a reply cut short anywhere.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "resp.h"
+
+/* A sunk bulk with at least this much left, and nothing buffered, is read in place. */
+#define DIRECT_MIN	(64u << 10)
+
+struct frame {
+	struct kvsd_reply *r;		/* an array being filled */
+	size_t next;			/* its next element */
+};
+
+struct kvsd_resp {
+	char *buf;
+	size_t start, end;		/* unparsed bytes: buf[start..end) */
+	bool failed;
+	char err[96];
+
+	/* The reply in progress and its bounds. */
+	struct kvsd_reply *root;
+	struct frame stack[KVSD_RESP_MAX_DEPTH];
+	unsigned int depth;
+	size_t max_reply, used;		/* its wire bytes: bound, so far */
+	size_t elems, max_elems;
+	const struct kvsd_rsink *sink;	/* for the reply's (top-level) bulk */
+	bool direct;			/* kvsd_resp_space() offered the sink */
+
+	/* A bulk string in progress: its bytes, then CRLF. */
+	struct kvsd_reply *bulk;
+	size_t bulk_got;
+	bool bulk_crlf;			/* the bytes are in; its CRLF is due */
+};
+
+struct kvsd_resp *kvsd_resp_new(void)
+{
+	struct kvsd_resp *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return NULL;
+	r->buf = malloc(KVSD_RESP_BUF);
+	if (!r->buf) {
+		free(r);
+		return NULL;
+	}
+	kvsd_resp_expect(r, 4096, NULL);
+	return r;
+}
+
+void kvsd_resp_free(struct kvsd_resp *r)
+{
+	if (!r)
+		return;
+	kvsd_reply_free(r->root);
+	free(r->buf);
+	free(r);
+}
+
+void kvsd_reply_free(struct kvsd_reply *rep)
+{
+	size_t i;
+
+	if (!rep)
+		return;
+	if (rep->type == KVSD_REPLY_ARRAY && rep->element)
+		for (i = 0; i < rep->elements; i++)
+			kvsd_reply_free(rep->element[i]);
+	free(rep->element);
+	free(rep->str);
+	free(rep);
+}
+
+bool kvsd_resp_busy(const struct kvsd_resp *r)
+{
+	return r->root || r->start < r->end;
+}
+
+const char *kvsd_resp_error(const struct kvsd_resp *r)
+{
+	return r->err[0] ? r->err : "protocol error";
+}
+
+void kvsd_resp_expect(struct kvsd_resp *r, size_t max_reply,
+		      const struct kvsd_rsink *sink)
+{
+	if (r->root)
+		return;		/* a reply in progress keeps its bounds */
+	r->max_reply = max_reply;
+	/* Every element costs 3 bytes at least ("+\r\n"). */
+	r->max_elems = max_reply / 3 + 1;
+	if (r->max_elems > KVSD_RESP_MAX_ELEMENTS)
+		r->max_elems = KVSD_RESP_MAX_ELEMENTS;
+	r->sink = sink;
+}
+
+static int fail(struct kvsd_resp *r, const char *fmt, long long v)
+{
+	snprintf(r->err, sizeof(r->err), fmt, v);
+	r->failed = true;
+	return -EPROTO;
+}
+
+static bool sinking(const struct kvsd_resp *r)
+{
+	return r->bulk && r->bulk->sunk;
+}
+
+/* Where byte @at of the sunk bulk goes, and how many follow it there. */
+static char *sink_at(const struct kvsd_rsink *s, size_t at, size_t *room)
+{
+	if (at < s->head_len) {
+		*room = s->head_len - at;
+		return (char *)s->head + at;
+	}
+	at -= s->head_len;
+	if (at < s->body_len) {
+		*room = s->body_len - at;
+		return (char *)s->body + at;
+	}
+	at -= s->body_len;
+	*room = s->tail_len - at;
+	return (char *)s->tail + at;
+}
+
+/* A bulk of @n bytes fits the sink exactly, with or without its tail. */
+static bool sink_fits(const struct kvsd_rsink *s, size_t n)
+{
+	return n == s->head_len + s->body_len ||
+	       (s->tail && n == s->head_len + s->body_len + s->tail_len);
+}
+
+void kvsd_resp_space(struct kvsd_resp *r, char **p, size_t *len)
+{
+	size_t room;
+
+	r->direct = sinking(r) && !r->bulk_crlf && r->start == r->end &&
+		    r->bulk->len - r->bulk_got >= DIRECT_MIN;
+	if (r->direct) {
+		*p = sink_at(r->sink, r->bulk_got, &room);
+		*len = room;
+		return;
+	}
+	if (r->start == r->end) {
+		r->start = r->end = 0;
+	} else if (r->end == KVSD_RESP_BUF || r->start > KVSD_RESP_BUF / 2) {
+		/* Leftovers are part of one line: short. */
+		memmove(r->buf, r->buf + r->start, r->end - r->start);
+		r->end -= r->start;
+		r->start = 0;
+	}
+	*p = r->buf + r->end;
+	*len = KVSD_RESP_BUF - r->end;
+}
+
+void kvsd_resp_filled(struct kvsd_resp *r, size_t n)
+{
+	if (r->direct) {
+		r->direct = false;
+		r->bulk_got += n;
+		r->used += n;
+		if (r->bulk_got == r->bulk->len)
+			r->bulk_crlf = true;
+		return;
+	}
+	r->end += n;
+}
+
+/* A decimal integer, the whole of s[0..len): 0, or -1 if it is not one. */
+static int parse_ll(const char *s, size_t len, long long *out)
+{
+	unsigned long long v = 0, lim;
+	bool neg = len && s[0] == '-';
+	size_t i = neg;
+
+	if (i == len || len - i > 19)
+		return -1;
+	lim = neg ? (unsigned long long)__LONG_LONG_MAX__ + 1 : __LONG_LONG_MAX__;
+	for (; i < len; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return -1;
+		v = v * 10 + (unsigned long long)(s[i] - '0');
+		if (v > lim)
+			return -1;
+	}
+	*out = neg ? (long long)(0 - v) : (long long)v;
+	return 0;
+}
+
+/*
+ * A new item: attached where it belongs (the root, or its parent's next
+ * slot), counted against the element bound.
+ */
+static struct kvsd_reply *item_new(struct kvsd_resp *r, enum kvsd_reply_type type)
+{
+	struct kvsd_reply *it = calloc(1, sizeof(*it));
+	struct frame *f;
+
+	if (!it)
+		return NULL;
+	it->type = type;
+	if (!r->depth) {
+		r->root = it;
+		return it;
+	}
+	f = &r->stack[r->depth - 1];
+	f->r->element[f->next++] = it;
+	return it;
+}
+
+/* An item is whole: close the arrays it completes.  1: the reply is whole. */
+static int item_done(struct kvsd_resp *r)
+{
+	while (r->depth &&
+	       r->stack[r->depth - 1].next == r->stack[r->depth - 1].r->elements)
+		r->depth--;
+	return !r->depth;
+}
+
+static int array_start(struct kvsd_resp *r, long long n)
+{
+	struct kvsd_reply *it;
+
+	if (n == -1) {
+		if (!item_new(r, KVSD_REPLY_NIL))
+			return -ENOMEM;
+		return item_done(r);
+	}
+	if (n < 0)
+		return fail(r, "array of %lld elements", n);
+	if ((size_t)n > r->max_elems - r->elems)
+		return fail(r, "array of %lld elements: more than the reply may hold", n);
+	if (n && r->depth == KVSD_RESP_MAX_DEPTH)
+		return fail(r, "arrays nested deeper than %lld", KVSD_RESP_MAX_DEPTH);
+	r->elems += n;
+	it = item_new(r, KVSD_REPLY_ARRAY);
+	if (!it)
+		return -ENOMEM;
+	if (!n)
+		return item_done(r);
+	it->element = calloc(n, sizeof(*it->element));
+	if (!it->element)
+		return -ENOMEM;
+	it->elements = n;
+	r->stack[r->depth].r = it;
+	r->stack[r->depth].next = 0;
+	r->depth++;
+	return 0;
+}
+
+static int bulk_start(struct kvsd_resp *r, long long n)
+{
+	struct kvsd_reply *it;
+
+	if (n == -1) {
+		if (!item_new(r, KVSD_REPLY_NIL))
+			return -ENOMEM;
+		return item_done(r);
+	}
+	if (n < 0)
+		return fail(r, "bulk string of %lld bytes", n);
+	if ((unsigned long long)n > r->max_reply - r->used)
+		return fail(r, "bulk string of %lld bytes: more than the reply may hold", n);
+	it = item_new(r, KVSD_REPLY_STRING);
+	if (!it)
+		return -ENOMEM;
+	it->len = n;
+	/* Only a top-level bulk of the sink's exact length is sunk. */
+	if (!r->depth && r->sink && sink_fits(r->sink, n)) {
+		it->sunk = true;
+	} else if (!r->sink || r->depth) {
+		it->str = malloc(n + 1);
+		if (!it->str)
+			return -ENOMEM;
+		it->str[n] = '\0';
+	}	/* else: a value of the wrong size, discarded */
+	r->bulk = it;
+	r->bulk_got = 0;
+	r->bulk_crlf = !n;
+	return 0;
+}
+
+/* One header or simple line, CRLF cut off: an item, maybe whole. */
+static int line(struct kvsd_resp *r, const char *s, size_t len)
+{
+	struct kvsd_reply *it;
+	long long v;
+
+	switch (s[0]) {
+	case '+':
+	case '-':
+		it = item_new(r, s[0] == '+' ? KVSD_REPLY_STATUS : KVSD_REPLY_ERROR);
+		if (!it || !(it->str = malloc(len)))
+			return -ENOMEM;
+		memcpy(it->str, s + 1, len - 1);
+		it->str[len - 1] = '\0';
+		it->len = len - 1;
+		return item_done(r);
+	case ':':
+		if (parse_ll(s + 1, len - 1, &v))
+			return fail(r, "an integer that is not one", 0);
+		it = item_new(r, KVSD_REPLY_INTEGER);
+		if (!it)
+			return -ENOMEM;
+		it->integer = v;
+		return item_done(r);
+	case '$':
+	case '*':
+		if (parse_ll(s + 1, len - 1, &v))
+			return fail(r, "a length that is not a number", 0);
+		return s[0] == '$' ? bulk_start(r, v) : array_start(r, v);
+	}
+	return fail(r, "unknown reply type 0x%02llx", (unsigned char)s[0]);
+}
+
+/* Move what is buffered of the bulk in progress; 1 when it is whole. */
+static int bulk_bytes(struct kvsd_resp *r)
+{
+	struct kvsd_reply *b = r->bulk;
+	size_t avail = r->end - r->start, n, room;
+	char *dst;
+
+	while (r->bulk_got < b->len && avail) {
+		n = b->len - r->bulk_got;
+		dst = NULL;
+		if (b->sunk)
+			dst = sink_at(r->sink, r->bulk_got, &room);
+		else if (b->str)
+			dst = b->str + r->bulk_got, room = n;
+		else
+			room = n;	/* discarded */
+		n = n < room ? n : room;
+		n = n < avail ? n : avail;
+		if (dst)
+			memcpy(dst, r->buf + r->start, n);
+		r->start += n;
+		r->used += n;
+		r->bulk_got += n;
+		avail -= n;
+	}
+	if (r->bulk_got < b->len)
+		return 0;
+	r->bulk_crlf = true;
+	if (avail < 2)
+		return 0;
+	if (r->buf[r->start] != '\r' || r->buf[r->start + 1] != '\n')
+		return fail(r, "a bulk string not ended by CRLF", 0);
+	r->start += 2;
+	r->used += 2;
+	r->bulk = NULL;
+	r->bulk_crlf = false;
+	return 1;
+}
+
+/* Parse one item or move a bulk's bytes: 1 (progress), 0 (more bytes needed), -errno. */
+static int step(struct kvsd_resp *r)
+{
+	const char *s = r->buf + r->start, *cr;
+	size_t avail = r->end - r->start, scan, len;
+	int ret;
+
+	if (r->bulk) {
+		ret = bulk_bytes(r);
+		if (ret <= 0)
+			return ret;
+		item_done(r);
+		return 1;
+	}
+	scan = avail < KVSD_RESP_MAX_LINE + 2 ? avail : KVSD_RESP_MAX_LINE + 2;
+	cr = memchr(s, '\r', scan);
+	if (!cr || (size_t)(cr - s) + 1 == avail) {
+		if (scan > KVSD_RESP_MAX_LINE + 1)
+			return fail(r, "a line longer than %lld bytes", KVSD_RESP_MAX_LINE);
+		return 0;
+	}
+	len = cr - s;
+	if (cr[1] != '\n' || !len)
+		return fail(r, "a line not ended by CRLF", 0);
+	if (len + 2 > r->max_reply - r->used)
+		return fail(r, "a reply longer than %lld bytes", (long long)r->max_reply);
+	r->start += len + 2;
+	r->used += len + 2;
+	ret = line(r, s, len);
+	return ret < 0 ? ret : 1;
+}
+
+int kvsd_resp_next(struct kvsd_resp *r, struct kvsd_reply **out)
+{
+	int ret;
+
+	*out = NULL;
+	if (r->failed)
+		return -EPROTO;
+	for (;;) {
+		ret = step(r);
+		if (ret == -ENOMEM)
+			return fail(r, "out of memory", 0);
+		if (ret < 0)
+			return ret;
+		if (!ret)
+			return 0;
+		if (!r->depth && !r->bulk && r->root) {
+			*out = r->root;
+			r->root = NULL;
+			r->used = r->elems = 0;
+			r->sink = NULL;
+			return 1;
+		}
+	}
+}
+
+int kvsd_resp_format(char **buf, int argc, const char *const *argv,
+		     const size_t *lens)
+{
+	size_t total = 16, off;
+	char *p;
+	int i;
+
+	for (i = 0; i < argc; i++)
+		total += lens[i] + 24;
+	p = malloc(total);
+	if (!p)
+		return -ENOMEM;
+	off = sprintf(p, "*%d\r\n", argc);
+	for (i = 0; i < argc; i++) {
+		off += sprintf(p + off, "$%zu\r\n", lens[i]);
+		memcpy(p + off, argv[i], lens[i]);
+		off += lens[i];
+		memcpy(p + off, "\r\n", 2);
+		off += 2;
+	}
+	*buf = p;
+	return (int)off;
+}
+
+char *kvsd_resp_escape(char *out, size_t out_len, const char *s, size_t len)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t i, o = 0;
+
+	if (!out_len)
+		return out;
+	for (i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c >= 0x20 && c < 0x7f && c != '\\') {
+			if (o + 1 >= out_len)
+				break;
+			out[o++] = (char)c;
+		} else {
+			if (o + 4 >= out_len)
+				break;
+			out[o++] = '\\';
+			out[o++] = 'x';
+			out[o++] = hex[c >> 4];
+			out[o++] = hex[c & 15];
+		}
+	}
+	out[o] = '\0';
+	return out;
+}

