@@ -21,7 +21,12 @@
  * published or taken over by another file.  Claims are OWNED pages, so the
  * file's quota and its user's limits bound them.
  *
- * All functions here run with pool->lock held.
+ * Every kvs_arb_*() command and every helper here runs with pool->lock
+ * held and asserts it (lockdep_assert_held(); in user space the stub of
+ * host_user.h checks it in the sanitized builds).  The exceptions: the
+ * claim-timeout knob and the client's waker accessors just below (a
+ * WRITE_ONCE, a READ_ONCE, or set before the client is in use), and
+ * kvs_arb_init_pages(), which runs before the pool is published.
  */
 #include "core_internal.h"
 
@@ -73,6 +78,8 @@ void kvs_arb_init_pages(struct kvs_pool *pool)
 
 static void kvs_set_state(struct kvs_pool *pool, struct kvs_page *pg, u32 state)
 {
+	lockdep_assert_held(&pool->lock);
+
 	pool->n_state[pg->state]--;
 	pool->n_state[state]++;
 	pg->state = state;
@@ -93,6 +100,8 @@ static void kvs_evict_one(struct kvs_pool *pool)
 	u32 i = pool->lru.head;
 	struct kvs_page *pg = &pool->pages[i];
 	u32 parent = pg->parent;
+
+	lockdep_assert_held(&pool->lock);
 
 	kvs_ilist_del(pool->pages, &pool->lru, i);
 	kvs_index_remove(pool, i);
@@ -124,6 +133,8 @@ static void kvs_unevict_one(struct kvs_pool *pool)
 	struct kvs_page *pg = &pool->pages[i];
 	u32 parent = pg->parent;
 
+	lockdep_assert_held(&pool->lock);
+
 	kvs_ilist_del(pool->pages, &pool->free, i);
 	if (parent != KVS_NO_PAGE) {
 		struct kvs_page *pp = &pool->pages[parent];
@@ -143,6 +154,8 @@ static void kvs_unref(struct kvs_pool *pool, u32 i, u32 n)
 {
 	struct kvs_page *pg = &pool->pages[i];
 
+	lockdep_assert_held(&pool->lock);
+
 	pg->refcount -= n;
 	pool->n_refs -= n;
 	if (pg->refcount)
@@ -157,6 +170,8 @@ static void kvs_ref(struct kvs_client *cl, u32 i)
 {
 	struct kvs_pool *pool = cl->pool;
 	struct kvs_page *pg = &pool->pages[i];
+
+	lockdep_assert_held(&pool->lock);
 
 	if (pg->state == KVS_PAGE_CACHED) {
 		if (!pg->n_children)
@@ -176,6 +191,8 @@ static void kvs_claim_end(struct kvs_pool *pool, u32 i)
 {
 	struct kvs_page *pg = &pool->pages[i];
 	struct kvs_client *w;
+
+	lockdep_assert_held(&pool->lock);
 
 	kvs_index_remove(pool, i);
 	pg->flags &= ~KVS_PG_CLAIMED;
@@ -204,6 +221,8 @@ static void kvs_claim_end(struct kvs_pool *pool, u32 i)
 /* Disarm @cl's poll wait, if armed. */
 static void kvs_wait_disarm(struct kvs_client *cl)
 {
+	lockdep_assert_held(&cl->pool->lock);
+
 	if (!cl->waiting)
 		return;
 	WRITE_ONCE(cl->waiting, false);
@@ -213,6 +232,8 @@ static void kvs_wait_disarm(struct kvs_client *cl)
 /* Disarm @cl's parked wait, if armed. */
 void kvs_arb_unpark(struct kvs_client *cl)
 {
+	lockdep_assert_held(&cl->pool->lock);
+
 	if (!cl->parked)
 		return;
 	WRITE_ONCE(cl->parked, false);
@@ -233,6 +254,8 @@ static void kvs_free_owned(struct kvs_pool *pool, u32 i)
 {
 	struct kvs_page *pg = &pool->pages[i];
 
+	lockdep_assert_held(&pool->lock);
+
 	if (pg->flags & KVS_PG_CLAIMED)
 		kvs_claim_end(pool, i);
 	pg->owner = 0;
@@ -250,6 +273,8 @@ static int kvs_charge(struct kvs_client *cl, u32 n)
 {
 	int ret;
 
+	lockdep_assert_held(&cl->pool->lock);
+
 	if (cl->held + n > cl->quota)
 		return -EDQUOT;
 	if (cl->pool->n_held + n > KVS_POOL_MAX_HELD)
@@ -262,6 +287,8 @@ static int kvs_charge(struct kvs_client *cl, u32 n)
 
 static void kvs_uncharge(struct kvs_client *cl, u64 n)
 {
+	lockdep_assert_held(&cl->pool->lock);
+
 	kvs_user_uncharge_held(cl->user, n, cl->pool->geom.page_bytes);
 }
 
@@ -273,6 +300,8 @@ static int kvs_claim_check(struct kvs_client *cl, const struct kvs_key *key)
 {
 	struct kvs_pool *pool = cl->pool;
 	u32 i = kvs_index_find(pool, cl->ns, key);
+
+	lockdep_assert_held(&pool->lock);
 
 	if (i == KVS_NO_PAGE)
 		return 0;
@@ -288,6 +317,8 @@ static void kvs_claim(struct kvs_client *cl, u32 i, const struct kvs_key *key,
 	struct kvs_pool *pool = cl->pool;
 	struct kvs_page *pg = &pool->pages[i];
 	u32 old = kvs_index_find(pool, cl->ns, key);
+
+	lockdep_assert_held(&pool->lock);
 
 	if (old != KVS_NO_PAGE) {
 		/* Listed twice in this batch: the first page keeps it. */
@@ -311,6 +342,8 @@ int kvs_arb_alloc(struct kvs_client *cl, u32 count, u32 *pages,
 	struct kvs_pool *pool = cl->pool;
 	u32 k, evicted, now = kvs_now_ms();
 	int ret;
+
+	lockdep_assert_held(&pool->lock);
 
 	ret = kvs_charge(cl, count);
 	if (ret)
@@ -378,6 +411,8 @@ static int kvs_publish_check(struct kvs_client *cl, struct kvs_publish_entry *e,
 	struct kvs_page *pg;
 	u32 parent = e->parent;
 
+	lockdep_assert_held(&pool->lock);
+
 	if (e->flags || e->result)
 		return -EINVAL;
 	if (e->page >= pool->n_pages)
@@ -412,6 +447,8 @@ int kvs_arb_publish(struct kvs_client *cl, struct kvs_publish_entry *ents,
 	struct kvs_pool *pool = cl->pool;
 	u32 k, prev = KVS_NO_PAGE;
 	int ret = 0;
+
+	lockdep_assert_held(&pool->lock);
 
 	for (k = 0; k < count; k++) {
 		ret = kvs_publish_check(cl, &ents[k], k);
@@ -506,6 +543,8 @@ static void kvs_wait_arm(struct kvs_client *cl, u32 i, u32 *park_ms)
 {
 	struct kvs_pool *pool = cl->pool;
 
+	lockdep_assert_held(&pool->lock);
+
 	if (park_ms) {
 		u32 age = (u32)(kvs_now_ms() - pool->pages[i].claimed_at);
 		u32 timeout = READ_ONCE(kvs_claim_timeout_ms);
@@ -531,6 +570,8 @@ static u32 kvs_lookup_inflight(struct kvs_client *cl, const struct kvs_key *keys
 	struct kvs_pool *pool = cl->pool;
 	u32 k;
 
+	lockdep_assert_held(&pool->lock);
+
 	for (k = 0; k < count; k++) {
 		u32 i = kvs_index_find(pool, cl->ns, &keys[k]);
 
@@ -552,6 +593,8 @@ static u32 kvs_lookup_run(struct kvs_pool *pool, u64 ns,
 			  const struct kvs_key *keys, u32 count, u32 *pages)
 {
 	u32 k, hits;
+
+	lockdep_assert_held(&pool->lock);
 
 	for (k = 0; k < min(count, KVS_SLOT_AHEAD); k++)
 		kvs_lookup_slot_ahead(pool, ns, keys, pages, k);
@@ -580,6 +623,8 @@ static u32 kvs_lookup_run(struct kvs_pool *pool, u64 ns,
 u32 kvs_arb_peek(struct kvs_client *cl, const struct kvs_key *keys,
 		 u32 count, u32 *scratch)
 {
+	lockdep_assert_held(&cl->pool->lock);
+
 	/*
 	 * Side-effect free: no reference, no charge, no counter, and the
 	 * file's wait is left as it is (a peek is not "a LOOKUP" for it).
@@ -594,6 +639,8 @@ int kvs_arb_lookup(struct kvs_client *cl, const struct kvs_key *keys,
 	struct kvs_pool *pool = cl->pool;
 	u32 k, hits;
 	int ret;
+
+	lockdep_assert_held(&pool->lock);
 
 	/* Every LOOKUP disarms the wait the previous one of its kind armed. */
 	if (park_ms)
@@ -621,6 +668,8 @@ int kvs_arb_put(struct kvs_client *cl, const u32 *pages, u32 count)
 {
 	struct kvs_pool *pool = cl->pool;
 	u32 k;
+
+	lockdep_assert_held(&pool->lock);
 
 	/*
 	 * Take the holdings out of the table first: a page listed more often
@@ -658,6 +707,8 @@ void kvs_arb_release_all(struct kvs_client *cl)
 	struct kvs_hold_table *t = &cl->holds;
 	u32 s;
 
+	lockdep_assert_held(&pool->lock);
+
 	for (s = 0; t->slots && s <= t->mask; s++) {
 		struct kvs_hold *h = &t->slots[s];
 
@@ -688,6 +739,8 @@ static int kvs_check_lists(struct kvs_pool *pool)
 {
 	u32 i, n;
 
+	lockdep_assert_held(&pool->lock);
+
 	for (n = 0, i = pool->free.head; i != KVS_NO_PAGE && n <= pool->n_pages;
 	     i = pool->pages[i].next, n++)
 		if (pool->pages[i].state != KVS_PAGE_FREE)
@@ -710,6 +763,8 @@ static int kvs_check_holds(struct kvs_pool *pool, u32 *refs)
 	struct kvs_client *cl;
 	u64 held_total = 0;
 	u32 s;
+
+	lockdep_assert_held(&pool->lock);
 
 	list_for_each_entry(cl, &pool->clients, node) {
 		const struct kvs_hold_table *t = &cl->holds;
@@ -755,6 +810,8 @@ static int kvs_check_waiting(struct kvs_pool *pool)
 	struct kvs_client *cl;
 	u32 n = 0;
 
+	lockdep_assert_held(&pool->lock);
+
 	list_for_each_entry(cl, &pool->clients, node) {
 		if (cl->waiting) {
 			n++;
@@ -784,6 +841,8 @@ int kvs_arb_check(struct kvs_pool *pool)
 	u64 count[4] = { 0 }, refsum = 0, keyed = 0, evictable = 0, claimed = 0;
 	u32 i;
 	int ret;
+
+	lockdep_assert_held(&pool->lock);
 
 	refs = kvcalloc(pool->n_pages, sizeof(*refs), GFP_KERNEL_ACCOUNT);
 	children = kvcalloc(pool->n_pages, sizeof(*children), GFP_KERNEL_ACCOUNT);
