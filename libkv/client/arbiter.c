@@ -91,14 +91,18 @@ int kv_arbiter_set_timeout(struct kv_arbiter *arb, unsigned int ms)
 	if (ms > KV_MAX_TIMEOUT_MS)
 		return -EINVAL;
 	pthread_mutex_lock(&arb->lock);
-	arb->timeout_ms = ms;
+	__atomic_store_n(&arb->timeout_ms, ms, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&arb->lock);
 	return 0;
 }
 
+/*
+ * Without the lock, which a call holds for its whole exchange: the
+ * calls read the field under it, this reader alone needs the atomic.
+ */
 unsigned int kv_arbiter_timeout(const struct kv_arbiter *arb)
 {
-	return arb->timeout_ms;
+	return __atomic_load_n(&arb->timeout_ms, __ATOMIC_RELAXED);
 }
 
 int kv_arbiter_broken(struct kv_arbiter *arb)

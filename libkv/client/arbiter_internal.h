@@ -20,13 +20,18 @@ struct kv_arbiter {
 	int fd;
 	bool daemon;
 	bool uring;
-	bool dead;			/* out of step with the daemon for good */
+	bool dead;			/* out of step with the daemon for good:
+					   set under @lock, read atomically */
 	int broken;			/* why (-errno), for kv_arbiter_broken() */
 	uint32_t peer_uid;		/* the daemon's uid (SO_PEERCRED) */
 	pthread_mutex_t lock;		/* one ring submission or socket exchange */
 	struct io_uring ring;
 	uint64_t seq;
-	/* Deadlines (socket): 0 means none; what SO_*TIMEO are set to now. */
+	/*
+	 * Deadlines (socket): 0 means none; what SO_*TIMEO are set to now.
+	 * timeout_ms is written under @lock (atomically, for the one
+	 * unlocked reader, kv_arbiter_timeout()).
+	 */
 	unsigned int timeout_ms;
 	unsigned int rcvtimeo_ms, sndtimeo_ms;
 	/* The daemon's shared ring (socket), NULL without one. */

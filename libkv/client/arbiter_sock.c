@@ -402,7 +402,8 @@ static void kv_scatter(const struct kv_span *spans, const char *data,
 /* The handle is out of step with the daemon for good (see arbiter.h). */
 static void kv_break(struct kv_arbiter *arb, int err)
 {
-	arb->dead = true;
+	/* Under arb->lock; atomic for the unlocked early checks. */
+	__atomic_store_n(&arb->dead, true, __ATOMIC_RELAXED);
 	if (!arb->broken)
 		arb->broken = err;
 }
@@ -725,11 +726,12 @@ int kv_sock_wait_ready(struct kv_arbiter *arb, int ms)
 		{ .events = POLLIN },
 		{ .fd = arb->fd, .events = POLLIN },	/* EOF: the daemon is gone */
 	};
+	unsigned int limit;
 
 	if (ms < 1)
 		return 0;
 	p[0].fd = kv_sock_wait_fd(arb);
-	if (p[0].fd < 0 && arb->dead)
+	if (p[0].fd < 0 && __atomic_load_n(&arb->dead, __ATOMIC_RELAXED))
 		return p[0].fd == KV_WAIT_FD_NONE ? -ENOTCONN : p[0].fd;
 	if (p[0].fd < 0) {
 		struct timespec ts = { 0, 1000000 };
@@ -741,8 +743,9 @@ int kv_sock_wait_ready(struct kv_arbiter *arb, int ms)
 	 * No longer than a call's deadline: a stopped daemon rings nothing,
 	 * and the LOOKUP after this one then times out.
 	 */
-	if (arb->timeout_ms && (unsigned int)ms > arb->timeout_ms)
-		ms = arb->timeout_ms;
+	limit = kv_arbiter_timeout(arb);	/* without arb->lock here */
+	if (limit && (unsigned int)ms > limit)
+		ms = limit;
 	if (poll(p, 2, ms) > 0 && (p[0].revents & POLLIN))
 		kv_bell_drain(p[0].fd);
 	return 0;
@@ -761,7 +764,7 @@ static int kv_sock_call_fds(struct kv_arbiter *arb, unsigned long cmd, void *arg
 	char *req = NULL, *reply = NULL;
 	void *wire;
 
-	if (arb->dead)
+	if (__atomic_load_n(&arb->dead, __ATOMIC_RELAXED))
 		return -ENOTCONN;
 	if (arb->sring && kv_ring_cmd(cmd)) {
 		pthread_mutex_lock(&arb->lock);
