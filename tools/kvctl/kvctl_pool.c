@@ -224,14 +224,15 @@ static int create_args(struct kvctl_opt *o, struct kvs_pool_create *req,
 			return KVCTL_USAGE;
 		*dim_out[i] = v;
 	}
-	if (kvctl_dtype_parse(o[C_DTYPE].val, &req->geom.dtype))
-		return kvctl_usage_err(cmd, "--dtype: unknown dtype '%s' "
-				       "(f16, bf16, f32 or fp8)", o[C_DTYPE].val);
-	/* Stop multiplying once past the limit: 2 * 65536^4 would wrap. */
-	page_bytes = 2 * kv_dtype_size(req->geom.dtype);
-	for (i = 0; i < 4 && page_bytes <= GIB; i++)
-		page_bytes *= *dim_out[i];
-	if (page_bytes > GIB)
+	if (kvctl_dtype_parse(o[C_DTYPE].val, &req->geom.dtype)) {
+		char choices[64];
+
+		return kvctl_usage_err(cmd, "--dtype: unknown dtype '%s' (%s)",
+				       o[C_DTYPE].val,
+				       kv_dtype_choices(choices, sizeof(choices), 0));
+	}
+	page_bytes = kv_page_bytes_max(&req->geom, GIB);
+	if (!page_bytes)
 		return kvctl_usage_err(cmd, "a page would be larger than 1 GiB "
 				       "(2 * layers * kv-heads * head-dim * "
 				       "tokens-per-page * dtype size)");
