@@ -47,11 +47,8 @@ static void do_fetch(struct tier *t, struct job *j)
 	struct kvsd_rcmd *cmds = calloc(j->n, sizeof(*cmds));
 	char key[KVSD_RPAGE_KEY_MAX];
 	unsigned int i;
-	struct timespec ts;
-	uint64_t t0;
+	uint64_t t0 = kvsd_now_ns();
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	t0 = (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 	count(&t->st.fetches, 1);
 	count(&t->st.fetch_pages, j->n);
 	if (!cmds) {
@@ -98,8 +95,7 @@ static void do_fetch(struct tier *t, struct job *j)
 		j->n_ok++;
 	}
 	count(&t->st.hit_pages, j->n_ok);
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	lat_count(t, (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000 - t0);
+	lat_count(t, (kvsd_now_ns() - t0) / 1000);	/* us */
 	for (i = 0; i < j->n; i++)
 		kvsd_rcmd_free(&cmds[i]);
 	free(cmds);
@@ -173,7 +169,7 @@ static void do_writes(struct tier *t, struct job *list)
 
 	while (j) {
 		unsigned int n = 0, i;
-		uint64_t deadline = kvsd_rnow_ms() + t->rc->timeout_ms;
+		uint64_t deadline = kvsd_now_ms() + t->rc->timeout_ms;
 
 		for (; j && n < WRITE_BATCH && (!n || (n + 1) * value <= WRITE_BYTES); ) {
 			if (!cmds || set_cmd(t, j->tns, &j->keys[at], j->pages[at], &cmds[n])) {
@@ -243,7 +239,7 @@ static struct job *take_jobs(struct tier *t)
 		pthread_cond_timedwait(&t->cv, &t->mu, &ts);
 		if (!t->todo && !t->stop) {
 			pthread_mutex_unlock(&t->mu);
-			int ret = kvsd_rcl_probe(&t->rcl, kvsd_rnow_ms() +
+			int ret = kvsd_rcl_probe(&t->rcl, kvsd_now_ms() +
 						 t->rc->timeout_ms);
 
 			if (ret == -EACCES)
