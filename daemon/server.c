@@ -1096,22 +1096,16 @@ static void conn_new(int fd)
 		return;
 	}
 	c = calloc(1, sizeof(*c));
-	if (c)
-		c->cl = kvs_client_new();
-	if (c)
-		c->closeq = kvsd_closeq_get(uc.uid);
-	if (c && c->closeq && kvsd_closeq_reserve(c->closeq, 1)) {
-		kvsd_closeq_put(c->closeq);
-		c->closeq = NULL;
-	}
-	if (!c || !c->cl || !c->closeq) {
-		kvsd_log("accept: out of memory (pid %d uid %u refused)", uc.pid, uc.uid);
-		if (c && c->cl)
-			kvs_client_free(c->cl);
-		free(c);
-		refuse_close(uc.uid, fd);
-		return;
-	}
+	if (!c)
+		goto err_oom;
+	c->cl = kvs_client_new();
+	if (!c->cl)
+		goto err_free_conn;
+	c->closeq = kvsd_closeq_get(uc.uid);
+	if (!c->closeq)
+		goto err_free_client;
+	if (kvsd_closeq_reserve(c->closeq, 1))
+		goto err_put_closeq;
 	c->w.fd = fd;
 	c->w.fn = conn_event;
 	c->wait_bell = -1;
@@ -1126,18 +1120,12 @@ static void conn_new(int fd)
 	if (ret) {
 		kvsd_log("accept: SO_PEERGROUPS: %s (pid %d uid %u refused)",
 			 strerror(-ret), uc.pid, uc.uid);
-	} else {
-		ret = kvsd_watch_add(&c->w, EPOLLIN);
-		if (ret)
-			kvsd_log("accept: epoll: %s", strerror(-ret));
+		goto err_close;
 	}
+	ret = kvsd_watch_add(&c->w, EPOLLIN);
 	if (ret) {
-		kvs_client_free(c->cl);
-		free(c->groups);
-		sock_close(c->closeq, fd);
-		kvsd_closeq_put(c->closeq);
-		free(c);
-		return;
+		kvsd_log("accept: epoll: %s", strerror(-ret));
+		goto err_close;
 	}
 	c->next = srv.conns;
 	if (srv.conns)
@@ -1146,6 +1134,25 @@ static void conn_new(int fd)
 	srv.n_conns++;
 	kvsd_log_limited(KVSD_LOG_CONNECT, "client %llu connected (pid %d uid %u gid %u)",
 			 (unsigned long long)c->id, c->pid, uc.uid, uc.gid);
+	return;
+
+err_close:
+	/* The descriptor goes through the close slot reserved above. */
+	kvs_client_free(c->cl);
+	free(c->groups);
+	sock_close(c->closeq, fd);
+	kvsd_closeq_put(c->closeq);
+	free(c);
+	return;
+err_put_closeq:
+	kvsd_closeq_put(c->closeq);
+err_free_client:
+	kvs_client_free(c->cl);
+err_free_conn:
+	free(c);
+err_oom:
+	kvsd_log("accept: out of memory (pid %d uid %u refused)", uc.pid, uc.uid);
+	refuse_close(uc.uid, fd);
 }
 
 /*
