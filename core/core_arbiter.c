@@ -835,11 +835,125 @@ static int kvs_check_waiting(struct kvs_pool *pool)
  * Verify the invariants of design.md section 3 and of this file's
  * structures.  O(n_pages); for tests and tools, not for the fast path.
  */
+/* What the page walk counts, to compare with the pool's own counters. */
+struct kvs_check_tally {
+	u64 count[4];			/* pages by state */
+	u64 refsum, keyed, evictable, claimed;
+};
+
+/* An OWNED page: an owner, no references, no parent; a claim is indexed. */
+static bool kvs_check_owned(struct kvs_pool *pool, const struct kvs_page *pg,
+			    u32 i, const u32 *refs, struct kvs_check_tally *t)
+{
+	lockdep_assert_held(&pool->lock);
+
+	/* owner and claimed_at share refcount's and n_children's room. */
+	if (!pg->owner || refs[i])
+		return false;
+	if (pg->flags & KVS_PG_CLAIMED) {
+		t->claimed++;
+		if (kvs_index_find(pool, pg->ns, &pg->key) != i)
+			return false;
+	} else if (pg->claimed_at) {
+		return false;
+	}
+	return pg->parent == KVS_NO_PAGE;
+}
+
+/*
+ * A FREE, SHARED or CACHED page: references as the holdings say, a key in
+ * the index and a keyed parent when SHARED or CACHED, none when FREE.
+ */
+static bool kvs_check_unowned(struct kvs_pool *pool, const struct kvs_page *pg,
+			      u32 i, const u32 *refs, u32 *children,
+			      struct kvs_check_tally *t)
+{
+	bool keyed = pg->state == KVS_PAGE_SHARED || pg->state == KVS_PAGE_CACHED;
+
+	lockdep_assert_held(&pool->lock);
+
+	if (pg->flags || pg->refcount != refs[i])
+		return false;
+	if ((pg->state == KVS_PAGE_SHARED) != (pg->refcount > 0))
+		return false;
+	if (pg->state == KVS_PAGE_FREE && (pg->ns || pg->n_children))
+		return false;
+	if (keyed) {
+		t->keyed++;
+		if (kvs_index_find(pool, pg->ns, &pg->key) != i)
+			return false;
+		if (pg->parent != KVS_NO_PAGE) {
+			if (pg->parent >= pool->n_pages ||
+			    pool->pages[pg->parent].state < KVS_PAGE_SHARED)
+				return false;
+			children[pg->parent]++;
+		}
+	} else if (pg->parent != KVS_NO_PAGE) {
+		return false;
+	}
+	t->evictable += kvs_evictable(pg);
+	t->refsum += pg->refcount;
+	return true;
+}
+
+/* Every page on its own: -EUCLEAN at the first one that is wrong. */
+static int kvs_check_pages(struct kvs_pool *pool, const u32 *refs, u32 *children,
+			   struct kvs_check_tally *t)
+{
+	u32 i;
+
+	lockdep_assert_held(&pool->lock);
+
+	for (i = 0; i < pool->n_pages; i++) {
+		const struct kvs_page *pg = &pool->pages[i];
+		bool ok;
+
+		if (pg->state > KVS_PAGE_CACHED || (pg->flags & ~KVS_PG_CLAIMED))
+			return kvs_check_fail(pool, "page state", i);
+		t->count[pg->state]++;
+		if (pg->state == KVS_PAGE_OWNED)
+			ok = kvs_check_owned(pool, pg, i, refs, t);
+		else
+			ok = kvs_check_unowned(pool, pg, i, refs, children, t);
+		if (!ok)
+			return kvs_check_fail(pool, "page state", i);
+		if (!(i & 4095))
+			cond_resched();
+	}
+	return 0;
+}
+
+/* The walk's counts against the pool's: children, states, index, totals. */
+static int kvs_check_totals(struct kvs_pool *pool, const u32 *children,
+			    const struct kvs_check_tally *t)
+{
+	u64 keyed = t->keyed + t->claimed;
+	u32 i;
+
+	lockdep_assert_held(&pool->lock);
+
+	for (i = 0; i < pool->n_pages; i++) {
+		if (pool->pages[i].state != KVS_PAGE_OWNED &&
+		    children[i] != pool->pages[i].n_children)
+			return kvs_check_fail(pool, "child count", i);
+	}
+	for (i = 0; i < 4; i++) {
+		if (t->count[i] != pool->n_state[i])
+			return kvs_check_fail(pool, "state count", i);
+	}
+	for (i = 0; i <= pool->index_mask; i++)
+		keyed -= pool->index[i].page != KVS_NO_PAGE;
+	if (keyed || t->claimed != pool->n_claimed || t->refsum != pool->n_refs ||
+	    t->evictable != pool->lru.len ||
+	    pool->n_held != pool->n_refs + pool->n_state[KVS_PAGE_OWNED])
+		return kvs_check_fail(pool, "totals", 0);
+	return 0;
+}
+
 int kvs_arb_check(struct kvs_pool *pool)
 {
+	struct kvs_check_tally t = {};
 	u32 *refs, *children;
-	u64 count[4] = { 0 }, refsum = 0, keyed = 0, evictable = 0, claimed = 0;
-	u32 i;
 	int ret;
 
 	lockdep_assert_held(&pool->lock);
@@ -849,91 +963,15 @@ int kvs_arb_check(struct kvs_pool *pool)
 	ret = -ENOMEM;
 	if (!refs || !children)
 		goto out;
-
 	ret = kvs_check_holds(pool, refs);
-	if (ret)
-		goto out;
-	ret = kvs_check_waiting(pool);
-	if (ret)
-		goto out;
-	for (i = 0; i < pool->n_pages; i++) {
-		const struct kvs_page *pg = &pool->pages[i];
-		bool keyed_state = pg->state == KVS_PAGE_SHARED ||
-				   pg->state == KVS_PAGE_CACHED;
-
-		ret = -EUCLEAN;
-		if (pg->state > KVS_PAGE_CACHED)
-			goto fail;
-		count[pg->state]++;
-		if (pg->flags & ~KVS_PG_CLAIMED)
-			goto fail;
-		if (pg->state == KVS_PAGE_OWNED) {
-			/* owner and claimed_at share refcount's and n_children's room. */
-			if (!pg->owner || refs[i])
-				goto fail;
-			if (pg->flags & KVS_PG_CLAIMED) {
-				claimed++;
-				if (kvs_index_find(pool, pg->ns, &pg->key) != i)
-					goto fail;
-			} else if (pg->claimed_at) {
-				goto fail;
-			}
-			if (pg->parent != KVS_NO_PAGE)
-				goto fail;
-			continue;
-		}
-		if (pg->flags)
-			goto fail;
-		if (pg->refcount != refs[i])
-			goto fail;
-		if ((pg->state == KVS_PAGE_SHARED) != (pg->refcount > 0))
-			goto fail;
-		if (pg->state == KVS_PAGE_FREE && (pg->ns || pg->n_children))
-			goto fail;
-		if (keyed_state) {
-			keyed++;
-			if (kvs_index_find(pool, pg->ns, &pg->key) != i)
-				goto fail;
-			if (pg->parent != KVS_NO_PAGE) {
-				if (pg->parent >= pool->n_pages ||
-				    pool->pages[pg->parent].state < KVS_PAGE_SHARED)
-					goto fail;
-				children[pg->parent]++;
-			}
-		} else if (pg->parent != KVS_NO_PAGE) {
-			goto fail;
-		}
-		evictable += kvs_evictable(pg);
-		refsum += pg->refcount;
-		if (!(i & 4095))
-			cond_resched();
-	}
-	for (i = 0; i < pool->n_pages; i++) {
-		if (pool->pages[i].state == KVS_PAGE_OWNED)
-			continue;
-		if (children[i] != pool->pages[i].n_children) {
-			ret = kvs_check_fail(pool, "child count", i);
-			goto out;
-		}
-	}
-	for (i = 0; i < 4; i++) {
-		if (count[i] != pool->n_state[i]) {
-			ret = kvs_check_fail(pool, "state count", i);
-			goto out;
-		}
-	}
-	keyed += claimed;
-	for (i = 0; i <= pool->index_mask; i++)
-		keyed -= pool->index[i].page != KVS_NO_PAGE;
-	if (keyed || claimed != pool->n_claimed || refsum != pool->n_refs || evictable != pool->lru.len ||
-	    pool->n_held != pool->n_refs + pool->n_state[KVS_PAGE_OWNED]) {
-		ret = kvs_check_fail(pool, "totals", 0);
-		goto out;
-	}
-	ret = kvs_check_lists(pool);
-	goto out;
-fail:
-	ret = kvs_check_fail(pool, "page state", i);
+	if (!ret)
+		ret = kvs_check_waiting(pool);
+	if (!ret)
+		ret = kvs_check_pages(pool, refs, children, &t);
+	if (!ret)
+		ret = kvs_check_totals(pool, children, &t);
+	if (!ret)
+		ret = kvs_check_lists(pool);
 out:
 	kvfree(refs);
 	kvfree(children);
