@@ -52,7 +52,8 @@
 #   KSFT_DIR       build/kselftest          holds kselftest_harness.h and kselftest.h;
 #                                           a test depends on $(KSFT_HDRS) and adds -I$(KSFT_DIR)
 #   LIBKVCORE      build/libkvcore.a        the arbiter core for user space
-#   LIBKVCORE_SAN  build/san/libkvcore.a    the same, built with $(SAN_FLAGS)
+#   LIBKVCORE_SAN  build/san/libkvcore.a    the same, built with $(SAN_FLAGS) and the
+#                                           core's lock assertions on (KVS_LOCKDEP)
 #   LIBKVCORE_LDLIBS  -pthread              what linking either library needs
 #
 #   ALL_TARGETS += files (or phony targets) that `make` builds
@@ -138,6 +139,9 @@ KMOD_SRCS := $(kvshare-y:.o=.c)
 KVCORE_SRCS   := core/core_pool.c core/core_arbiter.c core/core_table.c \
                  core/core_cmd.c core/core_user.c core/host_user.c
 KVCORE_CFLAGS := -DKVS_USER -pthread
+# The sanitized core (what the tests link) also checks its lock assertions:
+# lockdep_assert_held() in host_user.h, as a CONFIG_LOCKDEP kernel does.
+KVCORE_DEBUG_CFLAGS := -DKVS_LOCKDEP
 -include core/core.mk
 
 ifndef KVCORE_OWN_RULES
@@ -150,7 +154,7 @@ $(BUILD)/kvcore/%.o: %.c
 
 $(BUILD)/san/kvcore/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SAN_FLAGS) $(KVCORE_CFLAGS) $(DEPFLAGS) -c -o $@ $<
+	$(CC) $(CFLAGS) $(SAN_FLAGS) $(KVCORE_CFLAGS) $(KVCORE_DEBUG_CFLAGS) $(DEPFLAGS) -c -o $@ $<
 
 $(LIBKVCORE): $(KVCORE_OBJS)
 	@rm -f $@

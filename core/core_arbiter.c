@@ -21,7 +21,12 @@
  * published or taken over by another file.  Claims are OWNED pages, so the
  * file's quota and its user's limits bound them.
  *
- * All functions here run with pool->lock held.
+ * Every kvs_arb_*() command and every helper here runs with pool->lock
+ * held and asserts it (lockdep_assert_held(); in user space the stub of
+ * host_user.h checks it in the sanitized builds).  The exceptions: the
+ * claim-timeout knob and the client's waker accessors just below (a
+ * WRITE_ONCE, a READ_ONCE, or set before the client is in use), and
+ * kvs_arb_init_pages(), which runs before the pool is published.
  */
 #include "core_internal.h"
 
@@ -73,6 +78,8 @@ void kvs_arb_init_pages(struct kvs_pool *pool)
 
 static void kvs_set_state(struct kvs_pool *pool, struct kvs_page *pg, u32 state)
 {
+	lockdep_assert_held(&pool->lock);
+
 	pool->n_state[pg->state]--;
 	pool->n_state[state]++;
 	pg->state = state;
@@ -93,6 +100,8 @@ static void kvs_evict_one(struct kvs_pool *pool)
 	u32 i = pool->lru.head;
 	struct kvs_page *pg = &pool->pages[i];
 	u32 parent = pg->parent;
+
+	lockdep_assert_held(&pool->lock);
 
 	kvs_ilist_del(pool->pages, &pool->lru, i);
 	kvs_index_remove(pool, i);
@@ -124,6 +133,8 @@ static void kvs_unevict_one(struct kvs_pool *pool)
 	struct kvs_page *pg = &pool->pages[i];
 	u32 parent = pg->parent;
 
+	lockdep_assert_held(&pool->lock);
+
 	kvs_ilist_del(pool->pages, &pool->free, i);
 	if (parent != KVS_NO_PAGE) {
 		struct kvs_page *pp = &pool->pages[parent];
@@ -143,6 +154,8 @@ static void kvs_unref(struct kvs_pool *pool, u32 i, u32 n)
 {
 	struct kvs_page *pg = &pool->pages[i];
 
+	lockdep_assert_held(&pool->lock);
+
 	pg->refcount -= n;
 	pool->n_refs -= n;
 	if (pg->refcount)
@@ -157,6 +170,8 @@ static void kvs_ref(struct kvs_client *cl, u32 i)
 {
 	struct kvs_pool *pool = cl->pool;
 	struct kvs_page *pg = &pool->pages[i];
+
+	lockdep_assert_held(&pool->lock);
 
 	if (pg->state == KVS_PAGE_CACHED) {
 		if (!pg->n_children)
@@ -176,6 +191,8 @@ static void kvs_claim_end(struct kvs_pool *pool, u32 i)
 {
 	struct kvs_page *pg = &pool->pages[i];
 	struct kvs_client *w;
+
+	lockdep_assert_held(&pool->lock);
 
 	kvs_index_remove(pool, i);
 	pg->flags &= ~KVS_PG_CLAIMED;
@@ -204,6 +221,8 @@ static void kvs_claim_end(struct kvs_pool *pool, u32 i)
 /* Disarm @cl's poll wait, if armed. */
 static void kvs_wait_disarm(struct kvs_client *cl)
 {
+	lockdep_assert_held(&cl->pool->lock);
+
 	if (!cl->waiting)
 		return;
 	WRITE_ONCE(cl->waiting, false);
@@ -213,6 +232,8 @@ static void kvs_wait_disarm(struct kvs_client *cl)
 /* Disarm @cl's parked wait, if armed. */
 void kvs_arb_unpark(struct kvs_client *cl)
 {
+	lockdep_assert_held(&cl->pool->lock);
+
 	if (!cl->parked)
 		return;
 	WRITE_ONCE(cl->parked, false);
@@ -233,6 +254,8 @@ static void kvs_free_owned(struct kvs_pool *pool, u32 i)
 {
 	struct kvs_page *pg = &pool->pages[i];
 
+	lockdep_assert_held(&pool->lock);
+
 	if (pg->flags & KVS_PG_CLAIMED)
 		kvs_claim_end(pool, i);
 	pg->owner = 0;
@@ -250,6 +273,8 @@ static int kvs_charge(struct kvs_client *cl, u32 n)
 {
 	int ret;
 
+	lockdep_assert_held(&cl->pool->lock);
+
 	if (cl->held + n > cl->quota)
 		return -EDQUOT;
 	if (cl->pool->n_held + n > KVS_POOL_MAX_HELD)
@@ -262,6 +287,8 @@ static int kvs_charge(struct kvs_client *cl, u32 n)
 
 static void kvs_uncharge(struct kvs_client *cl, u64 n)
 {
+	lockdep_assert_held(&cl->pool->lock);
+
 	kvs_user_uncharge_held(cl->user, n, cl->pool->geom.page_bytes);
 }
 
@@ -273,6 +300,8 @@ static int kvs_claim_check(struct kvs_client *cl, const struct kvs_key *key)
 {
 	struct kvs_pool *pool = cl->pool;
 	u32 i = kvs_index_find(pool, cl->ns, key);
+
+	lockdep_assert_held(&pool->lock);
 
 	if (i == KVS_NO_PAGE)
 		return 0;
@@ -288,6 +317,8 @@ static void kvs_claim(struct kvs_client *cl, u32 i, const struct kvs_key *key,
 	struct kvs_pool *pool = cl->pool;
 	struct kvs_page *pg = &pool->pages[i];
 	u32 old = kvs_index_find(pool, cl->ns, key);
+
+	lockdep_assert_held(&pool->lock);
 
 	if (old != KVS_NO_PAGE) {
 		/* Listed twice in this batch: the first page keeps it. */
@@ -311,6 +342,8 @@ int kvs_arb_alloc(struct kvs_client *cl, u32 count, u32 *pages,
 	struct kvs_pool *pool = cl->pool;
 	u32 k, evicted, now = kvs_now_ms();
 	int ret;
+
+	lockdep_assert_held(&pool->lock);
 
 	ret = kvs_charge(cl, count);
 	if (ret)
@@ -455,6 +488,8 @@ static int kvs_publish_check(struct kvs_client *cl, struct kvs_publish_entry *e,
 	struct kvs_page *pg;
 	u32 parent = e->parent;
 
+	lockdep_assert_held(&pool->lock);
+
 	if (e->flags || e->result)
 		return -EINVAL;
 	if (e->page >= pool->n_pages)
@@ -490,6 +525,8 @@ int kvs_arb_publish(struct kvs_client *cl, struct kvs_publish_entry *ents,
 	struct kvs_chan *ch = pool->chan;
 	u32 k, prev = KVS_NO_PAGE;
 	int ret = 0;
+
+	lockdep_assert_held(&pool->lock);
 
 	/* A tier publishing what it fetched is not news to itself. */
 	if (cl->is_chan)
@@ -591,6 +628,8 @@ static void kvs_wait_arm(struct kvs_client *cl, u32 i, u32 *park_ms)
 {
 	struct kvs_pool *pool = cl->pool;
 
+	lockdep_assert_held(&pool->lock);
+
 	if (park_ms) {
 		u32 age = (u32)(kvs_now_ms() - pool->pages[i].claimed_at);
 		u32 timeout = READ_ONCE(kvs_claim_timeout_ms);
@@ -616,6 +655,8 @@ static u32 kvs_lookup_inflight(struct kvs_client *cl, const struct kvs_key *keys
 	struct kvs_pool *pool = cl->pool;
 	u32 k;
 
+	lockdep_assert_held(&pool->lock);
+
 	for (k = 0; k < count; k++) {
 		u32 i = kvs_index_find(pool, cl->ns, &keys[k]);
 
@@ -637,6 +678,8 @@ static u32 kvs_lookup_run(struct kvs_pool *pool, u64 ns,
 			  const struct kvs_key *keys, u32 count, u32 *pages)
 {
 	u32 k, hits;
+
+	lockdep_assert_held(&pool->lock);
 
 	for (k = 0; k < min(count, KVS_SLOT_AHEAD); k++)
 		kvs_lookup_slot_ahead(pool, ns, keys, pages, k);
@@ -665,6 +708,8 @@ static u32 kvs_lookup_run(struct kvs_pool *pool, u64 ns,
 u32 kvs_arb_peek(struct kvs_client *cl, const struct kvs_key *keys,
 		 u32 count, u32 *scratch)
 {
+	lockdep_assert_held(&cl->pool->lock);
+
 	/*
 	 * Side-effect free: no reference, no charge, no counter, and the
 	 * file's wait is left as it is (a peek is not "a LOOKUP" for it).
@@ -679,6 +724,8 @@ int kvs_arb_lookup(struct kvs_client *cl, const struct kvs_key *keys,
 	struct kvs_pool *pool = cl->pool;
 	u32 k, hits;
 	int ret;
+
+	lockdep_assert_held(&pool->lock);
 
 	/* Every LOOKUP disarms the wait the previous one of its kind armed. */
 	if (park_ms)
@@ -708,6 +755,8 @@ int kvs_arb_put(struct kvs_client *cl, const u32 *pages, u32 count)
 {
 	struct kvs_pool *pool = cl->pool;
 	u32 k;
+
+	lockdep_assert_held(&pool->lock);
 
 	/*
 	 * Take the holdings out of the table first: a page listed more often
@@ -745,6 +794,8 @@ void kvs_arb_release_all(struct kvs_client *cl)
 	struct kvs_hold_table *t = &cl->holds;
 	u32 s;
 
+	lockdep_assert_held(&pool->lock);
+
 	for (s = 0; t->slots && s <= t->mask; s++) {
 		struct kvs_hold *h = &t->slots[s];
 
@@ -775,6 +826,8 @@ static int kvs_check_lists(struct kvs_pool *pool)
 {
 	u32 i, n;
 
+	lockdep_assert_held(&pool->lock);
+
 	for (n = 0, i = pool->free.head; i != KVS_NO_PAGE && n <= pool->n_pages;
 	     i = pool->pages[i].next, n++)
 		if (pool->pages[i].state != KVS_PAGE_FREE)
@@ -797,6 +850,8 @@ static int kvs_check_holds(struct kvs_pool *pool, u32 *refs)
 	struct kvs_client *cl;
 	u64 held_total = 0;
 	u32 s;
+
+	lockdep_assert_held(&pool->lock);
 
 	list_for_each_entry(cl, &pool->clients, node) {
 		const struct kvs_hold_table *t = &cl->holds;
@@ -842,6 +897,8 @@ static int kvs_check_waiting(struct kvs_pool *pool)
 	struct kvs_client *cl;
 	u32 n = 0;
 
+	lockdep_assert_held(&pool->lock);
+
 	list_for_each_entry(cl, &pool->clients, node) {
 		if (cl->waiting) {
 			n++;
@@ -865,103 +922,143 @@ static int kvs_check_waiting(struct kvs_pool *pool)
  * Verify the invariants of docs/design.md section 3.9 and of this file's
  * structures.  O(n_pages); for tests and tools, not for the fast path.
  */
+/* What the page walk counts, to compare with the pool's own counters. */
+struct kvs_check_tally {
+	u64 count[4];			/* pages by state */
+	u64 refsum, keyed, evictable, claimed;
+};
+
+/* An OWNED page: an owner, no references, no parent; a claim is indexed. */
+static bool kvs_check_owned(struct kvs_pool *pool, const struct kvs_page *pg,
+			    u32 i, const u32 *refs, struct kvs_check_tally *t)
+{
+	lockdep_assert_held(&pool->lock);
+
+	/* owner and claimed_at share refcount's and n_children's room. */
+	if (!pg->owner || refs[i])
+		return false;
+	if (pg->flags & KVS_PG_CLAIMED) {
+		t->claimed++;
+		if (kvs_index_find(pool, pg->ns, &pg->key) != i)
+			return false;
+	} else if (pg->claimed_at) {
+		return false;
+	}
+	return pg->parent == KVS_NO_PAGE;
+}
+
+/*
+ * A FREE, SHARED or CACHED page: references as the holdings say, a key in
+ * the index and a keyed parent when SHARED or CACHED, none when FREE.
+ */
+static bool kvs_check_unowned(struct kvs_pool *pool, const struct kvs_page *pg,
+			      u32 i, const u32 *refs, u32 *children,
+			      struct kvs_check_tally *t)
+{
+	bool keyed = pg->state == KVS_PAGE_SHARED || pg->state == KVS_PAGE_CACHED;
+
+	lockdep_assert_held(&pool->lock);
+
+	if (pg->flags || pg->refcount != refs[i])
+		return false;
+	if ((pg->state == KVS_PAGE_SHARED) != (pg->refcount > 0))
+		return false;
+	if (pg->state == KVS_PAGE_FREE && (pg->ns || pg->n_children))
+		return false;
+	if (keyed) {
+		t->keyed++;
+		if (kvs_index_find(pool, pg->ns, &pg->key) != i)
+			return false;
+		if (pg->parent != KVS_NO_PAGE) {
+			if (pg->parent >= pool->n_pages ||
+			    pool->pages[pg->parent].state < KVS_PAGE_SHARED)
+				return false;
+			children[pg->parent]++;
+		}
+	} else if (pg->parent != KVS_NO_PAGE) {
+		return false;
+	}
+	t->evictable += kvs_evictable(pg);
+	t->refsum += pg->refcount;
+	return true;
+}
+
+/* Every page on its own: -EUCLEAN at the first one that is wrong. */
+static int kvs_check_pages(struct kvs_pool *pool, const u32 *refs, u32 *children,
+			   struct kvs_check_tally *t)
+{
+	u32 i;
+
+	lockdep_assert_held(&pool->lock);
+
+	for (i = 0; i < pool->n_pages; i++) {
+		const struct kvs_page *pg = &pool->pages[i];
+		bool ok;
+
+		if (pg->state > KVS_PAGE_CACHED || (pg->flags & ~KVS_PG_CLAIMED))
+			return kvs_check_fail(pool, "page state", i);
+		t->count[pg->state]++;
+		if (pg->state == KVS_PAGE_OWNED)
+			ok = kvs_check_owned(pool, pg, i, refs, t);
+		else
+			ok = kvs_check_unowned(pool, pg, i, refs, children, t);
+		if (!ok)
+			return kvs_check_fail(pool, "page state", i);
+		if (!(i & 4095))
+			cond_resched();
+	}
+	return 0;
+}
+
+/* The walk's counts against the pool's: children, states, index, totals. */
+static int kvs_check_totals(struct kvs_pool *pool, const u32 *children,
+			    const struct kvs_check_tally *t)
+{
+	u64 keyed = t->keyed + t->claimed;
+	u32 i;
+
+	lockdep_assert_held(&pool->lock);
+
+	for (i = 0; i < pool->n_pages; i++) {
+		if (pool->pages[i].state != KVS_PAGE_OWNED &&
+		    children[i] != pool->pages[i].n_children)
+			return kvs_check_fail(pool, "child count", i);
+	}
+	for (i = 0; i < 4; i++) {
+		if (t->count[i] != pool->n_state[i])
+			return kvs_check_fail(pool, "state count", i);
+	}
+	for (i = 0; i <= pool->index_mask; i++)
+		keyed -= pool->index[i].page != KVS_NO_PAGE;
+	if (keyed || t->claimed != pool->n_claimed || t->refsum != pool->n_refs ||
+	    t->evictable != pool->lru.len ||
+	    pool->n_held != pool->n_refs + pool->n_state[KVS_PAGE_OWNED])
+		return kvs_check_fail(pool, "totals", 0);
+	return 0;
+}
+
 int kvs_arb_check(struct kvs_pool *pool)
 {
+	struct kvs_check_tally t = {};
 	u32 *refs, *children;
-	u64 count[4] = { 0 }, refsum = 0, keyed = 0, evictable = 0, claimed = 0;
-	u32 i;
 	int ret;
+
+	lockdep_assert_held(&pool->lock);
 
 	refs = kvcalloc(pool->n_pages, sizeof(*refs), GFP_KERNEL_ACCOUNT);
 	children = kvcalloc(pool->n_pages, sizeof(*children), GFP_KERNEL_ACCOUNT);
 	ret = -ENOMEM;
 	if (!refs || !children)
 		goto out;
-
 	ret = kvs_check_holds(pool, refs);
-	if (ret)
-		goto out;
-	ret = kvs_check_waiting(pool);
-	if (ret)
-		goto out;
-	for (i = 0; i < pool->n_pages; i++) {
-		const struct kvs_page *pg = &pool->pages[i];
-		bool keyed_state = pg->state == KVS_PAGE_SHARED ||
-				   pg->state == KVS_PAGE_CACHED;
-
-		ret = -EUCLEAN;
-		if (pg->state > KVS_PAGE_CACHED)
-			goto fail;
-		count[pg->state]++;
-		if (pg->flags & ~KVS_PG_CLAIMED)
-			goto fail;
-		if (pg->state == KVS_PAGE_OWNED) {
-			/* owner and claimed_at share refcount's and n_children's room. */
-			if (!pg->owner || refs[i])
-				goto fail;
-			if (pg->flags & KVS_PG_CLAIMED) {
-				claimed++;
-				if (kvs_index_find(pool, pg->ns, &pg->key) != i)
-					goto fail;
-			} else if (pg->claimed_at) {
-				goto fail;
-			}
-			if (pg->parent != KVS_NO_PAGE)
-				goto fail;
-			continue;
-		}
-		if (pg->flags)
-			goto fail;
-		if (pg->refcount != refs[i])
-			goto fail;
-		if ((pg->state == KVS_PAGE_SHARED) != (pg->refcount > 0))
-			goto fail;
-		if (pg->state == KVS_PAGE_FREE && (pg->ns || pg->n_children))
-			goto fail;
-		if (keyed_state) {
-			keyed++;
-			if (kvs_index_find(pool, pg->ns, &pg->key) != i)
-				goto fail;
-			if (pg->parent != KVS_NO_PAGE) {
-				if (pg->parent >= pool->n_pages ||
-				    pool->pages[pg->parent].state < KVS_PAGE_SHARED)
-					goto fail;
-				children[pg->parent]++;
-			}
-		} else if (pg->parent != KVS_NO_PAGE) {
-			goto fail;
-		}
-		evictable += kvs_evictable(pg);
-		refsum += pg->refcount;
-		if (!(i & 4095))
-			cond_resched();
-	}
-	for (i = 0; i < pool->n_pages; i++) {
-		if (pool->pages[i].state == KVS_PAGE_OWNED)
-			continue;
-		if (children[i] != pool->pages[i].n_children) {
-			ret = kvs_check_fail(pool, "child count", i);
-			goto out;
-		}
-	}
-	for (i = 0; i < 4; i++) {
-		if (count[i] != pool->n_state[i]) {
-			ret = kvs_check_fail(pool, "state count", i);
-			goto out;
-		}
-	}
-	keyed += claimed;
-	for (i = 0; i <= pool->index_mask; i++)
-		keyed -= pool->index[i].page != KVS_NO_PAGE;
-	if (keyed || claimed != pool->n_claimed || refsum != pool->n_refs || evictable != pool->lru.len ||
-	    pool->n_held != pool->n_refs + pool->n_state[KVS_PAGE_OWNED]) {
-		ret = kvs_check_fail(pool, "totals", 0);
-		goto out;
-	}
-	ret = kvs_check_lists(pool);
-	goto out;
-fail:
-	ret = kvs_check_fail(pool, "page state", i);
+	if (!ret)
+		ret = kvs_check_waiting(pool);
+	if (!ret)
+		ret = kvs_check_pages(pool, refs, children, &t);
+	if (!ret)
+		ret = kvs_check_totals(pool, children, &t);
+	if (!ret)
+		ret = kvs_check_lists(pool);
 out:
 	kvfree(refs);
 	kvfree(children);

@@ -197,7 +197,7 @@ void kvs_holds_add(struct kvs_hold_table *t, u32 page, u32 n);
 bool kvs_holds_sub(struct kvs_hold_table *t, u32 page, u32 n);
 void kvs_holds_free(struct kvs_hold_table *t);
 
-/* core_arbiter.c: all called with pool->lock held. */
+/* core_arbiter.c: all called with pool->lock held (asserted), but init_pages. */
 int kvs_arb_alloc(struct kvs_client *cl, u32 count, u32 *pages,
 		  const struct kvs_key *claim);
 int kvs_arb_publish(struct kvs_client *cl, struct kvs_publish_entry *ents,

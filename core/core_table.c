@@ -3,7 +3,9 @@
  * The arbiter's containers: index-linked page lists, the key index of a
  * pool and the per-client holdings table.  Both tables are open-addressed
  * with linear probing, kept at most half full, and delete by backward
- * shift so that no tombstones accumulate.  All callers hold pool->lock.
+ * shift so that no tombstones accumulate.  All callers hold pool->lock;
+ * the key index's functions assert it (the holdings table does not know
+ * its pool).
  */
 #include "core_internal.h"
 
@@ -111,6 +113,8 @@ u32 kvs_index_find_hashed(const struct kvs_pool *pool, u32 hash, u64 ns,
 {
 	u32 slot = hash & pool->index_mask;
 
+	lockdep_assert_held(&pool->lock);
+
 	for (;; slot = (slot + 1) & pool->index_mask) {
 		const struct kvs_slot *s = &pool->index[slot];
 		const struct kvs_page *pg;
@@ -127,6 +131,8 @@ u32 kvs_index_find_hashed(const struct kvs_pool *pool, u32 hash, u64 ns,
 
 u32 kvs_index_find(const struct kvs_pool *pool, u64 ns, const struct kvs_key *key)
 {
+	lockdep_assert_held(&pool->lock);
+
 	return kvs_index_find_hashed(pool, kvs_index_hash(pool, ns, key), ns, key);
 }
 
@@ -136,6 +142,8 @@ void kvs_index_insert(struct kvs_pool *pool, u32 page)
 	const struct kvs_page *pg = &pool->pages[page];
 	u32 hash = kvs_index_hash(pool, pg->ns, &pg->key);
 	u32 slot = hash & pool->index_mask;
+
+	lockdep_assert_held(&pool->lock);
 
 	while (pool->index[slot].page != KVS_NO_PAGE)
 		slot = (slot + 1) & pool->index_mask;
@@ -157,6 +165,8 @@ void kvs_index_remove(struct kvs_pool *pool, u32 page)
 	u32 mask = pool->index_mask;
 	u32 hole = kvs_index_hash(pool, pg->ns, &pg->key) & mask;
 	u32 slot;
+
+	lockdep_assert_held(&pool->lock);
 
 	while (pool->index[hole].page != page) {
 		if (WARN_ON_ONCE(pool->index[hole].page == KVS_NO_PAGE))

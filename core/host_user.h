@@ -66,7 +66,6 @@ typedef __s64 s64;
 	__c;								\
 })
 #define prefetch(p)		__builtin_prefetch(p)
-#define lockdep_assert_held(l)	((void)(l))
 #define cond_resched()		do { } while (0)
 
 static inline void *memchr_inv(const void *p, int c, size_t n)
@@ -121,14 +120,77 @@ static inline void *kvmalloc_array(size_t n, size_t size, int gfp)
 }
 static inline void kvfree(const void *p) { free((void *)p); }
 
+/*
+ * A mutex is a pthread mutex.  With KVS_LOCKDEP (the sanitized and TSan
+ * builds of the core, which the tests use) it also records its holder, so
+ * that lockdep_assert_held() checks what the kernel's lockdep checks: that
+ * the calling thread holds the lock.  The holder is written only by the
+ * holder and read by anyone, hence the atomics; 0 is no thread
+ * (pthread_self() is never 0 in glibc).  Without KVS_LOCKDEP, as in a
+ * kernel without CONFIG_LOCKDEP, the assertion compiles to nothing.
+ */
 struct mutex {
 	pthread_mutex_t m;
+#ifdef KVS_LOCKDEP
+	pthread_t owner;
+#endif
 };
-static inline void mutex_init(struct mutex *l) { pthread_mutex_init(&l->m, NULL); }
+
+#ifdef KVS_LOCKDEP
+static inline void kvs_mutex_acquired(struct mutex *l)
+{
+	__atomic_store_n(&l->owner, pthread_self(), __ATOMIC_RELAXED);
+}
+
+static inline void kvs_mutex_releasing(struct mutex *l)
+{
+	WARN_ON_ONCE(!pthread_equal(__atomic_load_n(&l->owner, __ATOMIC_RELAXED),
+				    pthread_self()));
+	__atomic_store_n(&l->owner, (pthread_t)0, __ATOMIC_RELAXED);
+}
+
+static inline bool kvs_mutex_held(const struct mutex *l)
+{
+	return pthread_equal(__atomic_load_n(&l->owner, __ATOMIC_RELAXED),
+			     pthread_self());
+}
+
+#define lockdep_assert_held(l)	WARN_ON_ONCE(!kvs_mutex_held(l))
+#else
+static inline void kvs_mutex_acquired(struct mutex *l) { (void)l; }
+static inline void kvs_mutex_releasing(struct mutex *l) { (void)l; }
+#define lockdep_assert_held(l)	((void)(l))
+#endif
+
+static inline void mutex_init(struct mutex *l)
+{
+	pthread_mutex_init(&l->m, NULL);
+#ifdef KVS_LOCKDEP
+	l->owner = (pthread_t)0;
+#endif
+}
+
 static inline void mutex_destroy(struct mutex *l) { pthread_mutex_destroy(&l->m); }
-static inline void mutex_lock(struct mutex *l) { pthread_mutex_lock(&l->m); }
-static inline void mutex_unlock(struct mutex *l) { pthread_mutex_unlock(&l->m); }
-static inline int mutex_trylock(struct mutex *l) { return !pthread_mutex_trylock(&l->m); }
+
+static inline void mutex_lock(struct mutex *l)
+{
+	pthread_mutex_lock(&l->m);
+	kvs_mutex_acquired(l);
+}
+
+static inline void mutex_unlock(struct mutex *l)
+{
+	kvs_mutex_releasing(l);
+	pthread_mutex_unlock(&l->m);
+}
+
+static inline int mutex_trylock(struct mutex *l)
+{
+	if (pthread_mutex_trylock(&l->m))
+		return 0;
+	kvs_mutex_acquired(l);
+	return 1;
+}
 
 /*
  * rw_semaphore: a pthread rwlock.  down_read_trylock() answers 1 when it

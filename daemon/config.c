@@ -182,18 +182,27 @@ static int bool_key(const char *where, const char *key, const char *val, bool *o
 	return -EINVAL;
 }
 
-static const char *const dtype_names[] = {
-	[KVS_DTYPE_F16] = "f16",
-	[KVS_DTYPE_BF16] = "bf16",
-	[KVS_DTYPE_F32] = "f32",
-	[KVS_DTYPE_FP8] = "fp8",
-};
-
+/* The short name (<kvshare/kv_layout.h>'s table), "?" if unknown. */
 const char *kvsd_dtype_name(uint32_t dtype)
 {
-	if (dtype < ARRAY_SIZE(dtype_names) && dtype_names[dtype])
-		return dtype_names[dtype];
-	return "?";
+	const struct kv_dtype_name *d = kv_dtype_by_id(dtype);
+
+	return d ? d->name : "?";
+}
+
+static int dtype_key(const char *where, const char *key, const char *val,
+		     uint32_t *out)
+{
+	const struct kv_dtype_name *d = kv_dtype_by_name(val);
+	char choices[64];
+
+	if (!d) {
+		kvsd_err(where, "%s: unknown value '%s' (%s)", key, val,
+			 kv_dtype_choices(choices, sizeof(choices), 0));
+		return -EINVAL;
+	}
+	*out = d->dtype;
+	return 0;
 }
 
 static const char *const mem_names[] = {
@@ -208,22 +217,17 @@ const char *kvsd_mem_name(enum kvsd_mem_kind kind)
 	return mem_names[kind];
 }
 
-/* 2 (K and V) * layers * heads * head_dim * tokens * sizeof(dtype). */
+/*
+ * kv_page_bytes() of <kvshare/kv_layout.h>; 0 for a geometry kvshared
+ * refuses: a dimension of 0 or past KVSD_DIM_MAX, an unknown dtype, or a
+ * page past KVSD_PAGE_BYTES_MAX.
+ */
 uint64_t kvsd_page_bytes(const struct kvs_geometry *g)
 {
-	uint64_t dims[] = { g->n_layers, g->n_kv_heads, g->head_dim,
-			    g->tokens_per_page, kv_dtype_size(g->dtype) };
-	uint64_t bytes = 2;
-	unsigned int i;
-
-	for (i = 0; i < ARRAY_SIZE(dims); i++) {
-		if (!dims[i] || dims[i] > KVSD_DIM_MAX)
-			return 0;
-		bytes *= dims[i];
-		if (bytes > KVSD_PAGE_BYTES_MAX)
-			return 0;
-	}
-	return bytes;
+	if (g->n_layers > KVSD_DIM_MAX || g->n_kv_heads > KVSD_DIM_MAX ||
+	    g->head_dim > KVSD_DIM_MAX || g->tokens_per_page > KVSD_DIM_MAX)
+		return 0;
+	return kv_page_bytes_max(g, KVSD_PAGE_BYTES_MAX);
 }
 
 static int id_key(const char *where, const char *key, const char *val,
@@ -312,7 +316,7 @@ static int pool_set_one(struct kvsd_pool_cfg *pc, int k, const char *where,
 		return u32_key(where, key, val, 1, KVSD_DIM_MAX,
 			       &pc->geom.tokens_per_page);
 	case PK_DTYPE:
-		return ENUM_KEY(where, key, val, dtype_names, &pc->geom.dtype);
+		return dtype_key(where, key, val, &pc->geom.dtype);
 	case PK_MODE: {
 		char *end;
 		unsigned long m;

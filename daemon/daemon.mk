@@ -17,9 +17,12 @@ KVSD_SRCS := daemon/main.c daemon/config.c daemon/server.c daemon/sock_cmd.c \
 KVSD_OBJS     := $(KVSD_SRCS:daemon/%.c=$(BUILD)/daemon/%.o)
 KVSD_SAN_OBJS := $(KVSD_SRCS:daemon/%.c=$(BUILD)/san/daemon/%.o)
 KVSD_LDLIBS   := -ldl $(KVSD_REMOTE_LDLIBS) $(LIBKVCORE_LDLIBS)
-# libkv's public headers (kv_layout.h: element sizes), not its library;
-# the arbiter core's interface (core/core.h), which kvshared hosts.
+# libkv's public headers (kv_layout.h: element sizes) and, of its library,
+# only the pool memory creator (kv_pool_memfd(): the linker takes that one
+# object); the arbiter core's interface (core/core.h), which kvshared hosts.
 KVSD_CFLAGS   := -Iinclude -Icore
+# libkv.mk is included after this file: its path, not $(LIBKV), here.
+KVSD_LIBKV    := $(BUILD)/libkv.a
 
 # cuda.h is a system header: its own warnings are not ours.
 $(BUILD)/daemon/mem_cuda.o $(BUILD)/san/daemon/mem_cuda.o: KVSD_CFLAGS += -isystem $(CUDA_INC)
@@ -32,10 +35,10 @@ $(BUILD)/san/daemon/%.o: daemon/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SAN_FLAGS) $(KVSD_CFLAGS) $(DEPFLAGS) -c -o $@ $<
 
-$(BUILD)/kvshared: $(KVSD_OBJS) $(LIBKVCORE)
+$(BUILD)/kvshared: $(KVSD_OBJS) $(LIBKVCORE) $(KVSD_LIBKV)
 	$(CC) $(CFLAGS) -o $@ $^ $(KVSD_LDLIBS)
 
-$(BUILD)/san/kvshared: $(KVSD_SAN_OBJS) $(LIBKVCORE_SAN)
+$(BUILD)/san/kvshared: $(KVSD_SAN_OBJS) $(LIBKVCORE_SAN) $(KVSD_LIBKV)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SAN_FLAGS) -o $@ $^ $(KVSD_LDLIBS)
 
@@ -43,7 +46,7 @@ $(BUILD)/san/kvshared: $(KVSD_SAN_OBJS) $(LIBKVCORE_SAN)
 # Not in GUEST_BINS until a VM suite uses it.  (Static glibc warns that
 # dlopen and getpwnam need shared libraries at run time: the guest has no
 # CUDA anyway, and uid=/gid= there take numbers.)
-$(BUILD)/guest/kvshared: $(KVSD_OBJS) $(LIBKVCORE)
+$(BUILD)/guest/kvshared: $(KVSD_OBJS) $(LIBKVCORE) $(KVSD_LIBKV)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -static -o $@ $^ $(KVSD_LDLIBS)
 

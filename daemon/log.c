@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "clock.h"
 #include "log.h"
 
 bool kvsd_verbose;
@@ -28,14 +29,6 @@ static struct limiter limiters[KVSD_LOG_NKINDS] = {
 	[KVSD_LOG_REMOTE_TIER] = { .what = "remote-tier request" },
 	[KVSD_LOG_USER_LIMIT] = { .what = "user-memory refusal" },
 };
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void vlog(const char *fmt, va_list ap)
 {
@@ -88,7 +81,7 @@ void kvsd_log_limited(enum kvsd_log_kind kind, const char *fmt, ...)
 	va_list ap;
 	int saved = errno;
 
-	limiter_roll(l, now_ms());
+	limiter_roll(l, kvsd_now_ms());
 	if (l->logged >= KVSD_LOG_BURST) {
 		l->suppressed++;
 		return;
@@ -102,7 +95,7 @@ void kvsd_log_limited(enum kvsd_log_kind kind, const char *fmt, ...)
 
 void kvsd_log_tick(void)
 {
-	uint64_t now = now_ms();
+	uint64_t now = kvsd_now_ms();
 	unsigned int i;
 
 	for (i = 0; i < KVSD_LOG_NKINDS; i++)

@@ -27,13 +27,6 @@ void kvsd_loop_set_poller(bool (*fn)(void))
 	poller = fn;
 }
 
-uint64_t kvsd_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int kvsd_loop_init(void)
 {

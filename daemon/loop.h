@@ -14,6 +14,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "clock.h"	/* kvsd_now_ms() */
+
 struct kvsd_watch {
 	int fd;
 	void (*fn)(struct kvsd_watch *w, uint32_t events);
@@ -41,7 +43,5 @@ int kvsd_loop_run(bool (*stop)(void *arg), void (*tick)(void *arg), void *arg,
  */
 void kvsd_loop_set_poller(bool (*fn)(void));
 
-/* CLOCK_MONOTONIC in milliseconds. */
-uint64_t kvsd_now_ms(void);
 
 #endif /* _KVSHARED_LOOP_H */

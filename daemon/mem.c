@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Host memory for pools: a memfd, optionally on hugetlbfs.
+ * Host memory for pools: a memfd, optionally on hugetlbfs, made by
+ * libkv's kv_pool_memfd() (the one creator of pool memory).
  *
  * The memfd is sized to n_pages * page_bytes (rounded up to the huge page
  * size for hugetlb) and sealed against shrinking and growing, so that no
@@ -18,6 +19,8 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/mman.h>
+
+#include <kvshare/arbiter.h>
 
 #include "kvshared.h"
 
@@ -45,27 +48,11 @@ static int round_up(uint64_t bytes, uint64_t align, uint64_t *out)
 	return 0;
 }
 
-/* 0, or -errno with the reason in @err. */
-static int seal_size(int fd, bool huge, char *err, size_t err_len)
-{
-	int ret;
-
-	if (!fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL))
-		return 0;
-	ret = -errno;
-	snprintf(err, err_len, "sealing the memfd%s against resizing: %s (the "
-		 "arbiter takes only memory sealed with F_SEAL_SHRINK%s)",
-		 huge ? " (MFD_HUGETLB)" : "", strerror(errno),
-		 huge ? "; hugetlbfs memfds can be sealed from Linux 4.16" : "");
-	return ret;
-}
-
 static int memfd_pool(const struct kvsd_pool_cfg *pc, uint64_t bytes,
 		      bool huge, struct kvsd_mem *mem, char *err, size_t err_len)
 {
-	unsigned int flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
 	char name[KVS_NAME_MAX + 16];
-	int fd, ret;
+	int fd;
 
 	mem->align = huge ? huge_page_bytes() : (uint64_t)sysconf(_SC_PAGESIZE);
 	if (round_up(bytes, mem->align, &mem->bytes) || (off_t)mem->bytes < 0) {
@@ -73,42 +60,11 @@ static int memfd_pool(const struct kvsd_pool_cfg *pc, uint64_t bytes,
 			 (unsigned long long)bytes);
 		return -EOVERFLOW;
 	}
-	if (huge)
-		flags |= MFD_HUGETLB;
 	snprintf(name, sizeof(name), "kvshare:%s", pc->name);
-	fd = memfd_create(name, flags);
-	if (fd < 0) {
-		ret = -errno;
-		/* Kernels before 4.16 refuse MFD_ALLOW_SEALING with MFD_HUGETLB. */
-		snprintf(err, err_len, "memfd_create%s: %s%s",
-			 huge ? " (MFD_HUGETLB | MFD_ALLOW_SEALING)" : "",
-			 strerror(errno), huge && errno == EINVAL ?
-			 " (hugetlbfs memfds can be sealed from Linux 4.16; the "
-			 "arbiter takes only sealed memory)" : "");
-		return ret;
-	}
-	if (ftruncate(fd, mem->bytes)) {
-		ret = -errno;
-		snprintf(err, err_len, "ftruncate to %llu bytes: %s",
-			 (unsigned long long)mem->bytes, strerror(errno));
-		close(fd);
-		return ret;
-	}
-	if (huge && fallocate(fd, 0, 0, mem->bytes)) {
-		ret = -errno;
-		snprintf(err, err_len,
-			 "cannot reserve %llu huge pages of %llu KiB: %s "
-			 "(see /proc/sys/vm/nr_hugepages)",
-			 (unsigned long long)(mem->bytes / mem->align),
-			 (unsigned long long)(mem->align >> 10), strerror(errno));
-		close(fd);
-		return ret;
-	}
-	ret = seal_size(fd, huge, err, err_len);
-	if (ret) {
-		close(fd);
-		return ret;
-	}
+	fd = kv_pool_memfd(name, mem->bytes, huge ? KV_MEMFD_HUGETLB : 0,
+			   err, err_len);
+	if (fd < 0)
+		return fd;
 	mem->fd = fd;
 	return 0;
 }

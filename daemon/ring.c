@@ -75,14 +75,6 @@ static inline void cpu_relax(void)
 #endif
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + ts.tv_nsec;
-}
-
 /* ---- setting up and tearing down ---------------------------------------- */
 
 int kvsd_ring_check(const struct kvs_ring_setup *rs, uint64_t max_size)
@@ -348,7 +340,7 @@ static int ring_serve(struct kvsd_ring *r)
 	 * CPU: polling would only keep it from running.
 	 */
 	if (__atomic_load_n(&r->ctl->client_cpu, __ATOMIC_RELAXED) != (uint32_t)sched_getcpu() + 1)
-		window_request(now_ns());
+		window_request(kvsd_now_ns());
 	return 1;
 }
 
@@ -444,11 +436,11 @@ static bool rings_poll(void)
 		rings_set_flags(0);
 		rings.asleep = false;
 	}
-	start = now_ns();
+	start = kvsd_now_ns();
 	rings_set_cpu(sched_getcpu() + 1);
 	for (;;) {
 		rings_serve_all();
-		now = now_ns();
+		now = kvsd_now_ns();
 		if (now - rings.active_ns >= rings.window_ns) {
 			window_idle();
 			break;

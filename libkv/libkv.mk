@@ -14,7 +14,7 @@
 LIBKV        := $(BUILD)/libkv.a
 LIBKV_SRCS   := libkv/client/arbiter.c libkv/client/arbiter_dev.c \
                 libkv/client/arbiter_sock.c libkv/client/pool.c \
-                libkv/client/pool_cuda.c
+                libkv/client/pool_cuda.c libkv/client/memfd.c
 LIBKV_SRCS   += libkv/cache/radix.c libkv/cache/radix_print.c libkv/cache/prefix.c \
                 libkv/cache/req_table.c libkv/cache/blockhash.c
 LIBKV_OBJS   := $(LIBKV_SRCS:%.c=$(BUILD)/libkv/%.o)

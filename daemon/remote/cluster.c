@@ -339,7 +339,7 @@ static int target(const struct kvsd_rcluster *c, const struct kvsd_rcmd *cmd,
 
 static uint64_t half_left(uint64_t deadline_ms)
 {
-	uint64_t now = kvsd_rnow_ms();
+	uint64_t now = kvsd_now_ms();
 
 	return now >= deadline_ms ? deadline_ms : now + (deadline_ms - now + 1) / 2;
 }
@@ -478,8 +478,8 @@ unsigned int kvsd_rcl_exec(struct kvsd_rcluster *c, struct kvsd_rcmd *cmds,
 		 * MAP_EVERY_MS (MOVED updates its slot meanwhile).
 		 */
 		if (c->cluster && c->map_stale &&
-		    kvsd_rnow_ms() - c->map_loaded_ms >= MAP_EVERY_MS) {
-			c->map_loaded_ms = kvsd_rnow_ms();
+		    kvsd_now_ms() - c->map_loaded_ms >= MAP_EVERY_MS) {
+			c->map_loaded_ms = kvsd_now_ms();
 			if (map_load(c, deadline_ms) && pass > 0)
 				break;
 		}
@@ -496,7 +496,7 @@ unsigned int kvsd_rcl_exec(struct kvsd_rcluster *c, struct kvsd_rcmd *cmds,
 		}
 		run_pass(c, cmds, count, plain, max_reply, deadline_ms, batch, idx, xs);
 		left = unanswered(cmds, count);
-		if (kvsd_rnow_ms() >= deadline_ms)
+		if (kvsd_now_ms() >= deadline_ms)
 			break;
 	}
 out:

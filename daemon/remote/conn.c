@@ -31,17 +31,10 @@ struct kvsd_rtls {
 	SSL_CTX *ctx;
 };
 
-uint64_t kvsd_rnow_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int ms_left(uint64_t deadline_ms)
 {
-	uint64_t now = kvsd_rnow_ms();
+	uint64_t now = kvsd_now_ms();
 
 	if (now >= deadline_ms)
 		return 0;
@@ -130,7 +123,7 @@ void kvsd_rnode_close(struct kvsd_rnode *n)
 static void node_failed(struct kvsd_rnode *n)
 {
 	kvsd_rnode_close(n);
-	n->retry_at_ms = kvsd_rnow_ms() + n->backoff_ms;
+	n->retry_at_ms = kvsd_now_ms() + n->backoff_ms;
 	n->backoff_ms = n->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
 							 : n->backoff_ms * 2;
 }
@@ -390,7 +383,7 @@ int kvsd_rnode_connect(struct kvsd_rnode *n, const struct kvsd_rauth *a,
 
 	if (n->fd >= 0)
 		return 0;
-	if (kvsd_rnow_ms() < n->retry_at_ms) {
+	if (kvsd_now_ms() < n->retry_at_ms) {
 		if (!n->err[0])
 			snprintf(n->err, sizeof(n->err), "%s:%d: backing off", n->host,
 				 n->port);

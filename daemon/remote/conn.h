@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../clock.h"	/* kvsd_now_ms(): the deadlines here */
 #include "resp.h"
 
 struct kvsd_rtls;
@@ -108,7 +109,5 @@ void kvsd_rexec_run(struct kvsd_rexec *xs, unsigned int n_x, uint64_t deadline_m
 int kvsd_rcmd_format(struct kvsd_rcmd *c, int argc, const char *const *argv,
 		     const size_t *lens);
 void kvsd_rcmd_free(struct kvsd_rcmd *c);
-
-uint64_t kvsd_rnow_ms(void);
 
 #endif /* _KVSHARED_REMOTE_CONN_H */

@@ -12,6 +12,7 @@
 
 #define XXH_STATIC_LINKING_ONLY	/* XXH3_state_t on the stack */
 #include <xxhash.h>
+#include <kvshare/kv_layout.h>
 
 #include "page.h"
 
@@ -72,15 +73,12 @@ size_t kvsd_rpage_value_max(const struct kvsd_rpage_id *id)
 	return KVSD_RPAGE_HDR + id->geom.page_bytes + KVSD_RMAC_LEN;
 }
 
+/* The dtype's short name in keys ("x": unknown; never for a valid pool). */
 static const char *dtype_tag(uint32_t dtype)
 {
-	switch (dtype) {
-	case KVS_DTYPE_F16: return "f16";
-	case KVS_DTYPE_BF16: return "bf16";
-	case KVS_DTYPE_F32: return "f32";
-	case KVS_DTYPE_FP8: return "fp8";
-	}
-	return "x";
+	const struct kv_dtype_name *d = kv_dtype_by_id(dtype);
+
+	return d ? d->name : "x";
 }
 
 size_t kvsd_rpage_key(char *buf, const struct kvsd_rpage_id *id,

@@ -30,10 +30,7 @@ static void set_up(struct tier *t, bool up)
 
 static uint64_t now_us(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	return kvsd_now_ns() / 1000;
 }
 
 static void lat_count(struct tier *t, uint64_t us)
@@ -250,7 +247,7 @@ static void do_writes(struct tier *t, struct job *list)
 
 	while (j) {
 		unsigned int n = 0, i;
-		uint64_t deadline = kvsd_rnow_ms() + t->rc->timeout_ms;
+		uint64_t deadline = kvsd_now_ms() + t->rc->timeout_ms;
 
 		for (; j && n < WRITE_BATCH && (!n || (n + 1) * value <= WRITE_BYTES); ) {
 			if (!cmds || set_cmd(t, j->tns, &j->keys[at], j->pages[at], &cmds[n])) {
@@ -320,7 +317,7 @@ static struct job *take_jobs(struct tier *t)
 		pthread_cond_timedwait(&t->cv, &t->mu, &ts);
 		if (!t->todo && !t->stop) {
 			pthread_mutex_unlock(&t->mu);
-			int ret = kvsd_rcl_probe(&t->rcl, kvsd_rnow_ms() +
+			int ret = kvsd_rcl_probe(&t->rcl, kvsd_now_ms() +
 						 t->rc->timeout_ms);
 
 			if (ret == -EACCES)

@@ -511,7 +511,7 @@ static int tier_map(struct tier *t)
 
 static int tier_probe(struct tier *t)
 {
-	int ret = kvsd_rcl_probe(&t->rcl, kvsd_rnow_ms() + PROBE_START_MS);
+	int ret = kvsd_rcl_probe(&t->rcl, kvsd_now_ms() + PROBE_START_MS);
 
 	if (ret == -EACCES) {
 		kvsd_log("pool '%s': remote tier: %s (check remote_user and "

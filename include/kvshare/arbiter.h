@@ -12,6 +12,7 @@
 #ifndef KVSHARE_ARBITER_H
 #define KVSHARE_ARBITER_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <linux/kvshare.h>
 
@@ -194,6 +195,22 @@ int kv_lookup_wait(struct kv_arbiter *arb, const struct kvs_key *keys,
  * and the pool's memory mapped, so that a page index becomes an address.
  */
 struct kv_pool;
+
+/*
+ * Host memory for a new pool (KVS_IOC_POOL_CREATE's mem_fd): a memfd
+ * named @name of @bytes, sealed against shrinking (the arbiter demands
+ * it: a holder that shrank it would make every other mapping fault),
+ * against growing, and against further seals (F_SEAL_WRITE or
+ * F_SEAL_FUTURE_WRITE added by a holder would deny the others writable
+ * mappings).  KV_MEMFD_HUGETLB: on hugetlbfs, @bytes a multiple of the
+ * huge page size, every page reserved now (a hugetlb mapping that cannot
+ * be backed fails only at fault time, in some client, with SIGBUS).
+ * Returns the descriptor (close-on-exec), or -errno with the step that
+ * failed, and why, in @err (@err_len bytes; may be NULL).
+ */
+#define KV_MEMFD_HUGETLB	(1u << 0)
+int kv_pool_memfd(const char *name, uint64_t bytes, unsigned int flags,
+		  char *err, size_t err_len);
 
 /*
  * Open the arbiter (@arbiter as for kv_arbiter_open), attach to pool @name

@@ -33,7 +33,9 @@
 #define KVSHARE_KV_LAYOUT_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <linux/kvshare.h>
 
 #if defined(__CUDACC__)
@@ -66,6 +68,70 @@ KV_HD uint32_t kv_dtype_size(uint32_t dtype)
 	return 0;
 }
 
+/*
+ * The storage types by name: the one table of them.  @name is the short
+ * spelling the configuration, kvctl and the remote tier's keys use; @torch
+ * is torch's (and the Python package's); @alias is one more spelling
+ * accepted, or NULL.  Matching is case-insensitive.  Sizes are
+ * kv_dtype_size()'s, which device code can call.  Host code only.
+ */
+struct kv_dtype_name {
+	uint32_t dtype;			/* KVS_DTYPE_* */
+	const char *name;		/* "bf16" */
+	const char *torch;		/* "bfloat16" */
+	const char *alias;		/* "fp16", or NULL */
+};
+
+static const struct kv_dtype_name kv_dtype_names[] = {
+	{ KVS_DTYPE_F16,  "f16",  "float16",  "fp16" },
+	{ KVS_DTYPE_BF16, "bf16", "bfloat16", NULL },
+	{ KVS_DTYPE_F32,  "f32",  "float32",  "fp32" },
+	{ KVS_DTYPE_FP8,  "fp8",  "fp8",      NULL },
+};
+
+#define KV_N_DTYPES	(sizeof(kv_dtype_names) / sizeof(kv_dtype_names[0]))
+
+/* The entry of @dtype, or NULL for a dtype this code does not know. */
+static inline const struct kv_dtype_name *kv_dtype_by_id(uint32_t dtype)
+{
+	size_t i;
+
+	for (i = 0; i < KV_N_DTYPES; i++)
+		if (kv_dtype_names[i].dtype == dtype)
+			return &kv_dtype_names[i];
+	return NULL;
+}
+
+/* The entry spelt @s in any of its spellings, or NULL. */
+static inline const struct kv_dtype_name *kv_dtype_by_name(const char *s)
+{
+	size_t i;
+
+	for (i = 0; i < KV_N_DTYPES; i++) {
+		const struct kv_dtype_name *d = &kv_dtype_names[i];
+
+		if (!strcasecmp(s, d->name) || !strcasecmp(s, d->torch) ||
+		    (d->alias && !strcasecmp(s, d->alias)))
+			return d;
+	}
+	return NULL;
+}
+
+/*
+ * The names, "f16|bf16|f32|fp8" (@torch: torch's), for error messages;
+ * @buf of @len bytes, returned.
+ */
+static inline const char *kv_dtype_choices(char *buf, size_t len, int torch)
+{
+	size_t i, at = 0;
+
+	buf[0] = '\0';
+	for (i = 0; i < KV_N_DTYPES && at < len; i++)
+		at += snprintf(buf + at, len - at, "%s%s", i ? "|" : "",
+			       torch ? kv_dtype_names[i].torch : kv_dtype_names[i].name);
+	return buf;
+}
+
 /* Elements in one (layer, K|V) block of a page: T x H x D. */
 KV_HD uint64_t kv_block_elems(const struct kvs_geometry *g)
 {
@@ -76,6 +142,28 @@ KV_HD uint64_t kv_block_elems(const struct kvs_geometry *g)
 KV_HD uint64_t kv_page_bytes(const struct kvs_geometry *g)
 {
 	return 2 * (uint64_t)g->n_layers * kv_block_elems(g) * kv_dtype_size(g->dtype);
+}
+
+/*
+ * kv_page_bytes() for a geometry not yet validated: 0 if a dimension is 0,
+ * the dtype unknown, or the page would be larger than @max bytes.  Never
+ * wraps, whatever the fields hold.
+ */
+KV_HD uint64_t kv_page_bytes_max(const struct kvs_geometry *g, uint64_t max)
+{
+	const uint32_t dims[4] = { g->n_layers, g->n_kv_heads, g->head_dim,
+				   g->tokens_per_page };
+	uint64_t per_elem = 2 * (uint64_t)kv_dtype_size(g->dtype), elems = 1;
+	int i;
+
+	if (!per_elem)
+		return 0;
+	for (i = 0; i < 4; i++) {
+		if (!dims[i] || elems > max / per_elem / dims[i])
+			return 0;
+		elems *= dims[i];
+	}
+	return kv_page_bytes(g);
 }
 
 /*

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
- * libkv's arbiter client: pick the transport (the module's device or the
- * kvshared socket) and give both one API.
+ * libkv's arbiter client: pick the transport once, at open (the module's
+ * device by ioctl or io_uring, kvshared by its ring or its socket: see
+ * arbiter_internal.h), and give all four one API through arb->ops.
  */
 #include <errno.h>
-#include <poll.h>
 #include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,27 +63,24 @@ void kv_arbiter_close(struct kv_arbiter *arb)
 {
 	if (!arb)
 		return;
-	if (arb->daemon)
-		kv_sock_close(arb);
-	else
-		kv_dev_close(arb);
+	arb->ops->close(arb);
 	pthread_mutex_destroy(&arb->lock);
 	free(arb);
 }
 
 int kv_arbiter_uses_uring(const struct kv_arbiter *arb)
 {
-	return arb->uring;
+	return arb->ops == &kv_uring_ops;
 }
 
 int kv_arbiter_uses_ring(const struct kv_arbiter *arb)
 {
-	return arb->sring != NULL;
+	return arb->ops == &kv_ring_ops;
 }
 
 int kv_arbiter_is_daemon(const struct kv_arbiter *arb)
 {
-	return arb->daemon;
+	return arb->ops->daemon;
 }
 
 int kv_arbiter_set_timeout(struct kv_arbiter *arb, unsigned int ms)
@@ -91,14 +88,18 @@ int kv_arbiter_set_timeout(struct kv_arbiter *arb, unsigned int ms)
 	if (ms > KV_MAX_TIMEOUT_MS)
 		return -EINVAL;
 	pthread_mutex_lock(&arb->lock);
-	arb->timeout_ms = ms;
+	__atomic_store_n(&arb->timeout_ms, ms, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&arb->lock);
 	return 0;
 }
 
+/*
+ * Without the lock, which a call holds for its whole exchange: the
+ * calls read the field under it, this reader alone needs the atomic.
+ */
 unsigned int kv_arbiter_timeout(const struct kv_arbiter *arb)
 {
-	return arb->timeout_ms;
+	return __atomic_load_n(&arb->timeout_ms, __ATOMIC_RELAXED);
 }
 
 int kv_arbiter_broken(struct kv_arbiter *arb)
@@ -113,9 +114,7 @@ int kv_arbiter_broken(struct kv_arbiter *arb)
 
 int kv_arbiter_call(struct kv_arbiter *arb, unsigned long cmd, void *arg)
 {
-	if (arb->daemon)
-		return kv_sock_call(arb, cmd, arg);
-	return kv_dev_call(arb, cmd, arg);
+	return arb->ops->call(arb, cmd, arg);
 }
 
 static int kv_copy_name(char *dst, size_t size, const char *src)
@@ -135,7 +134,7 @@ int kv_arbiter_remote_tier(struct kv_arbiter *arb, uint32_t owner,
 	struct kvs_remote_tier rt;
 	int ret;
 
-	if (!arb->daemon)
+	if (!arb->ops->daemon)
 		return -EOPNOTSUPP;	/* the module has no remote tier */
 	memset(&rt, 0, sizeof(rt));
 	if (!name)
@@ -149,7 +148,7 @@ int kv_arbiter_remote_tier(struct kv_arbiter *arb, uint32_t owner,
 		return ret;
 	rt.owner = owner;
 	rt.flags = off ? KVS_REMOTE_TIER_OFF : 0;
-	ret = kv_sock_call(arb, KVS_SOCK_REMOTE_TIER, &rt);
+	ret = kv_arbiter_call(arb, KVS_SOCK_REMOTE_TIER, &rt);
 	if (!ret && pool_id)
 		*pool_id = rt.pool_id;
 	return ret;
@@ -206,7 +205,7 @@ int kv_arbiter_default_owner(const struct kv_arbiter *arb, uint32_t *owner)
 
 	if (env && *env)
 		return kv_uid_parse(env, owner);
-	*owner = arb->daemon ? arb->peer_uid : 0;
+	*owner = arb->ops->daemon ? arb->peer_uid : 0;
 	return 0;
 }
 
@@ -246,8 +245,8 @@ static int kv_page_cmd(struct kv_arbiter *arb, unsigned int cmd, void *arg,
 {
 	int ret;
 
-	if (arb->uring)
-		return kv_dev_page_cmd(arb, cmd, arg, size);
+	if (arb->ops->page_cmd)
+		return arb->ops->page_cmd(arb, cmd, arg, size);
 	ret = kv_arbiter_call(arb, cmd, arg);
 	return ret ? ret : count ? (int)*count : 0;
 }
@@ -346,22 +345,6 @@ static int64_t kv_now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/*
- * Wait up to @ms for the claim the handle's latest LOOKUP armed: on the
- * module the device file turns readable when it ends, on kvshared the
- * connection's wait bell (kv_sock_wait_ready()).  0, or -errno when the
- * handle broke (a stopped daemon: ETIMEDOUT).
- */
-static int kv_wait_ready(struct kv_arbiter *arb, int ms)
-{
-	struct pollfd p = { .fd = arb->fd, .events = POLLIN };
-
-	if (arb->daemon)
-		return kv_sock_wait_ready(arb, ms);
-	poll(&p, 1, ms);
-	return 0;
-}
-
 int kv_lookup_wait(struct kv_arbiter *arb, const struct kvs_key *keys,
 		   uint32_t count, uint32_t *pages, int timeout_ms,
 		   uint32_t *n_inflight)
@@ -371,9 +354,9 @@ int kv_lookup_wait(struct kv_arbiter *arb, const struct kvs_key *keys,
 	int ret = 0;
 
 	/* On the module's io_uring the LOOKUP parks until the claim ends. */
-	if (!arb->daemon) {
-		ret = kv_dev_lookup_wait(arb, keys, count, pages, timeout_ms,
-					 n_inflight, &done);
+	if (arb->ops->lookup_park) {
+		ret = arb->ops->lookup_park(arb, keys, count, pages, timeout_ms,
+					    n_inflight, &done);
 		if (ret < 0 && done)
 			kv_put(arb, pages, done);
 		done = 0;
@@ -382,7 +365,7 @@ int kv_lookup_wait(struct kv_arbiter *arb, const struct kvs_key *keys,
 		ret = 0;
 	}
 	for (;;) {
-		/* By ioctl or socket: the poll() (or wait bell) way. */
+		/* Not parked: LOOKUP, then the transport's wait_ready(). */
 		struct kvs_lookup req = {
 			.count = count - done,
 			.flags = KVS_LOOKUP_WAIT,
@@ -402,7 +385,7 @@ int kv_lookup_wait(struct kv_arbiter *arb, const struct kvs_key *keys,
 		left = deadline - kv_now_ms();
 		if (left <= 0)
 			return (int)done;
-		ret = kv_wait_ready(arb, (int)left);
+		ret = arb->ops->wait_ready(arb, (int)left);
 		if (ret)
 			break;
 	}

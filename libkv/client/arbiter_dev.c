@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: MIT
 /*
- * The device transport: control commands by ioctl; the page commands
- * (ALLOC, PUBLISH, LOOKUP, PUT) through one io_uring SQE each when the
- * module offers IORING_OP_URING_CMD, so that a whole prefix is looked up
- * or released in one submission, and by ioctl otherwise.  An in-flight
- * wait (kv_dev_lookup_wait()) parks one LOOKUP in the kernel until the
- * claim ends, on a ring of the calling thread's own.
+ * The device transports.  ioctl: every command by ioctl.  io_uring, when
+ * the module offers IORING_OP_URING_CMD: control commands by ioctl, the
+ * page commands (ALLOC, PUBLISH, LOOKUP, PUT) through one io_uring SQE
+ * each, so that a whole prefix is looked up or released in one
+ * submission, and an in-flight wait (kv_uring_lookup_park()) parks one
+ * LOOKUP in the kernel until the claim ends, on a ring of the calling
+ * thread's own.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,22 +20,21 @@
 
 #include "arbiter_internal.h"
 
-int kv_dev_call(struct kv_arbiter *arb, unsigned long cmd, void *arg)
+static int kv_dev_call(struct kv_arbiter *arb, unsigned long cmd, void *arg)
 {
 	return ioctl(arb->fd, cmd, arg) < 0 ? -errno : 0;
 }
 
 /* A ring whose SQEs can carry the command structs, if the module takes them. */
-static void kv_dev_try_uring(struct kv_arbiter *arb)
+static bool kv_dev_try_uring(struct kv_arbiter *arb)
 {
 	struct kvs_info info = { 0 };
 
 	if (kv_dev_call(arb, KVS_IOC_INFO, &info) ||
 	    !(info.features & KVS_FEAT_URING_CMD))
-		return;
-	if (io_uring_queue_init(8, &arb->ring, IORING_SETUP_SQE128) < 0)
-		return;		/* no io_uring here (seccomp, sysctl, old kernel) */
-	arb->uring = true;
+		return false;
+	/* No io_uring here (seccomp, sysctl, old kernel): ioctl it is. */
+	return io_uring_queue_init(8, &arb->ring, IORING_SETUP_SQE128) >= 0;
 }
 
 int kv_dev_open(struct kv_arbiter *arb, const char *path, unsigned int flags)
@@ -41,21 +42,36 @@ int kv_dev_open(struct kv_arbiter *arb, const char *path, unsigned int flags)
 	arb->fd = open(path, O_RDWR | O_CLOEXEC);
 	if (arb->fd < 0)
 		return -errno;
-	if (!(flags & KV_ARBITER_NO_URING))
-		kv_dev_try_uring(arb);
+	if (!(flags & KV_ARBITER_NO_URING) && kv_dev_try_uring(arb))
+		arb->ops = &kv_uring_ops;
+	else
+		arb->ops = &kv_ioctl_ops;
 	return 0;
 }
 
-void kv_dev_close(struct kv_arbiter *arb)
+static void kv_ioctl_close(struct kv_arbiter *arb)
 {
-	if (arb->uring)
-		io_uring_queue_exit(&arb->ring);
 	close(arb->fd);
 }
 
+static void kv_uring_close(struct kv_arbiter *arb)
+{
+	io_uring_queue_exit(&arb->ring);
+	close(arb->fd);
+}
+
+/* The device file turns readable when the claim waited on ends. */
+static int kv_dev_wait_ready(struct kv_arbiter *arb, int ms)
+{
+	struct pollfd p = { .fd = arb->fd, .events = POLLIN };
+
+	poll(&p, 1, ms);
+	return 0;
+}
+
 /* One page command through the ring: its CQE's result. */
-static int kv_dev_uring_cmd(struct kv_arbiter *arb, unsigned int cmd,
-			    const void *arg, size_t size)
+static int kv_uring_page_cmd(struct kv_arbiter *arb, unsigned int cmd, void *arg,
+			     size_t size)
 {
 	struct io_uring_cqe *cqe;
 	struct io_uring_sqe *sqe;
@@ -87,13 +103,6 @@ out:
 	return ret;
 }
 
-int kv_dev_page_cmd(struct kv_arbiter *arb, unsigned int cmd, void *arg,
-		    size_t size)
-{
-	if (arb->uring)
-		return kv_dev_uring_cmd(arb, cmd, arg, size);
-	return kv_dev_call(arb, cmd, arg);
-}
 
 /*
  * The calling thread's ring for parked LOOKUPs (SQE128 and CQE32, for
@@ -198,13 +207,12 @@ static int64_t kv_dev_now_ms(void)
  * hits (*@n_inflight: keys still in flight after them), or -errno with
  * *@n_held hits still held in @pages, which the caller puts (this file
  * only moves commands: the page calls are arbiter.c's).  -EOPNOTSUPP where
- * it cannot park (not the module's io_uring, @timeout_ms < 1, another
- * thread of the handle parked already, an older module): the caller then
- * waits by poll().
+ * it cannot park (@timeout_ms < 1, another thread of the handle parked
+ * already, an older module): the caller then waits by poll().
  */
-int kv_dev_lookup_wait(struct kv_arbiter *arb, const struct kvs_key *keys,
-		       uint32_t count, uint32_t *pages, int timeout_ms,
-		       uint32_t *n_inflight, uint32_t *n_held)
+static int kv_uring_lookup_park(struct kv_arbiter *arb, const struct kvs_key *keys,
+				uint32_t count, uint32_t *pages, int timeout_ms,
+				uint32_t *n_inflight, uint32_t *n_held)
 {
 	int64_t deadline = kv_dev_now_ms() + timeout_ms;
 	struct io_uring *ring;
@@ -212,7 +220,7 @@ int kv_dev_lookup_wait(struct kv_arbiter *arb, const struct kvs_key *keys,
 	int ret;
 
 	*n_held = 0;
-	if (!arb->uring || timeout_ms < 1)
+	if (timeout_ms < 1)
 		return -EOPNOTSUPP;
 	ring = kv_wait_ring();
 	if (!ring)
@@ -237,3 +245,19 @@ int kv_dev_lookup_wait(struct kv_arbiter *arb, const struct kvs_key *keys,
 	/* Another thread of the handle has the one parked LOOKUP. */
 	return ret == -EBUSY ? -EOPNOTSUPP : ret;
 }
+
+const struct kv_transport_ops kv_ioctl_ops = {
+	.name		= "ioctl",
+	.call		= kv_dev_call,
+	.wait_ready	= kv_dev_wait_ready,
+	.close		= kv_ioctl_close,
+};
+
+const struct kv_transport_ops kv_uring_ops = {
+	.name		= "io_uring",
+	.call		= kv_dev_call,
+	.page_cmd	= kv_uring_page_cmd,
+	.lookup_park	= kv_uring_lookup_park,
+	.wait_ready	= kv_dev_wait_ready,
+	.close		= kv_uring_close,
+};

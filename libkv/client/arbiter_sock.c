@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
- * The socket transport: the kvshared protocol of <linux/kvshare.h>.  A
+ * The daemon's transports.  socket: the kvshared protocol of
+ * <linux/kvshare.h> for every command.  daemon ring: the page commands
+ * (ALLOC, PUBLISH, LOOKUP, PUT) on the ring kvshared shares with this
+ * handle (KVS_SOCK_RING_SETUP), everything else on the socket.  A
  * request is the message header, the command struct and a data area with
  * the arrays the struct points to, the pointers rewritten as offsets; the
  * reply brings the struct back and the bytes the command wrote, which go
@@ -208,12 +211,14 @@ int kv_sock_open(struct kv_arbiter *arb, const char *path, unsigned int flags)
 		goto fail;
 	}
 	arb->peer_uid = peer.uid;
-	arb->daemon = true;
+	arb->ops = &kv_socket_ops;
 	if (!(flags & KV_ARBITER_NO_URING)) {
 		ret = kv_ring_setup(arb);
 		/* A daemon without rings is served by the socket alone. */
 		if (ret && arb->dead)
 			goto fail;
+		if (!ret)
+			arb->ops = &kv_ring_ops;
 	}
 	pthread_mutex_init(&arb->wait_lock, NULL);
 	return 0;
@@ -222,7 +227,7 @@ fail:
 	return ret;
 }
 
-void kv_sock_close(struct kv_arbiter *arb)
+static void kv_sock_close(struct kv_arbiter *arb)
 {
 	kv_sock_close_fds(arb);
 	pthread_mutex_destroy(&arb->wait_lock);
@@ -402,7 +407,8 @@ static void kv_scatter(const struct kv_span *spans, const char *data,
 /* The handle is out of step with the daemon for good (see arbiter.h). */
 static void kv_break(struct kv_arbiter *arb, int err)
 {
-	arb->dead = true;
+	/* Under arb->lock; atomic for the unlocked early checks. */
+	__atomic_store_n(&arb->dead, true, __ATOMIC_RELAXED);
 	if (!arb->broken)
 		arb->broken = err;
 }
@@ -719,17 +725,19 @@ out:
 	return fd;
 }
 
-int kv_sock_wait_ready(struct kv_arbiter *arb, int ms)
+/* On the connection's wait bell (KVS_SOCK_WAIT_FD), else a short sleep. */
+static int kv_sock_wait_ready(struct kv_arbiter *arb, int ms)
 {
 	struct pollfd p[2] = {
 		{ .events = POLLIN },
 		{ .fd = arb->fd, .events = POLLIN },	/* EOF: the daemon is gone */
 	};
+	unsigned int limit;
 
 	if (ms < 1)
 		return 0;
 	p[0].fd = kv_sock_wait_fd(arb);
-	if (p[0].fd < 0 && arb->dead)
+	if (p[0].fd < 0 && __atomic_load_n(&arb->dead, __ATOMIC_RELAXED))
 		return p[0].fd == KV_WAIT_FD_NONE ? -ENOTCONN : p[0].fd;
 	if (p[0].fd < 0) {
 		struct timespec ts = { 0, 1000000 };
@@ -741,8 +749,9 @@ int kv_sock_wait_ready(struct kv_arbiter *arb, int ms)
 	 * No longer than a call's deadline: a stopped daemon rings nothing,
 	 * and the LOOKUP after this one then times out.
 	 */
-	if (arb->timeout_ms && (unsigned int)ms > arb->timeout_ms)
-		ms = arb->timeout_ms;
+	limit = kv_arbiter_timeout(arb);	/* without arb->lock here */
+	if (limit && (unsigned int)ms > limit)
+		ms = limit;
 	if (poll(p, 2, ms) > 0 && (p[0].revents & POLLIN))
 		kv_bell_drain(p[0].fd);
 	return 0;
@@ -761,18 +770,8 @@ static int kv_sock_call_fds(struct kv_arbiter *arb, unsigned long cmd, void *arg
 	char *req = NULL, *reply = NULL;
 	void *wire;
 
-	if (arb->dead)
+	if (__atomic_load_n(&arb->dead, __ATOMIC_RELAXED))
 		return -ENOTCONN;
-	if (arb->sring && kv_ring_cmd(cmd)) {
-		pthread_mutex_lock(&arb->lock);
-		ret = arb->dead ? -ENOTCONN : kv_ring_call(arb, cmd, arg);
-		/* Only the command's own errors leave the handle usable. */
-		if (ret == -ETIMEDOUT || ret == -ENOTCONN || ret == -EPROTO)
-			kv_break(arb, ret);
-		pthread_mutex_unlock(&arb->lock);
-		if (ret <= 0)
-			return ret;
-	}
 	len = kv_layout(cmd, arg, usize, spans);
 	if (!len)
 		return -E2BIG;
@@ -816,7 +815,7 @@ static int kv_fd_at(const struct kv_fds *f, unsigned int i)
 }
 
 /* The descriptors a reply carried go to the caller's struct. */
-int kv_sock_call(struct kv_arbiter *arb, unsigned long cmd, void *arg)
+static int kv_sock_call(struct kv_arbiter *arb, unsigned long cmd, void *arg)
 {
 	struct kv_fds fds = { .n = 0 };
 	int ret = kv_sock_call_fds(arb, cmd, arg, &fds);
@@ -843,3 +842,39 @@ int kv_sock_call(struct kv_arbiter *arb, unsigned long cmd, void *arg)
 		close(fds.fd[--fds.n]);
 	return ret;
 }
+
+/* The page commands on the ring; the rest, and what does not fit, on the socket. */
+static int kv_ring_or_sock_call(struct kv_arbiter *arb, unsigned long cmd, void *arg)
+{
+	int ret;
+
+	if (kv_ring_cmd(cmd)) {
+		if (__atomic_load_n(&arb->dead, __ATOMIC_RELAXED))
+			return -ENOTCONN;
+		pthread_mutex_lock(&arb->lock);
+		ret = arb->dead ? -ENOTCONN : kv_ring_call(arb, cmd, arg);
+		/* Only the command's own errors leave the handle usable. */
+		if (ret == -ETIMEDOUT || ret == -ENOTCONN || ret == -EPROTO)
+			kv_break(arb, ret);
+		pthread_mutex_unlock(&arb->lock);
+		if (ret <= 0)
+			return ret;
+	}
+	return kv_sock_call(arb, cmd, arg);
+}
+
+const struct kv_transport_ops kv_socket_ops = {
+	.name		= "socket",
+	.daemon		= true,
+	.call		= kv_sock_call,
+	.wait_ready	= kv_sock_wait_ready,
+	.close		= kv_sock_close,
+};
+
+const struct kv_transport_ops kv_ring_ops = {
+	.name		= "daemon ring",
+	.daemon		= true,
+	.call		= kv_ring_or_sock_call,
+	.wait_ready	= kv_sock_wait_ready,
+	.close		= kv_sock_close,
+};

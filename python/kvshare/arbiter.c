@@ -234,6 +234,7 @@ static PyObject *Arbiter_create_pool(ArbiterObject *self, PyObject *args, PyObje
 	const char *name, *dtype = "bfloat16";
 	uint32_t mode = 0600, quota = 0;
 	int memory = 1, per_uid = 0, ret, fd = -1;
+	char err[256];
 	uint64_t size;
 
 	ARB_OPEN(self, NULL);
@@ -269,15 +270,10 @@ static PyObject *Arbiter_create_pool(ArbiterObject *self, PyObject *args, PyObje
 			return kvpy_raise(EINVAL, "create_pool '%s': geometry or page count out "
 					"of range (pages 1..%u, each dimension 1..65536)", name,
 					KVS_MAX_POOL_PAGES);
-		fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-		if (fd < 0 || ftruncate(fd, (off_t)(pages * size)) ||
-		    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
-			ret = -errno;
-			if (fd >= 0)
-				close(fd);
-			return KV_RAISE(ret, "create_pool '%s': host memory of %llu bytes",
-					name, (unsigned long long)(pages * size));
-		}
+		fd = kv_pool_memfd(name, pages * size, 0, err, sizeof(err));
+		if (fd < 0)
+			return KV_RAISE(fd, "create_pool '%s': host memory of %llu bytes: %s",
+					name, (unsigned long long)(pages * size), err);
 		pc.mem_fd = fd;
 	}
 	ret = arb_call_b(&self->busy, self->arb, KVS_IOC_POOL_CREATE, &pc);

@@ -69,6 +69,9 @@ int set_timeout(struct kv_arbiter *arb, PyObject *o);
 PyObject *broken_errno(struct kv_arbiter *arb);
 const char *dtype_name(uint32_t dtype);
 int dtype_parse(const char *s, uint32_t *dtype);
+/* dtypes(): <kvshare/kv_layout.h>'s table, for the Python side. */
+PyObject *dtypes(PyObject *mod, PyObject *unused);
+extern const char dtypes__doc__[];
 int algo_parse(const char *s, unsigned int *algo);
 int salt_arg(PyObject *o, char **out, size_t *len);
 

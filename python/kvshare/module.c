@@ -33,6 +33,7 @@
 #endif
 
 static PyMethodDef module_methods[] = {
+	{ "dtypes", dtypes, METH_NOARGS, dtypes__doc__ },
 	{ "_bench_match_prefix", bench_match_prefix, METH_VARARGS, bench_match_prefix__doc__ },
 	{ "_bench_lookup_put", bench_lookup_put, METH_VARARGS, bench_lookup_put__doc__ },
 	{ "cuda_copy2d", (PyCFunction)(void (*)(void))cuda_copy2d,

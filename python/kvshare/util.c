@@ -308,37 +308,56 @@ int owner_arg(PyObject *o, uint32_t *owner, int *have)
 	return 0;
 }
 
+/* Python speaks torch's names (<kvshare/kv_layout.h>'s table). */
 const char *dtype_name(uint32_t dtype)
 {
-	switch (dtype) {
-	case KVS_DTYPE_F16: return "float16";
-	case KVS_DTYPE_BF16: return "bfloat16";
-	case KVS_DTYPE_F32: return "float32";
-	case KVS_DTYPE_FP8: return "fp8";
-	}
-	return "unknown";
+	const struct kv_dtype_name *d = kv_dtype_by_id(dtype);
+
+	return d ? d->torch : "unknown";
 }
 
 int dtype_parse(const char *s, uint32_t *dtype)
 {
-	static const struct { const char *n; uint32_t d; } names[] = {
-		{ "f16", KVS_DTYPE_F16 }, { "fp16", KVS_DTYPE_F16 },
-		{ "float16", KVS_DTYPE_F16 }, { "bf16", KVS_DTYPE_BF16 },
-		{ "bfloat16", KVS_DTYPE_BF16 }, { "f32", KVS_DTYPE_F32 },
-		{ "fp32", KVS_DTYPE_F32 }, { "float32", KVS_DTYPE_F32 },
-		{ "fp8", KVS_DTYPE_FP8 },
-	};
+	const struct kv_dtype_name *d = kv_dtype_by_name(s);
+	char torch[64], names[64];
+
+	if (!d) {
+		PyErr_Format(PyExc_ValueError, "dtype '%s': expected one of %s (or %s)", s,
+			     kv_dtype_choices(torch, sizeof(torch), 1),
+			     kv_dtype_choices(names, sizeof(names), 0));
+		return -1;
+	}
+	*dtype = d->dtype;
+	return 0;
+}
+
+const char dtypes__doc__[] = PyDoc_STR(
+"dtypes() -> tuple of (name, torch_name, alias, itemsize)\n"
+"\n"
+"The KV storage types kvshare knows, from <kvshare/kv_layout.h>: the short\n"
+"name (kvshared's configuration, kvctl), torch's name (what Pool.dtype and\n"
+"create_pool use), one more accepted spelling or None, and the bytes per\n"
+"element.  Any of the names is accepted wherever a dtype is asked for.");
+
+PyObject *dtypes(PyObject *mod, PyObject *unused)
+{
+	PyObject *t = PyTuple_New(KV_N_DTYPES);
 	size_t i;
 
-	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-		if (!strcmp(s, names[i].n)) {
-			*dtype = names[i].d;
-			return 0;
+	if (!t)
+		return NULL;
+	for (i = 0; i < KV_N_DTYPES; i++) {
+		const struct kv_dtype_name *d = &kv_dtype_names[i];
+		PyObject *e = Py_BuildValue("(sszI)", d->name, d->torch, d->alias,
+					    kv_dtype_size(d->dtype));
+
+		if (!e) {
+			Py_DECREF(t);
+			return NULL;
 		}
+		PyTuple_SET_ITEM(t, i, e);
 	}
-	PyErr_Format(PyExc_ValueError, "dtype '%s': expected one of float16, bfloat16, "
-		     "float32, fp8", s);
-	return -1;
+	return t;
 }
 
 /* Hash algorithm by name. */

@@ -35,7 +35,7 @@ $(CORE_TEST_BINS): $(BUILD)/tests/%: $(CORE_TESTS_DIR)/%.c $(CORE_TEST_HDRS) \
 # ThreadSanitizer: the stress test and the core compiled together from the
 # same sources, in one step (a TSan core cannot share objects with ASan).
 CORE_TSAN_BIN    := $(BUILD)/tests/core_stress_tsan
-CORE_TSAN_CFLAGS  = $(filter-out -O2,$(CFLAGS)) -O1 $(KVCORE_CFLAGS) -DKVS_USER \
+CORE_TSAN_CFLAGS  = $(filter-out -O2,$(CFLAGS)) -O1 $(KVCORE_CFLAGS) $(KVCORE_DEBUG_CFLAGS) -DKVS_USER \
                     -Wno-sign-compare -Wno-unused-parameter \
                     -fsanitize=thread -fno-omit-frame-pointer \
                     -I$(KSFT_DIR) -I$(CORE_TESTS_DIR) -Icore

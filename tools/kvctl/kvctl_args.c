@@ -17,6 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <kvshare/kv_layout.h>
+
 struct kvctl_opt *kvctl_opt(struct kvctl_opt *opts, const char *name)
 {
 	for (; opts && opts->name; opts++)
@@ -256,13 +258,6 @@ int kvctl_ioctl(struct kvctl *k, unsigned long req, void *arg)
 	return -kv_arbiter_call(k->arb, req, arg);
 }
 
-static const char *const dtype_names[] = {
-	[KVS_DTYPE_F16] = "f16",
-	[KVS_DTYPE_BF16] = "bf16",
-	[KVS_DTYPE_F32] = "f32",
-	[KVS_DTYPE_FP8] = "fp8",
-};
-
 static const char *const state_names[] = {
 	[KVS_PAGE_FREE] = "free",
 	[KVS_PAGE_OWNED] = "owned",
@@ -291,14 +286,22 @@ static int parse_name(const char *const *tab, size_t n, const char *s,
 	return -1;
 }
 
+/* <kvshare/kv_layout.h>'s table: the short names, every spelling accepted. */
 const char *kvctl_dtype_name(uint32_t dtype)
 {
-	return name_of(dtype_names, NAMES(dtype_names), dtype);
+	const struct kv_dtype_name *d = kv_dtype_by_id(dtype);
+
+	return d ? d->name : "unknown";
 }
 
 int kvctl_dtype_parse(const char *s, uint32_t *dtype)
 {
-	return parse_name(dtype_names, NAMES(dtype_names), s, dtype);
+	const struct kv_dtype_name *d = kv_dtype_by_name(s);
+
+	if (!d)
+		return -1;
+	*dtype = d->dtype;
+	return 0;
 }
 
 const char *kvctl_state_name(uint32_t state)

@@ -224,14 +224,15 @@ static int create_args(struct kvctl_opt *o, struct kvs_pool_create *req,
 			return KVCTL_USAGE;
 		*dim_out[i] = v;
 	}
-	if (kvctl_dtype_parse(o[C_DTYPE].val, &req->geom.dtype))
-		return kvctl_usage_err(cmd, "--dtype: unknown dtype '%s' "
-				       "(f16, bf16, f32 or fp8)", o[C_DTYPE].val);
-	/* Stop multiplying once past the limit: 2 * 65536^4 would wrap. */
-	page_bytes = 2 * kv_dtype_size(req->geom.dtype);
-	for (i = 0; i < 4 && page_bytes <= GIB; i++)
-		page_bytes *= *dim_out[i];
-	if (page_bytes > GIB)
+	if (kvctl_dtype_parse(o[C_DTYPE].val, &req->geom.dtype)) {
+		char choices[64];
+
+		return kvctl_usage_err(cmd, "--dtype: unknown dtype '%s' (%s)",
+				       o[C_DTYPE].val,
+				       kv_dtype_choices(choices, sizeof(choices), 0));
+	}
+	page_bytes = kv_page_bytes_max(&req->geom, GIB);
+	if (!page_bytes)
 		return kvctl_usage_err(cmd, "a page would be larger than 1 GiB "
 				       "(2 * layers * kv-heads * head-dim * "
 				       "tokens-per-page * dtype size)");
@@ -261,26 +262,14 @@ static int create_args(struct kvctl_opt *o, struct kvs_pool_create *req,
 	return 0;
 }
 
-/*
- * Host memory for a pool: a memfd of exactly its size, sealed against
- * shrinking (the arbiter demands it: a holder that shrank it would make
- * every other process's mapping fault), against growing, and against
- * further seals (F_SEAL_WRITE or F_SEAL_FUTURE_WRITE added by a holder
- * would deny the others writable mappings).
- */
+/* Host memory for a pool: libkv's sealed memfd of exactly its size. */
 static int make_memory(const char *name, uint64_t bytes)
 {
-	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	char err[256];
+	int fd = kv_pool_memfd(name, bytes, 0, err, sizeof(err));
 
 	if (fd < 0)
-		return kvctl_err("pool create: memfd_create: %s", strerror(errno));
-	if (ftruncate(fd, bytes) ||
-	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
-		kvctl_err("pool create: %" PRIu64 " bytes of memory: %s", bytes,
-			  strerror(errno));
-		close(fd);
-		return -1;
-	}
+		return kvctl_err("pool create: %s", err);
 	return fd;
 }
 
