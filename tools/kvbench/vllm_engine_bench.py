@@ -158,6 +158,9 @@ def main():
                 "not run: " + lm if lm else "?"))
             print("  goal (iii) <= 1.2 x (ii) at %d: %s" % (
                 L, "met" if ext <= 1.2 * loc else "NOT met"))
+            # A connector must cost nothing on a request it has nothing to load.
+            print("  check (ii') <= 1.2 x (ii) at %d (no per-request cost of the "
+                  "connector): %s" % (L, "met" if bloc <= 1.2 * loc else "NOT met"))
         if args.throughput:
             throughput(model, work, d)
     return 0
