@@ -481,7 +481,7 @@ TEST_F(bad, unknown_ioctl_enotty)
 		_IOWR(KVS_IOC_MAGIC, 0x09, struct kvs_alloc),
 		_IOWR(KVS_IOC_MAGIC, 0x0f, struct kvs_alloc),
 		_IOWR(KVS_IOC_MAGIC, 0x14, struct kvs_alloc),
-		_IOWR(KVS_IOC_MAGIC, 0x20, struct kvs_alloc),
+		_IOWR(KVS_IOC_MAGIC, 0x30, struct kvs_alloc),
 		_IOWR(KVS_IOC_MAGIC, 0xff, struct kvs_alloc),
 		/* a real number under another magic */
 		_IOWR(KVS_IOC_MAGIC + 1, _IOC_NR(KVS_IOC_ALLOC), struct kvs_alloc),
