@@ -10,6 +10,7 @@
 
 UAPI_TEST_DIR   := tests/uapi
 UAPI_TEST_NAMES := arbiter_test bad_input_test proc_test multiuser_test inflight_test chan_test \
+                   chan_hostile_test \
                    unload_test
 UAPI_TEST_BINS  := $(addprefix $(BUILD)/guest/,$(UAPI_TEST_NAMES))
 
