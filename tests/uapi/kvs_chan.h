@@ -114,10 +114,15 @@ FIXTURE_TEARDOWN(chan)
 	kvs_env_fini(&self->env);
 }
 
-#define CH_BEGIN() do { \
+/* The channel is the module's: a test on kvshared skips. */
+#define CH_REQUIRE_MODULE() do { \
 	KVS_REQUIRE(&self->env); \
 	if (!(kvs_conn_caps(&self->env.ctl) & KVS_CAP_MODULE)) \
 		SKIP(return, "the arbiter is not kvshare.ko"); \
+} while (0)
+
+#define CH_BEGIN() do { \
+	CH_REQUIRE_MODULE(); \
 	self->pool = kvs_env_pool(_metadata, &self->env, CH_PAGES, CH_QUOTA, self->name); \
 	self->a = kvs_env_attach(_metadata, &self->env, self->name, CH_NS); \
 	self->b = kvs_env_attach(_metadata, &self->env, self->name, CH_NS); \
