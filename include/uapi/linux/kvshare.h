@@ -853,8 +853,13 @@ struct kvs_wait_fd {
  *   those after it (up to fetch_max, up to the first one present) on
  *   OWNED pages of its own, exactly as ALLOC with KVS_ALLOC_CLAIM does, so
  *   waiting LOOKUPs see them in flight.  One record per key: k of n in
- *   the miss, in chain order.  The tier fills the pages and PUBLISHes
- *   them on the channel (the namespace is the claim's), or PUTs them.
+ *   the miss, in chain order, each naming the uid whose LOOKUP missed
+ *   (what a tier charges the fetch to).  The tier fills the pages and
+ *   PUBLISHes them on the channel (the namespace is the claim's), or PUTs
+ *   them: a key whose claim is PUT unfilled is not claimed again by a
+ *   miss for 500 ms, so the LOOKUPs that PUT woke see nothing in flight
+ *   and compute it.  parent is KVS_NO_PAGE: the first fetched page is
+ *   published as a root.  KVS_LOOKUP_PEEK makes no miss.
  * - KVS_EVENT_POOL_GONE: the pool was destroyed; always the last record.
  *
  * Bounds: the channel never blocks or fails a client's call.  A record
@@ -880,7 +885,7 @@ struct kvs_chan_open {
 };
 
 #define KVS_CHAN_RING_MAX	65536
-#define KVS_CHAN_FETCH_MAX	256
+#define KVS_CHAN_FETCH_MAX	4096
 
 enum kvs_event_type {
 	KVS_EVENT_PUBLISHED	= 1,
@@ -896,7 +901,7 @@ struct kvs_event {
 	__u64 ns;			/* the key's namespace */
 	struct kvs_key key;
 	__u32 parent;			/* PUBLISHED: the page's parent or KVS_NO_PAGE */
-	__u32 pad;
+	__u32 uid;			/* MISS: whose LOOKUP missed; else 0 */
 	__u64 reserved;
 };
 
