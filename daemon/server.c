@@ -17,6 +17,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include "chan.h"
 #include "closer.h"
 #include "conn.h"
 #include "remote/remote.h"
@@ -247,6 +248,28 @@ static int msg_check(const struct conn *c, const struct kvs_msg *h, uint32_t usi
 }
 
 /*
+ * Turn the request in @buf into its reply: result @ret, the struct's
+ * @len bytes (header included), then the data written; the reply's length.
+ */
+static uint32_t msg_reply(uint8_t *buf, const struct req *rq, int ret, uint32_t len)
+{
+	struct kvs_msg *h = (struct kvs_msg *)buf;
+
+	h->out_off = 0;
+	h->out_len = 0;
+	if (!ret && rq->hi > rq->lo) {
+		/* The data written follows the struct; out_off says where it goes. */
+		memmove(buf + len, buf + rq->lo, rq->hi - rq->lo);
+		h->out_off = rq->lo;
+		h->out_len = rq->hi - rq->lo;
+		len += h->out_len;
+	}
+	h->result = ret;
+	h->len = len;
+	return len;
+}
+
+/*
  * Run the request in @buf (the connection's buffer, or a ring request
  * copied out of the ring) and turn @buf into its reply; its length.
  */
@@ -272,18 +295,49 @@ static uint32_t msg_handle(struct conn *c, uint8_t *buf, bool ring)
 		   (unsigned long long)c->id, ring ? "ring " : "", h->cmd,
 		   _IOC_NR(h->cmd), h->len, ret);
 
-	h->out_off = 0;
-	h->out_len = 0;
-	if (!ret && rq.hi > rq.lo) {
-		/* The data written follows the struct; out_off says where it goes. */
-		memmove(buf + len, buf + rq.lo, rq.hi - rq.lo);
-		h->out_off = rq.lo;
-		h->out_len = rq.hi - rq.lo;
-		len += h->out_len;
-	}
-	h->result = ret;
-	h->len = len;
-	return len;
+	return msg_reply(buf, &rq, ret, len);
+}
+
+/*
+ * A request on an event channel's socket (chan.c), framed as on this
+ * socket: PUT or PUBLISH on the channel's client @cl, with the opener's
+ * @cred; @buf (h->len bytes, checked by the caller) becomes the reply,
+ * whose length this returns.
+ */
+uint32_t kvsd_chan_msg(struct kvs_client *cl, const struct kvs_cred *cred, uint8_t *buf)
+{
+	struct kvs_msg *h = (struct kvs_msg *)buf;
+	uint32_t usize = _IOC_SIZE(h->cmd), ksize = kvs_cmd_size(h->cmd);
+	struct req rq = {
+		.msg = buf, .len = h->len, .data = (uint64_t)KVSD_HDR + usize,
+		.lo = UINT64_MAX, .hi = 0,
+	};
+	struct kvs_call call = {
+		.cred = cred,
+		.copy_in = req_copy_in,
+		.copy_out = req_copy_out,
+		.host = &rq,
+	};
+	uint8_t *ustruct = buf + KVSD_HDR;
+	uint32_t len = h->len >= KVSD_HDR + usize ? KVSD_HDR + usize : KVSD_HDR;
+	union kvs_cmd_buf arg;
+	int ret = -ENOTTY;
+
+	if (!kvs_chan_cmd_ok(h->cmd) || ksize > sizeof(arg))
+		goto reply;
+	ret = -EINVAL;
+	if (h->result || h->out_off || h->out_len || h->len < KVSD_HDR + usize)
+		goto reply;
+	ret = -E2BIG;
+	if (usize > ksize && !all_zero(ustruct + ksize, usize - ksize))
+		goto reply;
+	memset(&arg, 0, sizeof(arg));
+	memcpy(&arg, ustruct, usize < ksize ? usize : ksize);
+	ret = kvs_cmd(cl, h->cmd, &arg, &call);
+	if (!ret)
+		memcpy(ustruct, &arg, usize < ksize ? usize : ksize);
+reply:
+	return msg_reply(buf, &rq, ret, len);
 }
 
 /* What ring.c runs: a request of @owner's ring, copied out of it. */
@@ -351,6 +405,7 @@ int kvsd_server_start(struct kvsd *d, const char *path)
 
 void kvsd_server_stop(void)
 {
+	kvsd_chans_stop();
 	while (kvsd_srv.conns)
 		kvsd_conn_close(kvsd_srv.conns, "daemon shutting down");
 	kvsd_rings_stop();

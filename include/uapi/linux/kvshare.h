@@ -873,6 +873,25 @@ struct kvs_wait_fd {
  * allocs (alloc_fails when no page could be had).
  * Errors: ENOENT no such pool; EPERM not the owner nor admin; EBUSY the
  *         pool has a channel; EINVAL ring or fetch_max out of range.
+ *
+ * On kvshared's socket (socket mode) the reply carries the channel as its
+ * descriptor (SCM_RIGHTS; fd says 0): one end of a SOCK_SEQPACKET socket
+ * pair whose other end kvshared keeps.  Each read(2) (recv) returns one
+ * message: either a batch of at most 64 whole records (4 KiB), or the
+ * reply to a request sent on it, told apart by the first word (a reply's
+ * is KVS_MSG_MAGIC, never a record type).  Read with a buffer of 4 KiB
+ * or more (a smaller one truncates the message and loses its records),
+ * and the largest reply expected.  poll(2) says POLLIN while a message is
+ * waiting.  KVS_IOC_PUT, KVS_IOC_PUBLISH and KVS_IOC_CHAN_STATS are sent
+ * on it framed exactly as on the socket (struct kvs_msg, the struct, the
+ * data area), one request a message of at most 64 KiB (EMSGSIZE), and
+ * answered in order; anything else gets ENOTTY, and a message that is no
+ * request (no KVS_MSG_MAGIC) closes the channel.  Records leave the
+ * channel's ring only as the socket takes them, so an unread channel
+ * fills its ring and drops, as above.  Closing the descriptor (however
+ * its holder ends) closes the channel.  The ring carries no CHAN_OPEN
+ * (EOPNOTSUPP); in module mode there is no socket (open it on
+ * /dev/kvshare).
  */
 struct kvs_chan_open {
 	__u32 pool_id;			/* in */
