@@ -20,7 +20,6 @@
 #include "chan.h"
 #include "closer.h"
 #include "conn.h"
-#include "remote/remote.h"
 #include "remote/ctl.h"
 #include "ring.h"
 #include "server.h"
@@ -116,22 +115,13 @@ static int create_fd(struct conn *c, struct kvs_pool_create *req)
 	return 0;
 }
 
-/* The remote tier (remote/remote.h) sees what a pool's clients publish and miss. */
-static void remote_hooks(struct conn *c, unsigned int cmd, union kvs_cmd_buf *arg,
-			 struct kvs_call *call)
+/* A pool made or destroyed: its remote tier, remembered or turned off (remote/ctl.h). */
+static void pool_hooks(struct conn *c, unsigned int cmd, union kvs_cmd_buf *arg)
 {
-	if (kvsd_is_cmd(cmd, KVS_IOC_POOL_ATTACH))
-		c->ns = arg->attach.ns;
-	else if (kvsd_is_cmd(cmd, KVS_IOC_POOL_DESTROY))
+	if (kvsd_is_cmd(cmd, KVS_IOC_POOL_DESTROY))
 		kvsd_remote_pool_gone(arg->destroy.pool_id);
 	else if (kvsd_is_cmd(cmd, KVS_IOC_POOL_CREATE))
 		kvsd_remote_pool_created(kvsd_srv.d, c->cred.uid, arg->create.name);
-	else if (kvsd_is_cmd(cmd, KVS_IOC_PUBLISH))
-		kvsd_remote_published(kvs_client_pool_id(c->cl), c->ns, c->cred.uid,
-				      call, &arg->publish);
-	else if (kvsd_is_cmd(cmd, KVS_IOC_LOOKUP))
-		kvsd_remote_lookup(c->cl, kvs_client_pool_id(c->cl), c->ns,
-				   c->cred.uid, call, &arg->lookup);
 }
 
 /* A pool's bookkeeping is its creator's to pay for (user.h). */
@@ -212,7 +202,7 @@ static int conn_run(struct conn *c, const struct kvs_msg *h, uint32_t usize,
 	if (create && !ret)
 		kvsd_user_pool_created(c->user, arg.create.n_pages);
 	if (!ret)
-		remote_hooks(c, h->cmd, &arg, &call);
+		pool_hooks(c, h->cmd, &arg);
 	if (call.mem_out && ret) {
 		kvs_host_mem_put(call.mem_out);	/* never, but never leak it */
 	} else if (call.mem_out) {
