@@ -21,6 +21,7 @@
  *   channel is closed and every reference and claim it held goes back.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -40,6 +41,7 @@ struct kvsd_chan {
 	struct kvsd_watch sock;		/* our end of the pair */
 	struct kvsd_watch bell;		/* eventfd: a record was queued */
 	struct kvs_chan *ch;
+	atomic_bool rung;		/* bell written, not yet read */
 	struct kvs_cred cred;		/* the opener's, without groups */
 	uint32_t pool_id;
 	uint32_t sock_events;		/* what sock is watched for now */
@@ -53,12 +55,14 @@ struct kvsd_chan {
 
 static struct kvsd_chan *chans;
 
-/* The core's wake, under the pool's lock: only rings. */
+/* The core's wake, under the pool's lock, once a record: one write a wakeup. */
 static void chan_wake(void *arg)
 {
 	struct kvsd_chan *kc = arg;
 	uint64_t one = 1;
 
+	if (atomic_exchange(&kc->rung, true))
+		return;
 	if (write(kc->bell.fd, &one, sizeof(one)) < 0) {
 		/* EAGAIN: a full count, the loop is woken already. */
 	}
@@ -153,6 +157,8 @@ static void bell_event(struct kvsd_watch *w, uint32_t events)
 	uint64_t v;
 
 	(void)events;
+	/* Cleared before the ring is read: a record after this rings again. */
+	atomic_store(&kc->rung, false);
 	if (read(w->fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 		return;
 	chan_flush(kc);
