@@ -408,13 +408,14 @@ static void pool_gone(struct tier *t)
 }
 
 #define CHAN_READ	256	/* records taken off the channel at a time */
+#define CHAN_EVENT_MAX	4096	/* and at most this many a wakeup: the loop has others */
 
 /* The channel has records: each is a job's, or given back at once. */
 static void chan_event(struct kvsd_watch *w, uint32_t events)
 {
 	struct tier *t = (struct tier *)((char *)w - offsetof(struct tier, cw));
 	struct kvs_event ev[CHAN_READ];
-	uint32_t i, run;
+	uint32_t i, run, total = 0;
 	int n;
 
 	(void)events;
@@ -440,7 +441,8 @@ static void chan_event(struct kvsd_watch *w, uint32_t events)
 				return;
 			}
 		}
-	} while (n == CHAN_READ);
+		total += n;
+	} while (n > 0 && total < CHAN_EVENT_MAX);	/* the module's reads are shorter */
 }
 
 static void tier_free(struct tier *t);
