@@ -65,3 +65,21 @@ ALL_TARGETS    += $(GUEST_REDIS_BINS) $(BUILD)/guest/redis_guest_test
 GUEST_BINS     += $(BUILD)/guest/redis_guest_test
 GUEST_DYN_BINS += $(GUEST_REDIS_BINS)
 GUEST_TESTS    += redis_guest_test
+
+# The remote tier in module mode: two kvshared --mode module (the static
+# /bin/kvshared, which carries the tier) stand for two hosts on the guest's
+# redis-server; kvserve (dynamic, host memory, debug sections stripped:
+# the initramfs stays small) is their clients' load on /dev/kvshare.
+$(BUILD)/guest/kvserve: $(BUILD)/kvserve
+	@mkdir -p $(@D)
+	strip --strip-debug -o $@ $<
+
+$(BUILD)/guest/remote_module_test: tests/vm-daemon/remote_module_test.sh
+	@mkdir -p $(@D)
+	cp $< $@
+	chmod +x $@
+
+ALL_TARGETS    += $(BUILD)/guest/kvserve $(BUILD)/guest/remote_module_test
+GUEST_BINS     += $(BUILD)/guest/remote_module_test
+GUEST_DYN_BINS += $(BUILD)/guest/kvserve
+GUEST_TESTS    += remote_module_test
