@@ -442,7 +442,7 @@ static void kvs_chan_missed(struct kvs_client *cl, struct kvs_chan *ch,
 	for (n = 0; n < max; n++)
 		if (kvs_index_find(pool, cl->ns, &keys[n]) != KVS_NO_PAGE)
 			break;
-	if (!n)
+	if (!n || kvs_chan_neg_hit(ch, cl->ns, &keys[0]))
 		return;
 	if (kvs_chan_room(ch) < n) {
 		ch->dropped_full++;
@@ -463,6 +463,7 @@ static void kvs_chan_missed(struct kvs_client *cl, struct kvs_chan *ch,
 		ev->ns = cl->ns;
 		ev->key = keys[k];
 		ev->parent = KVS_NO_PAGE;
+		ev->uid = cl->uid;
 	}
 	ch->missed += n;
 }
@@ -776,10 +777,16 @@ int kvs_arb_put(struct kvs_client *cl, const u32 *pages, u32 count)
 	for (k = 0; k < count; k++) {
 		u32 i = array_index_nospec(pages[k], pool->n_pages);
 
-		if (pool->pages[i].state == KVS_PAGE_OWNED)
+		if (pool->pages[i].state == KVS_PAGE_OWNED) {
+			/* A claim the channel gave back unfilled: not asked again soon. */
+			if (unlikely(cl->is_chan) &&
+			    (pool->pages[i].flags & KVS_PG_CLAIMED) && pool->chan)
+				kvs_chan_neg_add(pool->chan, pool->pages[i].ns,
+						 &pool->pages[i].key);
 			kvs_free_owned(pool, i);
-		else
+		} else {
 			kvs_unref(pool, i, 1);
+		}
 	}
 	cl->held -= count;
 	pool->n_held -= count;

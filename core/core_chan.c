@@ -50,12 +50,49 @@ void kvs_chan_pool_gone(struct kvs_pool *pool)
 		ch->wake(ch->wake_arg);
 }
 
+/* The negative memory (KVS_CHAN_NEG_MS in core_internal.h): a key's slot and tag. */
+static struct kvs_chan_neg *kvs_chan_neg_slot(struct kvs_chan *ch, u64 ns,
+					      const struct kvs_key *key, u64 *tag)
+{
+	u32 h = kvs_index_hash(ch->pool, ns, key);
+
+	/* The slot and the tag from different bits: a collision is rarer. */
+	*tag = (key->w[0] ^ key->w[2] ^ ns) | 1;
+	return &ch->neg[h % KVS_CHAN_NEG_SLOTS];
+}
+
+void kvs_chan_neg_add(struct kvs_chan *ch, u64 ns, const struct kvs_key *key)
+{
+	struct kvs_chan_neg *s;
+	u64 tag;
+
+	lockdep_assert_held(&ch->pool->lock);
+	if (!ch->neg)
+		return;
+	s = kvs_chan_neg_slot(ch, ns, key, &tag);
+	s->tag = tag;
+	s->until = kvs_now_ms() + KVS_CHAN_NEG_MS;
+}
+
+bool kvs_chan_neg_hit(struct kvs_chan *ch, u64 ns, const struct kvs_key *key)
+{
+	struct kvs_chan_neg *s;
+	u64 tag;
+
+	lockdep_assert_held(&ch->pool->lock);
+	if (!ch->neg)
+		return false;
+	s = kvs_chan_neg_slot(ch, ns, key, &tag);
+	return s->tag == tag && (s32)(s->until - kvs_now_ms()) > 0;
+}
+
 static void kvs_chan_free(struct kvs_chan *ch)
 {
 	if (ch->cl)
 		kvs_client_free(ch->cl);
 	kvfree(ch->ring);
 	kvfree(ch->miss_pages);
+	kvfree(ch->neg);
 	kfree(ch);
 	atomic64_dec(&kvs_objects);
 }
@@ -81,12 +118,15 @@ int kvs_chan_open(struct kvs_chan_open *req, const struct kvs_cred *cred,
 	ch->wake = wake;
 	ch->wake_arg = arg;
 	ch->ring = kvcalloc(ch->size, sizeof(*ch->ring), GFP_KERNEL_ACCOUNT);
-	if (ch->fetch_max)
+	if (ch->fetch_max) {
 		ch->miss_pages = kvcalloc(ch->fetch_max, sizeof(u32),
 					  GFP_KERNEL_ACCOUNT);
+		ch->neg = kvcalloc(KVS_CHAN_NEG_SLOTS, sizeof(*ch->neg),
+				   GFP_KERNEL_ACCOUNT);
+	}
 	ch->cl = kvs_client_new();
 	ret = -ENOMEM;
-	if (!ch->ring || (ch->fetch_max && !ch->miss_pages) || !ch->cl)
+	if (!ch->ring || (ch->fetch_max && (!ch->miss_pages || !ch->neg)) || !ch->cl)
 		goto fail;
 	ch->cl->is_chan = true;
 	ret = kvs_pool_attach_chan(ch, req->pool_id, cred);

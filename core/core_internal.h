@@ -110,6 +110,7 @@ struct kvs_client {
 	u32 id;
 	u32 quota;
 	u64 ns;
+	u32 uid;			/* the attacher's (MISS records name it) */
 	struct kvs_user *user;		/* charged for holdings; NULL: admin */
 	u64 held;			/* OWNED pages plus references */
 	struct kvs_hold_table holds;
@@ -146,10 +147,27 @@ struct kvs_chan {
 	u32 size, head, len;		/* a FIFO of @len records from @head */
 	u32 fetch_max;
 	u32 *miss_pages;		/* fetch_max entries: scratch of a miss */
+	struct kvs_chan_neg *neg;	/* keys the channel gave back unfilled */
 	bool gone, gone_read;		/* pool destroyed; its record was read */
 	u64 published, missed, dropped_full, dropped_held;
 	void (*wake)(void *arg);	/* called under pool->lock: must not sleep */
 	void *wake_arg;
+};
+
+/*
+ * A key whose claim the channel gave back unfilled (PUT: its store had
+ * nothing, or would not ask it) is not claimed again by a miss for
+ * KVS_CHAN_NEG_MS, so that the LOOKUPs its PUT woke see nothing in flight
+ * and compute it, instead of waiting on a new claim of the same key.
+ * One entry per slot, the newest wins: a key pushed out is merely asked
+ * again.
+ */
+#define KVS_CHAN_NEG_SLOTS	1024
+#define KVS_CHAN_NEG_MS		500
+
+struct kvs_chan_neg {
+	u64 tag;			/* 0: empty */
+	u32 until;			/* kvs_now_ms() */
 };
 
 /* Most holdings any pool may record: keeps every u32 refcount far from wrap. */
@@ -229,6 +247,8 @@ static inline u32 kvs_chan_room(const struct kvs_chan *ch)
 }
 struct kvs_event *kvs_chan_push(struct kvs_chan *ch, u32 type);
 void kvs_chan_pool_gone(struct kvs_pool *pool);
+void kvs_chan_neg_add(struct kvs_chan *ch, u64 ns, const struct kvs_key *key);
+bool kvs_chan_neg_hit(struct kvs_chan *ch, u64 ns, const struct kvs_key *key);
 
 /* core_pool.c */
 extern atomic64_t kvs_objects;

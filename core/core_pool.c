@@ -492,6 +492,7 @@ int kvs_pool_attach(struct kvs_client *cl, struct kvs_pool_attach *req,
 	if (kvs_reg.next_client_id == U32_MAX)
 		kvs_reg.next_client_id = 1;
 	cl->ns = pool->flags & KVS_POOL_NS_PER_UID ? cred->uid : req->ns;
+	cl->uid = cred->uid;
 	cl->quota = pool->max_per_file;
 	cl->user = user;
 	user = NULL;

@@ -55,7 +55,6 @@ struct conn {
 	unsigned int n_out_fds;
 	struct kvsd_ring *ring;		/* the shared ring, if asked for */
 	int wait_bell;			/* WAIT_FD: our end, rung by the core's waker */
-	uint64_t ns;			/* ATTACH's namespace, for the remote tier */
 	/*
 	 * Its uid's close queue (closer.h), where a place is reserved for
 	 * the socket and for fds[0]: a client's file is never closed here.

@@ -13,7 +13,7 @@ KVSD_SRCS := daemon/main.c daemon/config.c daemon/server.c daemon/sock_cmd.c \
              daemon/conn.c daemon/accept.c daemon/user.c daemon/pools.c \
              daemon/mem.c daemon/mem_cuda.c daemon/metrics.c daemon/log.c \
              daemon/loop.c daemon/bell.c daemon/closer.c daemon/ring.c \
-             daemon/listen.c $(KVSD_REMOTE_SRCS)
+             daemon/listen.c daemon/chan.c $(KVSD_REMOTE_SRCS)
 KVSD_OBJS     := $(KVSD_SRCS:daemon/%.c=$(BUILD)/daemon/%.o)
 KVSD_SAN_OBJS := $(KVSD_SRCS:daemon/%.c=$(BUILD)/san/daemon/%.o)
 KVSD_LDLIBS   := -ldl $(KVSD_REMOTE_LDLIBS) $(LIBKVCORE_LDLIBS)

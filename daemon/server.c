@@ -17,9 +17,9 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include "chan.h"
 #include "closer.h"
 #include "conn.h"
-#include "remote/remote.h"
 #include "remote/ctl.h"
 #include "ring.h"
 #include "server.h"
@@ -115,22 +115,13 @@ static int create_fd(struct conn *c, struct kvs_pool_create *req)
 	return 0;
 }
 
-/* The remote tier (remote/remote.h) sees what a pool's clients publish and miss. */
-static void remote_hooks(struct conn *c, unsigned int cmd, union kvs_cmd_buf *arg,
-			 struct kvs_call *call)
+/* A pool made or destroyed: its remote tier, remembered or turned off (remote/ctl.h). */
+static void pool_hooks(struct conn *c, unsigned int cmd, union kvs_cmd_buf *arg)
 {
-	if (kvsd_is_cmd(cmd, KVS_IOC_POOL_ATTACH))
-		c->ns = arg->attach.ns;
-	else if (kvsd_is_cmd(cmd, KVS_IOC_POOL_DESTROY))
+	if (kvsd_is_cmd(cmd, KVS_IOC_POOL_DESTROY))
 		kvsd_remote_pool_gone(arg->destroy.pool_id);
 	else if (kvsd_is_cmd(cmd, KVS_IOC_POOL_CREATE))
 		kvsd_remote_pool_created(kvsd_srv.d, c->cred.uid, arg->create.name);
-	else if (kvsd_is_cmd(cmd, KVS_IOC_PUBLISH))
-		kvsd_remote_published(kvs_client_pool_id(c->cl), c->ns, c->cred.uid,
-				      call, &arg->publish);
-	else if (kvsd_is_cmd(cmd, KVS_IOC_LOOKUP))
-		kvsd_remote_lookup(c->cl, kvs_client_pool_id(c->cl), c->ns,
-				   c->cred.uid, call, &arg->lookup);
 }
 
 /* A pool's bookkeeping is its creator's to pay for (user.h). */
@@ -211,7 +202,7 @@ static int conn_run(struct conn *c, const struct kvs_msg *h, uint32_t usize,
 	if (create && !ret)
 		kvsd_user_pool_created(c->user, arg.create.n_pages);
 	if (!ret)
-		remote_hooks(c, h->cmd, &arg, &call);
+		pool_hooks(c, h->cmd, &arg);
 	if (call.mem_out && ret) {
 		kvs_host_mem_put(call.mem_out);	/* never, but never leak it */
 	} else if (call.mem_out) {
@@ -247,6 +238,28 @@ static int msg_check(const struct conn *c, const struct kvs_msg *h, uint32_t usi
 }
 
 /*
+ * Turn the request in @buf into its reply: result @ret, the struct's
+ * @len bytes (header included), then the data written; the reply's length.
+ */
+static uint32_t msg_reply(uint8_t *buf, const struct req *rq, int ret, uint32_t len)
+{
+	struct kvs_msg *h = (struct kvs_msg *)buf;
+
+	h->out_off = 0;
+	h->out_len = 0;
+	if (!ret && rq->hi > rq->lo) {
+		/* The data written follows the struct; out_off says where it goes. */
+		memmove(buf + len, buf + rq->lo, rq->hi - rq->lo);
+		h->out_off = rq->lo;
+		h->out_len = rq->hi - rq->lo;
+		len += h->out_len;
+	}
+	h->result = ret;
+	h->len = len;
+	return len;
+}
+
+/*
  * Run the request in @buf (the connection's buffer, or a ring request
  * copied out of the ring) and turn @buf into its reply; its length.
  */
@@ -272,18 +285,49 @@ static uint32_t msg_handle(struct conn *c, uint8_t *buf, bool ring)
 		   (unsigned long long)c->id, ring ? "ring " : "", h->cmd,
 		   _IOC_NR(h->cmd), h->len, ret);
 
-	h->out_off = 0;
-	h->out_len = 0;
-	if (!ret && rq.hi > rq.lo) {
-		/* The data written follows the struct; out_off says where it goes. */
-		memmove(buf + len, buf + rq.lo, rq.hi - rq.lo);
-		h->out_off = rq.lo;
-		h->out_len = rq.hi - rq.lo;
-		len += h->out_len;
-	}
-	h->result = ret;
-	h->len = len;
-	return len;
+	return msg_reply(buf, &rq, ret, len);
+}
+
+/*
+ * A request on an event channel's socket (chan.c), framed as on this
+ * socket: PUT or PUBLISH on the channel's client @cl, with the opener's
+ * @cred; @buf (h->len bytes, checked by the caller) becomes the reply,
+ * whose length this returns.
+ */
+uint32_t kvsd_chan_msg(struct kvs_client *cl, const struct kvs_cred *cred, uint8_t *buf)
+{
+	struct kvs_msg *h = (struct kvs_msg *)buf;
+	uint32_t usize = _IOC_SIZE(h->cmd), ksize = kvs_cmd_size(h->cmd);
+	struct req rq = {
+		.msg = buf, .len = h->len, .data = (uint64_t)KVSD_HDR + usize,
+		.lo = UINT64_MAX, .hi = 0,
+	};
+	struct kvs_call call = {
+		.cred = cred,
+		.copy_in = req_copy_in,
+		.copy_out = req_copy_out,
+		.host = &rq,
+	};
+	uint8_t *ustruct = buf + KVSD_HDR;
+	uint32_t len = h->len >= KVSD_HDR + usize ? KVSD_HDR + usize : KVSD_HDR;
+	union kvs_cmd_buf arg;
+	int ret = -ENOTTY;
+
+	if (!kvs_chan_cmd_ok(h->cmd) || ksize > sizeof(arg))
+		goto reply;
+	ret = -EINVAL;
+	if (h->result || h->out_off || h->out_len || h->len < KVSD_HDR + usize)
+		goto reply;
+	ret = -E2BIG;
+	if (usize > ksize && !all_zero(ustruct + ksize, usize - ksize))
+		goto reply;
+	memset(&arg, 0, sizeof(arg));
+	memcpy(&arg, ustruct, usize < ksize ? usize : ksize);
+	ret = kvs_cmd(cl, h->cmd, &arg, &call);
+	if (!ret)
+		memcpy(ustruct, &arg, usize < ksize ? usize : ksize);
+reply:
+	return msg_reply(buf, &rq, ret, len);
 }
 
 /* What ring.c runs: a request of @owner's ring, copied out of it. */
@@ -351,6 +395,7 @@ int kvsd_server_start(struct kvsd *d, const char *path)
 
 void kvsd_server_stop(void)
 {
+	kvsd_chans_stop();
 	while (kvsd_srv.conns)
 		kvsd_conn_close(kvsd_srv.conns, "daemon shutting down");
 	kvsd_rings_stop();

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * The socket-only commands (<linux/kvshare.h>, "The shared ring"):
- * RING_SETUP, RING_ENTER, WAIT_FD and REMOTE_TIER.  As dma-heap's ioctl
+ * RING_SETUP, RING_ENTER, WAIT_FD and REMOTE_TIER, and the socket's
+ * KVS_IOC_CHAN_OPEN (chan.c).  As dma-heap's ioctl
  * does, one table names each command's handler, and the command struct
  * is copied in once and out once, sized by the command's number; the
  * handlers see only the kernel-side copy.
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "bell.h"
+#include "chan.h"
 #include "conn.h"
 #include "remote/ctl.h"
 #include "ring.h"
@@ -97,11 +99,17 @@ static int remote_tier(struct conn *c, void *arg)
 	return kvsd_remote_tier_cmd(kvsd_srv.d, c->cred.uid, c->cred.admin, arg);
 }
 
+static int chan_open(struct conn *c, void *arg)
+{
+	return kvsd_chan_open(c, arg);
+}
+
 union sock_arg {
 	struct kvs_ring_setup ring_setup;
 	struct kvs_ring_enter ring_enter;
 	struct kvs_wait_fd wait_fd;
 	struct kvs_remote_tier remote_tier;
+	struct kvs_chan_open chan_open;
 };
 
 static const struct sock_cmd {
@@ -112,6 +120,7 @@ static const struct sock_cmd {
 	{ KVS_SOCK_RING_ENTER, ring_enter },
 	{ KVS_SOCK_WAIT_FD, wait_fd_setup },
 	{ KVS_SOCK_REMOTE_TIER, remote_tier },
+	{ KVS_IOC_CHAN_OPEN, chan_open },
 };
 
 /* Matched by the whole number, size bits included: no older struct exists. */

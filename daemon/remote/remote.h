@@ -1,30 +1,30 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * The remote tier (docs/remote.md): pools configured with remote=... back
- * onto Redis, so that hosts share sealed prefix pages.  Socket mode only.
+ * onto Redis, so that hosts share sealed prefix pages.  Socket mode and
+ * module mode alike: the tier is fed by its pool's event channel
+ * (KVS_IOC_CHAN_OPEN), the arbiter's own, whoever hosts the arbiter.
  *
  * The event loop never waits on Redis.  Each tier has one thread that
  * does all network I/O and copying; the loop hands it jobs and takes the
- * finished ones back through an eventfd, and every arbiter call (the
- * tier's own clients' ALLOC, LOOKUP, PUBLISH, PUT) is made on the loop:
+ * finished ones back through an eventfd, and every arbiter call of the
+ * tier (PUT and PUBLISH on its channel) is made on the loop:
  *
  * - write behind PUBLISH: a page a client publishes for the first time
- *   is looked up by the tier's client of that namespace (a reference, so
- *   that it is not evicted while the thread copies it) and queued; the
- *   thread writes it with a header (page.h), in pipelined
- *   batches, and the loop puts the reference back.  A full queue drops
- *   the page (counted).
- * - fetch on a LOOKUP miss: when a client's LOOKUP stops before its last
- *   key with nothing in flight, the tier claims the rest of the chain
- *   (ALLOC with KVS_ALLOC_CLAIM, up to remote_fetch_max pages) and, for a
- *   LOOKUP with KVS_LOOKUP_WAIT, looks the rest up again for the client,
- *   which now sees those keys in flight and waits as for another
- *   process's compute.  The thread GETs the pages in one pipeline,
- *   checks each header and checksum, and copies them into the claimed
- *   pages; the loop publishes the valid run and puts the rest, which
- *   wakes the waiters.  A key that just missed is not fetched again for
- *   a while (a small negative cache), and a tier whose Redis is down is
- *   not asked at all until it answers again.
+ *   comes as a PUBLISHED record holding a reference (so that it is not
+ *   evicted while the thread copies it) and is queued; the thread writes
+ *   it with a header (page.h), in pipelined batches, and the loop puts
+ *   the reference back.  A full queue drops the page (counted).
+ * - fetch on a LOOKUP miss: the arbiter claims the rest of the chain for
+ *   the channel (up to remote_fetch_max pages), so LOOKUPs with
+ *   KVS_LOOKUP_WAIT see those keys in flight and wait as for another
+ *   process's compute, and sends MISS records.  The thread GETs the
+ *   pages in one pipeline, checks each header and checksum, and copies
+ *   them into the claimed pages; the loop publishes the valid run on the
+ *   channel and puts the rest, which wakes the waiters.  A miss the tier
+ *   will not fetch (Redis down, too many fetches out, the uid's ledger
+ *   full, a key that just missed) is put back at once, and the arbiter
+ *   does not claim those keys again for a while, so the waiters compute.
  */
 #ifndef _KVSHARED_REMOTE_H
 #define _KVSHARED_REMOTE_H
@@ -35,8 +35,6 @@
 
 struct kvsd;
 struct kvsd_config;
-struct kvs_call;
-struct kvs_client;
 
 /*
  * Start the tiers of the configured pools (after kvsd_pools_create()).
@@ -53,17 +51,6 @@ int kvsd_remote_start(struct kvsd *d);
 void kvsd_remote_reload(const struct kvsd_config *cfg);
 /* Stops the threads and releases everything the tiers hold. */
 void kvsd_remote_stop(void);
-
-/* A client's PUBLISH on pool_id succeeded: queue its new pages. */
-void kvsd_remote_published(uint32_t pool_id, uint64_t ns, uint32_t uid,
-			   struct kvs_call *call, const struct kvs_publish *pub);
-/*
- * A client's LOOKUP on pool_id succeeded: fetch what it missed, and with
- * KVS_LOOKUP_WAIT update *lk (n_hit, n_inflight, the wait) as if the
- * fetch were another process's compute.
- */
-void kvsd_remote_lookup(struct kvs_client *cl, uint32_t pool_id, uint64_t ns,
-			uint32_t uid, struct kvs_call *call, struct kvs_lookup *lk);
 
 /* A tier to start on a pool (the configuration keeps rc). */
 struct kvsd_tier_spec {

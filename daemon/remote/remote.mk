@@ -4,7 +4,7 @@
 # Included by daemon/daemon.mk, whose rules build these sources into
 # kvshared; the tier's libraries: OpenSSL for TLS and the page MAC, XXH3.
 # RESP is its own (resp.c: bounded against a hostile Redis), not hiredis.
-KVSD_REMOTE_SRCS   := daemon/remote/tier.c daemon/remote/thread.c \
+KVSD_REMOTE_SRCS   := daemon/remote/tier.c daemon/remote/chan.c daemon/remote/thread.c \
                       daemon/remote/metrics.c daemon/remote/cluster.c \
                       daemon/remote/config.c daemon/remote/conn.c \
                       daemon/remote/page.c daemon/remote/ctl.c \

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The remote tier (remote.h), the loop's side: the hooks on a client's
- * PUBLISH and LOOKUP, the jobs they queue, the finished jobs the thread
- * hands back (thread.c), the tier's own arbiter clients, and
- * starting and stopping tiers.  Every arbiter call of the tier is made
- * here, on the event loop.
+ * The remote tier (remote.h), the loop's side: the records of the pool's
+ * event channel (chan.c reaches it, in either mode), the jobs they make,
+ * the finished jobs the thread hands back (thread.c), and starting and
+ * stopping tiers.  Every arbiter call of the tier is a PUT or PUBLISH on
+ * its channel, made here, on the event loop.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -12,8 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 
 #include <xxhash.h>
@@ -25,6 +27,10 @@
 
 struct tier *kvsd_remote_tiers;
 struct tier *kvsd_remote_stopping;
+
+/* Module mode: kvshared's /dev/kvshare file and its path; socket mode: -1. */
+static int tier_dev_fd = -1;
+static const char *tier_device;
 
 /* A command of one of the tier's clients: admin, as the pool's owner. */
 static int tier_cmd(struct kvs_client *cl, uint32_t uid, unsigned int cmd,
@@ -46,17 +52,18 @@ static int tier_cmd(struct kvs_client *cl, uint32_t uid, unsigned int cmd,
 	return ret;
 }
 
-static int put_pages(struct tns *s, const uint32_t *pages, uint32_t n)
+/* PUT on the channel: references of its records, claims it will not fill. */
+static int chan_put(struct tier *t, const uint32_t *pages, uint32_t n)
 {
 	struct kvs_put put = { .count = n, .pages = (uintptr_t)pages };
 	int ret;
 
 	if (!n)
 		return 0;
-	ret = tier_cmd(s->cl, s->t->owner, KVS_IOC_PUT, &put, NULL);
+	ret = t->chan_ops->cmd(t, KVS_IOC_PUT, &put);
 	if (ret)
 		kvsd_log("pool '%s': remote tier: PUT of %u pages failed: %s",
-			 s->t->name, n, strerror(-ret));
+			 t->name, n, strerror(-ret));
 	return ret;
 }
 
@@ -71,15 +78,14 @@ static int attach(struct tier *t, struct kvs_client *cl, uint32_t uid, uint64_t 
 	return tier_cmd(cl, uid, KVS_IOC_POOL_ATTACH, at, mem);
 }
 
-/* The tier's client of a client namespace, attached on first use. */
-static struct tns *ns_get(struct tier *t, uint64_t ns, uint32_t uid)
+/*
+ * A client namespace of the pool (the core's: a uid on an ns_per_uid
+ * pool), and the names of its pages in Redis.
+ */
+static struct tns *ns_get(struct tier *t, uint64_t ns)
 {
-	struct kvs_pool_attach at;
 	struct tns *s;
-	int ret;
 
-	if (t->per_uid)
-		ns = uid;	/* the core's namespace on such a pool */
 	for (s = t->nss; s; s = s->next)
 		if (s->ns == ns)
 			return s;
@@ -90,17 +96,6 @@ static struct tns *ns_get(struct tier *t, uint64_t ns, uint32_t uid)
 		return NULL;
 	s->t = t;
 	s->ns = ns;
-	s->cl = kvs_client_new();
-	ret = s->cl ? attach(t, s->cl, t->per_uid ? uid : t->owner,
-			     t->per_uid ? 0 : ns, 0, &at, NULL) : -ENOMEM;
-	if (ret) {
-		kvsd_log("pool '%s': remote tier: attaching for namespace %llu: %s",
-			 t->name, (unsigned long long)ns, strerror(-ret));
-		if (s->cl)
-			kvs_client_free(s->cl);
-		free(s);
-		return NULL;
-	}
 	kvsd_rpage_id_init(&s->id, t->ns, t->owner, ns, &t->geom, t->rc->mac);
 	s->next = t->nss;
 	t->nss = s;
@@ -126,7 +121,6 @@ static struct job *job_new(uint32_t n, bool fetch)
 		return NULL;
 	j->n = n;
 	j->fetch = fetch;
-	j->parent = KVS_NO_PAGE;
 	j->pages = (uint32_t *)(j->keys + n);
 	return j;
 }
@@ -164,89 +158,51 @@ static void neg_add(struct tier *t, const struct tns *s, const struct kvs_key *k
 	t->neg[h % NEG_SLOTS].until = kvsd_now_ms() + NEG_TTL_MS;
 }
 
-void kvsd_remote_published(uint32_t pool_id, uint64_t ns, uint32_t uid,
-			   struct kvs_call *call, const struct kvs_publish *pub)
+/*
+ * PUBLISHED records @ev[0..n), of one namespace: a client published those
+ * pages for the first time, and the channel holds a reference on each, so
+ * that no page is reused under the thread's copy.  Queued for writing, or
+ * given back at once.
+ */
+static void published(struct tier *t, const struct kvs_event *ev, uint32_t n)
 {
-	struct tier *t = tier_of(pool_id);
-	struct kvs_publish_entry *e;
-	struct kvs_lookup lk;
+	uint32_t i, m = n, room = t->write_max - t->write_queued;
+	struct job *j = NULL;
 	struct tns *s;
-	struct job *j;
-	uint32_t i, m = 0, room;
 
-	if (!t || t->rc->write != KVSD_REMOTE_WRITE_PUBLISH || !pub->count)
-		return;
-	e = malloc((size_t)pub->count * sizeof(*e));
-	if (!e)
-		return;
-	if (call->copy_in(call, e, pub->entries, (uint64_t)pub->count * sizeof(*e)))
-		goto out;
-	for (i = 0; i < pub->count; i++)
-		m += !(e[i].flags & KVS_PUBLISHED_DUP);
 	/*
 	 * Each queued page holds a reference until the thread has copied
 	 * it, and a slow Redis makes them wait: past the bound the pages
 	 * are dropped (counted), so that the pool's clients keep the rest.
 	 */
-	room = t->write_max - t->write_queued;
-	if (!atomic_load(&t->up)) {
+	if (t->rc->write != KVSD_REMOTE_WRITE_PUBLISH) {
+		m = 0;
+	} else if (!atomic_load(&t->up)) {
 		count(&t->st.write_dropped[WRITE_DROP_DOWN], m);
 		m = 0;
 	} else if (m > room) {
 		count(&t->st.write_dropped[WRITE_DROP_BUSY], m - room);
 		m = room;
 	}
-	if (!m)
-		goto out;
-	s = ns_get(t, ns, uid);
-	j = s ? job_new(m, false) : NULL;
+	s = m ? ns_get(t, ev[0].ns) : NULL;
+	if (s)
+		j = job_new(m, false);
+	if (m && !j) {
+		count(&t->st.write_dropped[WRITE_DROP_REFUSED], m);
+		m = 0;
+	}
+	for (i = 0; i < m; i++) {
+		j->keys[i] = ev[i].key;
+		j->pages[i] = ev[i].page;
+	}
+	for (i = m; i < n; i++)
+		chan_put(t, &ev[i].page, 1);
 	if (!j)
-		goto out;
-	for (i = 0, m = 0; i < pub->count && m < j->n; i++)
-		if (!(e[i].flags & KVS_PUBLISHED_DUP))
-			j->keys[m++] = e[i].key;
-	/* A reference on each, so that no page is reused under the copy. */
-	memset(&lk, 0, sizeof(lk));
-	lk.count = j->n;
-	lk.keys = (uintptr_t)j->keys;
-	lk.pages = (uintptr_t)j->pages;
-	if (tier_cmd(s->cl, t->owner, KVS_IOC_LOOKUP, &lk, NULL) || !lk.n_hit) {
-		count(&t->st.write_dropped[WRITE_DROP_REFUSED], j->n);	/* EDQUOT */
-		free(j);
-		goto out;
-	}
-	j->n = lk.n_hit;
+		return;
 	j->tns = s;
-	t->write_queued += j->n;
-	count(&t->st.write_pending, j->n);
+	t->write_queued += m;
+	count(&t->st.write_pending, m);
 	job_queue(t, j);
-out:
-	free(e);
-}
-
-/* Claim what the client missed; the parent's reference first. */
-static int fetch_claim(struct tier *t, struct tns *s, struct job *j,
-		       const struct kvs_key *parent_key)
-{
-	struct kvs_alloc al = { 0 };
-	struct kvs_lookup lk = { 0 };
-	int ret;
-
-	if (parent_key) {
-		lk.count = 1;
-		lk.keys = (uintptr_t)parent_key;
-		lk.pages = (uintptr_t)&j->parent;
-		if (tier_cmd(s->cl, t->owner, KVS_IOC_LOOKUP, &lk, NULL) || !lk.n_hit)
-			j->parent = KVS_NO_PAGE;
-	}
-	al.count = j->n;
-	al.flags = KVS_ALLOC_CLAIM;
-	al.pages = (uintptr_t)j->pages;
-	al.keys = (uintptr_t)j->keys;
-	ret = tier_cmd(s->cl, t->owner, KVS_IOC_ALLOC, &al, NULL);
-	if (ret && j->parent != KVS_NO_PAGE)
-		put_pages(s, &j->parent, 1);
-	return ret;
 }
 
 /*
@@ -319,81 +275,86 @@ static void fetch_uncharge(struct job *j)
 	j->user = NULL;
 }
 
-void kvsd_remote_lookup(struct kvs_client *cl, uint32_t pool_id, uint64_t ns,
-			uint32_t uid, struct kvs_call *call, struct kvs_lookup *lk)
+/*
+ * A miss's MISS records, gathered: its keys are claimed for the channel
+ * (OWNED pages of its own), so the LOOKUPs that wait on them see them in
+ * flight, as another process's compute.  Fetched, or given back at once,
+ * which wakes those LOOKUPs to compute (the core does not claim those
+ * keys again for a while).
+ */
+static void fetch_start(struct tier *t, struct job *j)
 {
-	struct tier *t = tier_of(pool_id);
-	struct kvs_key parent_key;
-	struct kvs_lookup again;
+	uint32_t claimed = j->n;
 	struct tns *s;
-	struct job *j;
-	uint32_t m;
 
-	if (!t || !t->rc->fetch || lk->n_hit >= lk->count || lk->n_inflight)
-		return;
 	if (!atomic_load(&t->up)) {
 		count(&t->st.skip_down, 1);
-		return;
+		goto drop;
 	}
-	if (t->fetching >= MAX_FETCHES || !uid_fetching(t, uid, 1)) {
+	if (t->fetching >= MAX_FETCHES || !uid_fetching(t, j->uid, 1)) {
 		count(&t->st.skip_busy, 1);
-		return;
+		goto drop;
 	}
-	m = lk->count - lk->n_hit;
-	if (m > t->rc->fetch_max)
-		m = t->rc->fetch_max;
-	if ((uint64_t)m * t->geom.page_bytes > FETCH_BYTES)
-		m = FETCH_BYTES / t->geom.page_bytes ?: 1;
-	s = ns_get(t, ns, uid);
-	j = s ? job_new(m, true) : NULL;
-	if (!j) {
-		uid_fetching(t, uid, -1);
-		return;
-	}
+	s = ns_get(t, j->ns);
+	if (!s)
+		goto drop_uid;
 	j->tns = s;
-	j->uid = uid;
-	if (fetch_charge(t, j, uid)) {
+	if (fetch_charge(t, j, j->uid)) {
 		count(&t->st.skip_user, 1);
-		goto drop;
+		goto drop_uid;
 	}
-	m = j->n;
-	if (call->copy_in(call, j->keys, lk->keys + (uint64_t)lk->n_hit * sizeof(struct kvs_key),
-			  (uint64_t)m * sizeof(struct kvs_key)) ||
-	    (lk->n_hit && call->copy_in(call, &parent_key, lk->keys +
-					(uint64_t)(lk->n_hit - 1) * sizeof(parent_key),
-					sizeof(parent_key))))
-		goto drop;
 	if (neg_hit(t, s, &j->keys[0])) {
 		count(&t->st.skip_neg, 1);
-		goto drop;
+		goto drop_charge;
 	}
-	if (fetch_claim(t, s, j, lk->n_hit ? &parent_key : NULL)) {
-		count(&t->st.skip_claimed, 1);
-		goto drop;
-	}
+	/* Cut to what the uid's ledger has room for: the rest go back. */
+	chan_put(t, j->pages + j->n, claimed - j->n);
 	j->t0_ms = kvsd_now_ms();
 	t->fetching++;
 	job_queue(t, j);
-	if (!(lk->flags & KVS_LOOKUP_WAIT))
-		return;
-	/* The client sees the claimed keys in flight and waits for them. */
-	again = *lk;
-	again.keys += (uint64_t)lk->n_hit * sizeof(struct kvs_key);
-	again.pages += (uint64_t)lk->n_hit * sizeof(uint32_t);
-	again.count -= lk->n_hit;
-	again.n_hit = again.n_inflight = 0;
-	if (!kvs_cmd(cl, KVS_IOC_LOOKUP, &again, call)) {
-		lk->n_hit += again.n_hit;
-		lk->n_inflight = again.n_inflight;
-	}
 	return;
-drop:
+drop_charge:
 	fetch_uncharge(j);
-	uid_fetching(t, uid, -1);
+drop_uid:
+	uid_fetching(t, j->uid, -1);
+drop:
+	chan_put(t, j->pages, claimed);
 	free(j);
 }
 
-/* A fetch came back: publish the valid run, give the rest back. */
+/* One MISS record: the k-th of a miss's n, in chain order, one after the other. */
+static void missed(struct tier *t, const struct kvs_event *ev)
+{
+	struct job *j = t->miss;
+
+	if (!ev->k) {
+		if (j) {	/* never completed: cannot be, but hold nothing for it */
+			chan_put(t, j->pages, t->miss_have);
+			free(j);
+		}
+		j = t->miss = ev->n ? job_new(ev->n, true) : NULL;
+		t->miss_have = 0;
+		if (j) {
+			j->uid = ev->uid;
+			j->ns = ev->ns;
+		}
+	}
+	if (!j || ev->k != t->miss_have || ev->n != j->n || ev->ns != j->ns) {
+		chan_put(t, &ev->page, 1);	/* of no miss being gathered */
+		return;
+	}
+	j->keys[ev->k] = ev->key;
+	j->pages[ev->k] = ev->page;
+	if (++t->miss_have < j->n)
+		return;
+	t->miss = NULL;
+	fetch_start(t, j);
+}
+
+/*
+ * A fetch came back: publish the valid run on the channel (the first page
+ * a root: a MISS record names no parent), give the rest back.
+ */
 static void fetch_done(struct tier *t, struct job *j)
 {
 	struct tns *s = j->tns;
@@ -407,24 +368,20 @@ static void fetch_done(struct tier *t, struct job *j)
 		n_ok = 0;
 	for (i = 0; i < n_ok; i++) {
 		e[i].page = j->pages[i];
-		e[i].parent = i ? KVS_PARENT_PREV : j->parent;
+		e[i].parent = i ? KVS_PARENT_PREV : KVS_NO_PAGE;
 		e[i].key = j->keys[i];
 	}
 	pub.count = n_ok;
 	pub.entries = (uintptr_t)e;
-	if (n_ok && tier_cmd(s->cl, t->owner, KVS_IOC_PUBLISH, &pub, NULL)) {
+	if (n_ok && t->chan_ops->cmd(t, KVS_IOC_PUBLISH, &pub)) {
 		kvsd_log("pool '%s': remote tier: publishing %u fetched pages failed",
 			 t->name, n_ok);
 		n_ok = 0;
 	}
 	/* The references PUBLISH left us: the pages stay, CACHED. */
 	for (i = 0; i < n_ok; i++)
-		e[i].page = e[i].result;
-	for (i = 0; i < n_ok; i++)
-		j->pages[i] = e[i].page;
-	put_pages(s, j->pages, j->n);	/* references, then the unfilled claims */
-	if (j->parent != KVS_NO_PAGE)
-		put_pages(s, &j->parent, 1);
+		j->pages[i] = e[i].result;
+	chan_put(t, j->pages, j->n);	/* references, then the unfilled claims */
 	/*
 	 * A miss, or a failure (a dead master, CLUSTERDOWN): either way the
 	 * chain is not asked again for a while, or every waiter woken by
@@ -436,6 +393,56 @@ static void fetch_done(struct tier *t, struct job *j)
 	t->fetching--;
 	uid_fetching(t, j->uid, -1);
 	fetch_uncharge(j);
+}
+
+/* The pool was destroyed: its tier goes off, as for a DESTROY on the socket. */
+static void pool_gone(struct tier *t)
+{
+	kvsd_watch_del(&t->cw);		/* the last record */
+	kvsd_log("pool '%s': destroyed; its remote tier goes off", t->name);
+	for (struct tier *o = kvsd_remote_tiers; o; o = o->next)
+		if (o == t) {
+			kvsd_remote_tier_off(t->pool_id);
+			break;
+		}
+}
+
+#define CHAN_READ	256	/* records taken off the channel at a time */
+#define CHAN_EVENT_MAX	4096	/* and at most this many a wakeup: the loop has others */
+
+/* The channel has records: each is a job's, or given back at once. */
+static void chan_event(struct kvsd_watch *w, uint32_t events)
+{
+	struct tier *t = (struct tier *)((char *)w - offsetof(struct tier, cw));
+	struct kvs_event ev[CHAN_READ];
+	uint32_t i, run, total = 0;
+	int n;
+
+	(void)events;
+	do {
+		n = t->chan_ops->read(t, ev, CHAN_READ);
+		if (n < 0) {
+			kvsd_log("pool '%s': remote tier: reading its event channel: %s; "
+				 "no more writes or fetches", t->name, strerror(-n));
+			kvsd_watch_del(&t->cw);
+			return;
+		}
+		for (i = 0; i < (uint32_t)n; i = run) {
+			run = i + 1;
+			if (ev[i].type == KVS_EVENT_PUBLISHED) {
+				while (run < (uint32_t)n && ev[run].type == KVS_EVENT_PUBLISHED &&
+				       ev[run].ns == ev[i].ns)
+					run++;
+				published(t, ev + i, run - i);
+			} else if (ev[i].type == KVS_EVENT_MISS) {
+				missed(t, &ev[i]);
+			} else if (ev[i].type == KVS_EVENT_POOL_GONE) {
+				pool_gone(t);
+				return;
+			}
+		}
+		total += n;
+	} while (n > 0 && total < CHAN_EVENT_MAX);	/* the module's reads are shorter */
 }
 
 static void tier_free(struct tier *t);
@@ -469,7 +476,7 @@ static void tier_done(struct kvsd_watch *w, uint32_t events)
 		if (j->fetch) {
 			fetch_done(t, j);
 		} else {
-			put_pages(j->tns, j->pages, j->n);
+			chan_put(t, j->pages, j->n);
 			t->write_queued -= j->n;
 		}
 		free(j);
@@ -477,6 +484,33 @@ static void tier_done(struct kvsd_watch *w, uint32_t events)
 }
 
 /* ---- start, stop ------------------------------------------------------------------- */
+
+/* The module's pool memory, mapped through an attach of our own (dev_fd is never attached). */
+static int tier_map_dev(struct tier *t, struct kvs_pool_attach *at)
+{
+	int fd = open(tier_device, O_RDWR | O_CLOEXEC), ret = 0;
+
+	if (fd < 0)
+		return -errno;
+	memset(at, 0, sizeof(*at));
+	snprintf(at->name, sizeof(at->name), "%s", t->name);
+	at->owner = t->owner;
+	at->flags = KVS_ATTACH_MEM_FD;
+	if (ioctl(fd, KVS_IOC_POOL_ATTACH, at)) {
+		ret = -errno;
+		goto out;
+	}
+	t->mem_len = (size_t)at->n_pages * at->geom.page_bytes;
+	t->mem = mmap(NULL, t->mem_len, PROT_READ | PROT_WRITE, MAP_SHARED, at->mem_fd, 0);
+	if (t->mem == MAP_FAILED) {
+		ret = -errno;
+		t->mem = NULL;
+	}
+	close(at->mem_fd);
+out:
+	close(fd);	/* the mapping stays */
+	return ret;
+}
 
 /* The pool's memory, mapped through an attach of our own. */
 static int tier_map(struct tier *t)
@@ -488,20 +522,26 @@ static int tier_map(struct tier *t)
 
 	if (!cl)
 		return -ENOMEM;
-	ret = attach(t, cl, t->owner, 0, KVS_ATTACH_MEM_FD, &at, &mem);
+	if (t->chan_ops == &kvsd_tier_chan_dev) {
+		ret = tier_map_dev(t, &at);
+	} else {
+		ret = attach(t, cl, t->owner, 0, KVS_ATTACH_MEM_FD, &at, &mem);
+		if (!ret) {
+			t->mem_len = (size_t)at.n_pages * at.geom.page_bytes;
+			t->mem = mmap(NULL, t->mem_len, PROT_READ | PROT_WRITE, MAP_SHARED,
+				      kvs_host_mem_fd(mem), 0);
+			if (t->mem == MAP_FAILED) {
+				ret = -errno;
+				t->mem = NULL;
+			}
+		}
+	}
 	if (!ret) {
 		t->geom = at.geom;
 		t->n_pages = at.n_pages;
 		t->write_max = t->rc->queue;
 		if (t->write_max > at.n_pages / WRITE_POOL_SHARE)
 			t->write_max = at.n_pages / WRITE_POOL_SHARE ?: 1;
-		t->mem_len = (size_t)at.n_pages * at.geom.page_bytes;
-		t->mem = mmap(NULL, t->mem_len, PROT_READ | PROT_WRITE, MAP_SHARED,
-			      kvs_host_mem_fd(mem), 0);
-		if (t->mem == MAP_FAILED) {
-			ret = -errno;
-			t->mem = NULL;
-		}
 	}
 	if (mem)
 		kvs_host_mem_put(mem);
@@ -533,6 +573,42 @@ static int tier_probe(struct tier *t)
 	return 0;
 }
 
+/*
+ * The pool's event channel: what the tier writes and fetches.  A miss
+ * claims at most what one fetch may take, and the ring holds a whole
+ * pool's publish (so a burst is cut by the write queue's bound, counted,
+ * not by the ring).  Polled on the loop from here on.
+ */
+static int tier_chan_open(struct tier *t)
+{
+	struct kvs_chan_open co = { .pool_id = t->pool_id };
+	uint32_t per_fetch = FETCH_BYTES / t->geom.page_bytes ?: 1;
+	int ret;
+
+	co.fetch_max = t->rc->fetch ? t->rc->fetch_max : 0;
+	if (co.fetch_max > per_fetch)
+		co.fetch_max = per_fetch;
+	if (co.fetch_max > KVS_CHAN_FETCH_MAX)
+		co.fetch_max = KVS_CHAN_FETCH_MAX;
+	co.ring = t->n_pages < KVS_CHAN_RING_MAX ? (uint32_t)t->n_pages : KVS_CHAN_RING_MAX;
+	if (co.ring < co.fetch_max)
+		co.ring = co.fetch_max;
+	if (!co.ring)
+		co.ring = 1;
+	ret = t->chan_ops->open(t, &co);
+	if (ret) {
+		kvsd_log("pool '%s': remote tier: opening the pool's event channel: %s%s",
+			 t->name, strerror(-ret), ret == -EBUSY ?
+			 " (another holder has it)" : "");
+		return ret;
+	}
+	ret = kvsd_watch_add(&t->cw, EPOLLIN) ? -errno : 0;
+	if (ret)
+		kvsd_log("pool '%s': remote tier: watching its event channel: %s",
+			 t->name, strerror(-ret));
+	return ret;
+}
+
 static void tier_free(struct tier *t)
 {
 	struct tns *s, *sn;
@@ -546,7 +622,7 @@ static void tier_free(struct tier *t)
 		pthread_join(t->th, NULL);
 	}
 	/*
-	 * Jobs never run or never collected: the clients' close releases
+	 * Jobs never run or never collected: the channel's close releases
 	 * their pages, and their uids' ledgers stop paying for them here.
 	 */
 	for (j = t->todo; j; j = jn) {
@@ -561,9 +637,14 @@ static void tier_free(struct tier *t)
 	}
 	for (s = t->nss; s; s = sn) {
 		sn = s->next;
-		kvs_client_free(s->cl);
 		free(s);
 	}
+	/* With the thread gone: every reference and claim the tier held goes back. */
+	free(t->miss);
+	if (t->cw.fd >= 0)
+		kvsd_watch_del(&t->cw);
+	if (t->chan_ops)
+		t->chan_ops->close(t);
 	if (t->w.fd >= 0) {
 		kvsd_watch_del(&t->w);
 		close(t->w.fd);
@@ -604,6 +685,10 @@ static int tier_start(const struct kvsd_tier_spec *sp, bool probe)
 	t->todo_tail = &t->todo;
 	t->w.fd = -1;
 	t->w.fn = tier_done;
+	t->cw.fd = -1;
+	t->cw.fn = chan_event;
+	t->chan_ops = tier_dev_fd >= 0 ? &kvsd_tier_chan_dev : &kvsd_tier_chan_core;
+	t->dev_fd = tier_dev_fd;
 	pthread_mutex_init(&t->mu, NULL);
 	pthread_cond_init(&t->cv, NULL);
 	ret = tier_map(t);
@@ -612,6 +697,9 @@ static int tier_start(const struct kvsd_tier_spec *sp, bool probe)
 			 strerror(-ret));
 		goto fail;
 	}
+	ret = tier_chan_open(t);
+	if (ret)
+		goto fail;
 	if (rc->tls) {
 		t->tls = kvsd_rtls_new(rc->tls_ca, rc->tls_cert, rc->tls_key, err,
 				       sizeof(err));
@@ -734,17 +822,16 @@ int kvsd_remote_start(struct kvsd *d)
 	unsigned int i;
 	int ret;
 
+	/* Module mode: the channels are the module's files (chan.c). */
+	if (d->mode == KVSD_MODE_MODULE) {
+		tier_dev_fd = d->dev_fd;
+		tier_device = cfg->device;
+	}
 	for (i = 0; i < cfg->n_pools; i++) {
 		const struct kvsd_pool_cfg *pc = &cfg->pools[i];
 
 		if (!pc->remote)
 			continue;
-		if (d->mode != KVSD_MODE_SOCKET) {
-			kvsd_log("pool '%s': the remote tier needs socket mode (the "
-				 "module's clients never pass through kvshared); off",
-				 pc->name);
-			continue;
-		}
 		for (p = d->pools; p && strcmp(p->name, pc->name); p = p->next)
 			;
 		if (!p)

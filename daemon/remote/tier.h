@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * The remote tier's insides, shared by its three files: tier.c (the
- * loop's side: hooks, jobs, completions, the tier's own arbiter clients;
- * start and stop), thread.c (the tier's thread: Redis I/O and
- * page copies) and metrics.c.  Shared between the loop and the
+ * The remote tier's insides, shared by its files: tier.c (the loop's
+ * side: the pool's event channel's records, jobs, completions; start and
+ * stop), chan.c (how the channel is reached: the core in this process or
+ * the module's file), thread.c (the tier's thread: Redis I/O and page
+ * copies) and metrics.c.  Shared between the loop and the
  * thread: the job lists, under the tier's mutex, the health flag and the
  * counters (atomics).  The pool memory is mapped once; the thread touches
- * only pages the tier holds: references for writes, claimed (OWNED) pages
- * for fetches.
+ * only pages the tier's channel holds: references of PUBLISHED records
+ * for writes, claimed (OWNED) pages of MISS records for fetches.
  */
 #ifndef _KVSHARED_REMOTE_TIER_H
 #define _KVSHARED_REMOTE_TIER_H
@@ -63,11 +64,10 @@ enum write_drop {
 struct tier;
 struct kvsd_user;
 
-/* One namespace of a pool, with the tier's own client in it. */
+/* One namespace of a pool: its pages' names in Redis. */
 struct tns {
 	struct tier *t;
 	uint64_t ns;
-	struct kvs_client *cl;
 	struct kvsd_rpage_id id;
 	struct tns *next;
 };
@@ -81,11 +81,28 @@ struct job {
 	uint64_t charged;
 	struct tns *tns;
 	uint32_t n, n_ok;
-	uint32_t parent;		/* fetch: a reference, or KVS_NO_PAGE */
+	uint64_t ns;			/* fetch: the claims' namespace */
 	uint64_t t0_ms;
 	uint32_t *pages;
 	struct kvs_key keys[];
 };
+
+/*
+ * The pool's event channel, as the tier reaches it (chan.c): chosen once
+ * at start, the core's in socket mode, the module's file in module mode.
+ * open() sets t->cw.fd, what the loop polls; read() returns the records
+ * pending (0: none now) or -errno; cmd() runs KVS_IOC_PUT or
+ * KVS_IOC_PUBLISH on the channel (pointers are plain addresses).
+ */
+struct tier_chan_ops {
+	const char *name;
+	int (*open)(struct tier *t, struct kvs_chan_open *req);
+	int (*read)(struct tier *t, struct kvs_event *ev, uint32_t max);
+	int (*cmd)(struct tier *t, unsigned int cmd, void *arg);
+	void (*close)(struct tier *t);
+};
+
+extern const struct tier_chan_ops kvsd_tier_chan_core, kvsd_tier_chan_dev;
 
 struct tier {
 	struct tier *next;
@@ -113,6 +130,13 @@ struct tier {
 	struct job *todo, **todo_tail, *done;
 	bool stop;
 	struct kvsd_watch w;		/* eventfd: jobs done */
+	const struct tier_chan_ops *chan_ops;
+	struct kvs_chan *chan;		/* core: the pool's channel */
+	int dev_fd;			/* dev: kvshared's /dev/kvshare file */
+	struct kvsd_watch cw;		/* the channel, or the eventfd its wake rings */
+	atomic_bool chan_rung;		/* core: that eventfd rung, not yet read */
+	struct job *miss;		/* loop: a miss's records, being gathered */
+	uint32_t miss_have;
 	atomic_bool up;
 	uint32_t write_queued;		/* loop: pages in write jobs (a reference each) */
 	uint32_t write_max;		/* loop: their bound, rc->queue or a share of the pool */

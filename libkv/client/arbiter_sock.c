@@ -837,6 +837,13 @@ static int kv_sock_call(struct kv_arbiter *arb, unsigned long cmd, void *arg)
 		rs->cq_bell = kv_fd_at(&fds, kept++);
 	} else if (!ret && cmd == KVS_SOCK_WAIT_FD) {
 		((struct kvs_wait_fd *)arg)->wait_fd = kv_fd_at(&fds, kept++);
+	} else if (!ret && cmd == KVS_IOC_CHAN_OPEN) {
+		struct kvs_chan_open *co = arg;
+
+		/* The daemon's channel: its end of a socket pair. */
+		co->fd = kv_fd_at(&fds, kept++);
+		if (co->fd < 0)
+			ret = -EMFILE;
 	}
 	while (fds.n > kept)
 		close(fds.fd[--fds.n]);

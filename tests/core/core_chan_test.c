@@ -262,6 +262,53 @@ TEST_F(ch, miss_claims_the_rest_of_the_chain)
 	CHECK();
 }
 
+/*
+ * A tier whose store has nothing PUTs the claims: the LOOKUPs that woke
+ * then see nothing in flight (they compute), and a miss of the same key
+ * makes no new claim for KVS_CHAN_NEG_MS.  The record names the uid
+ * whose LOOKUP missed.
+ */
+TEST_F(ch, put_claims_are_not_claimed_again_at_once)
+{
+	struct kvs_event ev[8];
+	struct kvs_key keys[3];
+	__u32 pages[3], n_hit = 9, i;
+	struct kvs_lookup l;
+
+	OPEN(16, 3);
+	for (i = 0; i < 3; i++)
+		keys[i] = kt_key(4, i);
+	ASSERT_EQ(0, kt_lookup(self->a, keys, 3, pages, &n_hit));
+	EXPECT_EQ(0, n_hit);
+	ASSERT_EQ(3, kvs_chan_read(self->chan, ev, 8));
+	for (i = 0; i < 3; i++)
+		EXPECT_EQ(1000, ev[i].uid);
+
+	memset(&l, 0, sizeof(l));
+	l.count = 3;
+	l.flags = KVS_LOOKUP_WAIT;
+	l.keys = KT_PTR(keys);
+	l.pages = KT_PTR(pages);
+	ASSERT_EQ(0, kt_cmd(self->b, KVS_IOC_LOOKUP, &l));
+	EXPECT_EQ(3, l.n_inflight);
+	ASSERT_EQ(0, kt_put(self->t, (__u32[]){ ev[0].page, ev[1].page, ev[2].page }, 3));
+	EXPECT_EQ(1, b_wakes);
+	EXPECT_EQ(0, chan_stats(self->chan).held);
+
+	/* Woken, b looks again: nothing in flight, no new record. */
+	l.n_hit = l.n_inflight = 0;
+	ASSERT_EQ(0, kt_cmd(self->b, KVS_IOC_LOOKUP, &l));
+	EXPECT_EQ(0, l.n_hit);
+	EXPECT_EQ(0, l.n_inflight);
+	EXPECT_FALSE(kvs_chan_ready(self->chan));
+	EXPECT_EQ(0, chan_stats(self->chan).held);
+	/* Another key still misses into the channel. */
+	keys[0] = kt_key(5, 0);
+	ASSERT_EQ(0, kt_lookup(self->a, keys, 1, pages, &n_hit));
+	EXPECT_TRUE(kvs_chan_ready(self->chan));
+	CHECK();
+}
+
 TEST_F(ch, full_ring_drops_and_counts)
 {
 	struct kvs_event ev[8];

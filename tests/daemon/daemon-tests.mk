@@ -15,6 +15,9 @@
 #                                    crash release, hostile ring clients
 #                                    as a second uid) and libkv's call
 #                                    deadlines against a SIGSTOPped daemon
+#   build/tests/daemon/chan_test     the pool event channel on the socket
+#                                    (records, PUT and PUBLISH on it, its
+#                                    holder killed, EPERM as a second uid)
 #   build/tests/daemon/wait_test     in-flight waits woken through the
 #                                    daemon's wait pipe (publish, put,
 #                                    owner killed), kv_lookup_wait() on it,
@@ -25,6 +28,7 @@
 
 DAEMON_TEST_DIR  := tests/daemon
 DAEMON_TEST_BINS := $(BUILD)/tests/daemon/daemon_test $(BUILD)/tests/daemon/ring_test \
+                    $(BUILD)/tests/daemon/chan_test \
                     $(BUILD)/tests/daemon/wait_test
 
 $(DAEMON_TEST_BINS): $(BUILD)/tests/daemon/%: $(DAEMON_TEST_DIR)/%.c $(DAEMON_TEST_DIR)/kvd_test.h \

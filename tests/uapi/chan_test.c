@@ -11,81 +11,9 @@
  * (unload_test, run after this suite) still succeeds.
  */
 #include <liburing.h>
-#include <poll.h>
 
 #include "kvs_test.h"
-
-#define CH_PAGES	32
-#define CH_QUOTA	16
-#define CH_NS		5
-
-FIXTURE(chan) {
-	struct kvs_env env;
-	__u32 pool;
-	char name[KVS_NAME_MAX];
-	struct kvs_conn *a, *b;
-};
-
-FIXTURE_SETUP(chan)
-{
-	kvs_env_init(&self->env);
-}
-
-FIXTURE_TEARDOWN(chan)
-{
-	kvs_env_fini(&self->env);
-}
-
-#define CH_BEGIN() do { \
-	KVS_REQUIRE(&self->env); \
-	if (!(kvs_conn_caps(&self->env.ctl) & KVS_CAP_MODULE)) \
-		SKIP(return, "the arbiter is not kvshare.ko"); \
-	self->pool = kvs_env_pool(_metadata, &self->env, CH_PAGES, CH_QUOTA, self->name); \
-	self->a = kvs_env_attach(_metadata, &self->env, self->name, CH_NS); \
-	self->b = kvs_env_attach(_metadata, &self->env, self->name, CH_NS); \
-} while (0)
-
-#define CH_END() do { \
-	check_invariants(&self->env.ctl, self->pool); \
-	kvs_env_assert_baseline(_metadata, &self->env); \
-} while (0)
-
-/* The channel's fd, or -errno. */
-static int chan_open(struct kvs_conn *c, __u32 pool, __u32 ring, __u32 fetch_max)
-{
-	struct kvs_chan_open r = { .pool_id = pool, .ring = ring, .fetch_max = fetch_max };
-
-	if (ioctl(c->fd, KVS_IOC_CHAN_OPEN, &r))
-		return -errno;
-	return r.fd;
-}
-
-static int chan_stats(int fd, struct kvs_chan_stats *st)
-{
-	memset(st, 0, sizeof(*st));
-	return ioctl(fd, KVS_IOC_CHAN_STATS, st) ? -errno : 0;
-}
-
-static int chan_put(int fd, const __u32 *pages, __u32 n)
-{
-	struct kvs_put p = { .count = n, .pages = KVS_PTR(pages) };
-
-	return ioctl(fd, KVS_IOC_PUT, &p) ? -errno : 0;
-}
-
-static int readable(int fd)
-{
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-
-	return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
-}
-
-static int publish_one(struct kvs_conn *c, __u32 chain, __u32 *page)
-{
-	int ret = kvs_alloc(c, 1, page);
-
-	return ret ? ret : kvs_publish_chain(c, page, 1, KVS_NO_PAGE, chain, 0, page, NULL);
-}
+#include "kvs_chan.h"
 
 TEST_F(chan, published_record_holds_a_reference)
 {

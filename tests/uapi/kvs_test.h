@@ -1014,6 +1014,32 @@ static inline pid_t kvs_env_fork(struct __test_metadata *_metadata,
 	return pid;
 }
 
+/* A child the test made itself (clone()): teardown kills it as a forked one. */
+static inline void kvs_env_adopt(struct __test_metadata *_metadata,
+				 struct kvs_env *e, pid_t pid)
+{
+	int i;
+
+	ASSERT_LT(0, pid);
+	for (i = 0; i < KVS_ENV_KIDS; i++) {
+		if (e->kids[i] <= 0) {
+			e->kids[i] = pid;
+			return;
+		}
+	}
+	ASSERT_TRUE(0) TH_LOG("out of child slots");
+}
+
+/* @pid, forked by kvs_env_fork(), was reaped: its slot is free again. */
+static inline void kvs_env_forget(struct kvs_env *e, pid_t pid)
+{
+	int i;
+
+	for (i = 0; i < KVS_ENV_KIDS; i++)
+		if (e->kids[i] == pid)
+			e->kids[i] = 0;
+}
+
 /*
  * Fork an owner: a child with a file of its own, attached to @name in
  * @ns, that claims keys 0..@n - 1 of @chain and then waits to be killed

@@ -6,10 +6,14 @@
 # /dev/kvshare every test reports SKIP and the suite exits 0.
 #
 # unload_test unloads and reloads kvshare.ko, so it is listed last.
-# chan_test: the pool event channel (KVS_IOC_CHAN_OPEN), module only.
+# chan_test: the pool event channel (KVS_IOC_CHAN_OPEN), module only;
+# chan_hostile_test: its holders and clients killed, full and bounded;
+# chan_storm_test: its holder killed mid-fetch 1,000 times under load
+# (about 30-40 s of the guest's time).
 
 UAPI_TEST_DIR   := tests/uapi
 UAPI_TEST_NAMES := arbiter_test bad_input_test proc_test multiuser_test inflight_test chan_test \
+                   chan_hostile_test chan_storm_test \
                    unload_test
 UAPI_TEST_BINS  := $(addprefix $(BUILD)/guest/,$(UAPI_TEST_NAMES))
 

@@ -41,3 +41,45 @@ GUEST_BINS  += $(BUILD)/guest/kvshared $(BUILD)/guest/kvshared_module_test \
 	       $(if $(GUEST_FUSE_KO),$(BUILD)/guest/fuse.ko)
 GUEST_TESTS += kvshared_module_test fuse_fd_test fuse_drop_test fuse_drop_closed_test \
 	       fuse_drop_refused_test
+
+# Debian's redis-server and redis-cli in the guest, for the module-mode
+# remote tier's tests: packed as GUEST_DYN_BINS (with the libraries ldd
+# finds), copied under build/guest/redis first so that a host without them
+# (make setup installs them) builds without them and the suites skip.
+# /usr/bin/redis-server is a link to redis-check-rdb: cp -L copies the
+# binary, and its name in the guest (argv[0]) makes it the server.
+GUEST_REDIS_DIR  := $(BUILD)/guest/redis
+GUEST_REDIS_SRCS := $(wildcard /usr/bin/redis-server /usr/bin/redis-cli)
+GUEST_REDIS_BINS := $(GUEST_REDIS_SRCS:/usr/bin/%=$(GUEST_REDIS_DIR)/%)
+
+$(GUEST_REDIS_BINS): $(GUEST_REDIS_DIR)/%: /usr/bin/%
+	@mkdir -p $(@D)
+	cp -L $< $@
+
+$(BUILD)/guest/redis_guest_test: tests/vm-daemon/redis_guest_test.sh
+	@mkdir -p $(@D)
+	cp $< $@
+	chmod +x $@
+
+ALL_TARGETS    += $(GUEST_REDIS_BINS) $(BUILD)/guest/redis_guest_test
+GUEST_BINS     += $(BUILD)/guest/redis_guest_test
+GUEST_DYN_BINS += $(GUEST_REDIS_BINS)
+GUEST_TESTS    += redis_guest_test
+
+# The remote tier in module mode: two kvshared --mode module (the static
+# /bin/kvshared, which carries the tier) stand for two hosts on the guest's
+# redis-server; kvserve (dynamic, host memory, debug sections stripped:
+# the initramfs stays small) is their clients' load on /dev/kvshare.
+$(BUILD)/guest/kvserve: $(BUILD)/kvserve
+	@mkdir -p $(@D)
+	strip --strip-debug -o $@ $<
+
+$(BUILD)/guest/remote_module_test: tests/vm-daemon/remote_module_test.sh
+	@mkdir -p $(@D)
+	cp $< $@
+	chmod +x $@
+
+ALL_TARGETS    += $(BUILD)/guest/kvserve $(BUILD)/guest/remote_module_test
+GUEST_BINS     += $(BUILD)/guest/remote_module_test
+GUEST_DYN_BINS += $(BUILD)/guest/kvserve
+GUEST_TESTS    += remote_module_test

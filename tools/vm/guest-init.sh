@@ -36,6 +36,10 @@ mount -t tmpfs -o mode=1777 tmpfs /tmp
 mkdir -p /dev/shm /dev/pts
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm	# shm_open()
 mount -t devpts devpts /dev/pts 2>/dev/null
+# The loopback, for the suites' own servers (redis-server, kvshared's tier
+# to it).  The VM has no network card (run-vm.sh: -nic none), so nothing
+# leaves the guest.
+ip link set lo up
 
 MODE="test"
 SUITE_TIMEOUT=600

@@ -853,8 +853,13 @@ struct kvs_wait_fd {
  *   those after it (up to fetch_max, up to the first one present) on
  *   OWNED pages of its own, exactly as ALLOC with KVS_ALLOC_CLAIM does, so
  *   waiting LOOKUPs see them in flight.  One record per key: k of n in
- *   the miss, in chain order.  The tier fills the pages and PUBLISHes
- *   them on the channel (the namespace is the claim's), or PUTs them.
+ *   the miss, in chain order, each naming the uid whose LOOKUP missed
+ *   (what a tier charges the fetch to).  The tier fills the pages and
+ *   PUBLISHes them on the channel (the namespace is the claim's), or PUTs
+ *   them: a key whose claim is PUT unfilled is not claimed again by a
+ *   miss for 500 ms, so the LOOKUPs that PUT woke see nothing in flight
+ *   and compute it.  parent is KVS_NO_PAGE: the first fetched page is
+ *   published as a root.  KVS_LOOKUP_PEEK makes no miss.
  * - KVS_EVENT_POOL_GONE: the pool was destroyed; always the last record.
  *
  * Bounds: the channel never blocks or fails a client's call.  A record
@@ -868,6 +873,25 @@ struct kvs_wait_fd {
  * allocs (alloc_fails when no page could be had).
  * Errors: ENOENT no such pool; EPERM not the owner nor admin; EBUSY the
  *         pool has a channel; EINVAL ring or fetch_max out of range.
+ *
+ * On kvshared's socket (socket mode) the reply carries the channel as its
+ * descriptor (SCM_RIGHTS; fd says 0): one end of a SOCK_SEQPACKET socket
+ * pair whose other end kvshared keeps.  Each read(2) (recv) returns one
+ * message: either a batch of at most 64 whole records (4 KiB), or the
+ * reply to a request sent on it, told apart by the first word (a reply's
+ * is KVS_MSG_MAGIC, never a record type).  Read with a buffer of 4 KiB
+ * or more (a smaller one truncates the message and loses its records),
+ * and the largest reply expected.  poll(2) says POLLIN while a message is
+ * waiting.  KVS_IOC_PUT, KVS_IOC_PUBLISH and KVS_IOC_CHAN_STATS are sent
+ * on it framed exactly as on the socket (struct kvs_msg, the struct, the
+ * data area), one request a message of at most 64 KiB (EMSGSIZE), and
+ * answered in order; anything else gets ENOTTY, and a message that is no
+ * request (no KVS_MSG_MAGIC) closes the channel.  Records leave the
+ * channel's ring only as the socket takes them, so an unread channel
+ * fills its ring and drops, as above.  Closing the descriptor (however
+ * its holder ends) closes the channel.  The ring carries no CHAN_OPEN
+ * (EOPNOTSUPP); in module mode there is no socket (open it on
+ * /dev/kvshare).
  */
 struct kvs_chan_open {
 	__u32 pool_id;			/* in */
@@ -880,7 +904,7 @@ struct kvs_chan_open {
 };
 
 #define KVS_CHAN_RING_MAX	65536
-#define KVS_CHAN_FETCH_MAX	256
+#define KVS_CHAN_FETCH_MAX	4096
 
 enum kvs_event_type {
 	KVS_EVENT_PUBLISHED	= 1,
@@ -896,7 +920,7 @@ struct kvs_event {
 	__u64 ns;			/* the key's namespace */
 	struct kvs_key key;
 	__u32 parent;			/* PUBLISHED: the page's parent or KVS_NO_PAGE */
-	__u32 pad;
+	__u32 uid;			/* MISS: whose LOOKUP missed; else 0 */
 	__u64 reserved;
 };
 
