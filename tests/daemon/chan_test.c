@@ -16,6 +16,7 @@
  *  - its holder killed with -9 while it holds references and claims:
  *    everything goes back (n_held 0, the claims no longer in flight), and
  *    the pool can have a channel again (EBUSY only while one is open);
+ *    a plain close() with both held gives everything back the same way;
  *  - as real second uids: the owner of a pool (uid 65534) opens its
  *    channel, uid 65533 gets EPERM.
  */
@@ -244,12 +245,10 @@ TEST_F(chan, published_records_hold_references_until_put)
 	ASSERT_EQ(0, publish_chain(self->a, 1));
 	ASSERT_EQ(CHAIN, chan_records(fd, ev, 8));
 	for (i = 0; i < CHAIN; i++) {
-		EXPECT_EQ(KVS_EVENT_PUBLISHED, ev[i].type);
-		{
-			struct kvs_key k = make_key(1, i);
+		struct kvs_key k = make_key(1, i);
 
-			EXPECT_EQ(0, memcmp(&ev[i].key, &k, sizeof(k)));
-		}
+		EXPECT_EQ(KVS_EVENT_PUBLISHED, ev[i].type);
+		EXPECT_EQ(0, memcmp(&ev[i].key, &k, sizeof(k)));
 		pages[i] = ev[i].page;
 	}
 	EXPECT_EQ(CHAIN, pool_stats(self).n_refs);
@@ -391,6 +390,37 @@ TEST_F(chan, holder_killed_gives_everything_back)
 	n_hit = n_in = 9;
 	ASSERT_EQ(0, lookup_wait(self->a, 4, &n_hit, &n_in));
 	EXPECT_EQ(0, n_in);
+	fd = chan_open(self->ctl, self->pool_id, 64, 0);
+	EXPECT_LE(0, fd);
+	if (fd >= 0)
+		close(fd);
+}
+
+/* A plain close() with references and claims held, as for a kill: nothing stays. */
+TEST_F(chan, holder_closes_gives_everything_back)
+{
+	struct kvs_pool_stats st;
+	__u32 n_hit = 9, n_in = 9;
+	int fd, i;
+
+	fd = chan_open(self->ctl, self->pool_id, 64, CHAIN);
+	ASSERT_LE(0, fd) TH_LOG("CHAN_OPEN: %s", strerror(-fd));
+	ASSERT_EQ(0, publish_chain(self->a, 5));
+	ASSERT_EQ(0, lookup_wait(self->a, 6, &n_hit, &n_in));
+	EXPECT_EQ(CHAIN, n_in);
+	st = pool_stats(self);
+	EXPECT_EQ(CHAIN, st.n_refs);
+	EXPECT_EQ(CHAIN, st.n_claimed);
+	close(fd);
+	for (i = 0; i < 100; i++) {
+		st = pool_stats(self);
+		if (!st.n_held)
+			break;
+		kvd_sleep_ms(20);
+	}
+	EXPECT_EQ(0, st.n_held);
+	EXPECT_EQ(0, st.n_refs);
+	EXPECT_EQ(0, st.n_claimed);
 	fd = chan_open(self->ctl, self->pool_id, 64, 0);
 	EXPECT_LE(0, fd);
 	if (fd >= 0)
