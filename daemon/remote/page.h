@@ -34,6 +34,9 @@ struct kvsd_rpage_id {
 	uint64_t ns;			/* the clients' namespace in the pool */
 	struct kvs_geometry geom;	/* page_bytes filled */
 	struct kvsd_rmac *mac;		/* the tier's keys; NULL: none */
+	/* The key up to the chain key, made once: a fetch makes hundreds of keys. */
+	char key_prefix[KVSD_RPAGE_KEY_MAX - 64];
+	size_t key_prefix_len;
 };
 
 /* Why a value was refused (the metrics' reason label). */

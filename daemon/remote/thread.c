@@ -51,7 +51,30 @@ struct fetch_io {
 	struct kvsd_rcmd *cmds;
 	struct kvsd_rsink *sinks;
 	uint8_t *hdrs;
+	char *text;			/* the GETs' bytes, GET_MAX each */
 };
+
+/* "*2\r\n$3\r\nGET\r\n$<len>\r\n<key>\r\n" */
+#define GET_HEAD	"*2\r\n$3\r\nGET\r\n$"
+#define GET_MAX		(sizeof(GET_HEAD) + 8 + KVSD_RPAGE_KEY_MAX)
+
+/* The head of a GET of a key of @klen bytes, without printf: a fetch makes hundreds. */
+static int get_format(char *buf, size_t klen)
+{
+	char digits[8];
+	int n = 0, len = sizeof(GET_HEAD) - 1;
+
+	memcpy(buf, GET_HEAD, len);
+	do {
+		digits[n++] = (char)('0' + klen % 10);
+		klen /= 10;
+	} while (klen);
+	while (n)
+		buf[len++] = digits[--n];
+	buf[len++] = '\r';
+	buf[len++] = '\n';
+	return len;
+}
 
 /*
  * The job's GETs, each value to be read straight into its claimed page
@@ -68,12 +91,20 @@ static int fetch_prepare(struct tier *t, struct job *j, struct fetch_io *io)
 	count(&t->st.fetches, 1);
 	count(&t->st.fetch_pages, j->n);
 	for (i = 0; i < j->n; i++) {
-		const char *argv[2] = { "GET", key };
-		size_t lens[2] = { 3, kvsd_rpage_key(key, &j->tns->id, &j->keys[i]) };
+		char *buf = io->text + (size_t)i * GET_MAX;
+		size_t klen;
+		int len;
 
-		if (kvsd_rcmd_format(&io->cmds[i], 2, argv, lens))
-			return -ENOMEM;
-		io->cmds[i].slot = kvsd_rcl_slot(key, lens[1]);
+		klen = kvsd_rpage_key(key, &j->tns->id, &j->keys[i]);
+		len = get_format(buf, klen);
+		memcpy(buf + len, key, klen);
+		memcpy(buf + len + klen, "\r\n", 2);
+		memset(&io->cmds[i], 0, sizeof(io->cmds[i]));
+		io->cmds[i].buf = buf;
+		io->cmds[i].len = len + (int)klen + 2;
+		io->cmds[i].node = -1;
+		if (t->rc->cluster)
+			io->cmds[i].slot = kvsd_rcl_slot(key, klen);
 		io->cmds[i].read = true;
 		io->sinks[i].head = io->hdrs + (size_t)i * VALUE_SIDE;
 		io->sinks[i].head_len = KVSD_RPAGE_HDR;
@@ -147,11 +178,14 @@ static void do_fetches(struct tier *t, struct job *list)
 	all.cmds = calloc(n, sizeof(*all.cmds));
 	all.sinks = calloc(n, sizeof(*all.sinks));
 	all.hdrs = malloc((size_t)n * VALUE_SIDE);
+	all.text = malloc((size_t)n * GET_MAX);
 	for (j = list; j; j = j->next) {
 		io.cmds = all.cmds + at;
 		io.sinks = all.sinks + at;
 		io.hdrs = all.hdrs + (size_t)at * VALUE_SIDE;
-		if (!all.cmds || !all.sinks || !all.hdrs || fetch_prepare(t, j, &io))
+		io.text = all.text + (size_t)at * GET_MAX;
+		if (!all.cmds || !all.sinks || !all.hdrs || !all.text ||
+		    fetch_prepare(t, j, &io))
 			goto fail;
 		at += j->n;
 	}
@@ -170,7 +204,8 @@ fail:
 		j->failed = true;
 out:
 	for (i = 0; all.cmds && i < n; i++)
-		kvsd_rcmd_free(&all.cmds[i]);
+		kvsd_reply_free(all.cmds[i].reply);	/* their bytes are all.text's */
+	free(all.text);
 	free(all.cmds);
 	free(all.sinks);
 	free(all.hdrs);
@@ -335,57 +370,12 @@ static struct job *take_jobs(struct tier *t)
 	return list;
 }
 
-static bool has_fetch(const struct job *j)
-{
-	for (; j; j = j->next)
-		if (j->fetch)
-			return true;
-	return false;
-}
-
-/*
- * Clients that miss together (the replicas of an engine given the same
- * prompt burst) reach the loop within a fraction of a millisecond, and
- * the thread wakes at the first: it waits FETCH_LINGER_US for more, as
- * long as more come (FETCH_LINGER_MAX_US in all), so that they share one
- * pipeline instead of each waiting for the round trip of the one before.
- */
-static void linger(struct tier *t, struct job **list)
-{
-	struct job **tail = list;
-	uint64_t start = now_us();
-	struct timespec ts;
-
-	while (*tail)
-		tail = &(*tail)->next;
-	pthread_mutex_lock(&t->mu);
-	while (!t->stop && now_us() - start < FETCH_LINGER_MAX_US) {
-		if (!t->todo) {
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += FETCH_LINGER_US * 1000l;
-			ts.tv_sec += ts.tv_nsec / 1000000000l;
-			ts.tv_nsec %= 1000000000l;
-			pthread_cond_timedwait(&t->cv, &t->mu, &ts);
-			if (!t->todo)
-				break;	/* none came: go */
-		}
-		*tail = t->todo;
-		while (*tail)
-			tail = &(*tail)->next;
-		t->todo = NULL;
-		t->todo_tail = &t->todo;
-	}
-	pthread_mutex_unlock(&t->mu);
-}
-
 void *kvsd_tier_main(void *arg)
 {
 	struct tier *t = arg;
 	struct job *list, *j, *next, *fetches, *writes, **ft, **wt;
 
 	while ((list = take_jobs(t))) {
-		if (has_fetch(list))
-			linger(t, &list);
 		fetches = writes = NULL;
 		ft = &fetches;
 		wt = &writes;
@@ -400,7 +390,12 @@ void *kvsd_tier_main(void *arg)
 				wt = &j->next;
 			}
 		}
-		/* Fetches first: someone waits for them. */
+		/*
+		 * Fetches first: someone waits for them.  A fetch starts as
+		 * soon as the thread has it: those that come meanwhile (other
+		 * clients of the same burst) are all taken together by the
+		 * next round, one pipeline for them all, right after this one.
+		 */
 		if (fetches)
 			do_fetches(t, fetches);
 		post_done(t, fetches);
