@@ -308,6 +308,30 @@ static ssize_t io_read(struct kvsd_rnode *n, char *p, size_t len, short *want)
 	return errno == EAGAIN || errno == EINTR ? -EAGAIN : -errno;
 }
 
+/*
+ * Plain TCP: one recvmsg() into the reader's plan (resp.h): the pages of
+ * the replies to come straight from the socket, as many as the plan holds.
+ */
+static ssize_t io_readv(struct kvsd_rexec *x, short *want)
+{
+	const struct kvsd_rsink *next[KVSD_RESP_PLAN + 1];
+	struct iovec iov[KVSD_RESP_IOV];
+	struct msghdr msg = { .msg_iov = iov };
+	unsigned int i;
+	ssize_t r;
+
+	for (i = 0; i < KVSD_RESP_PLAN + 1 && x->got + i < x->count; i++)
+		next[i] = x->cmds[x->got + i].sink;
+	msg.msg_iovlen = kvsd_resp_iov(x->n->reader, next, i, x->max_reply, iov);
+	r = recvmsg(x->n->fd, &msg, 0);
+	if (r > 0)
+		return r;
+	if (!r)
+		return -ECONNRESET;
+	*want = POLLIN;
+	return errno == EAGAIN || errno == EINTR ? -EAGAIN : -errno;
+}
+
 static bool reply_ok(const struct kvsd_reply *r)
 {
 	return r && r->type == KVSD_REPLY_STATUS && !strcmp(r->str, "OK");
@@ -479,8 +503,12 @@ static int exec_step(struct kvsd_rexec *x)
 		ret = exec_send(x, &w_want);
 		if (ret && ret != -EAGAIN)
 			return exec_fail(n, ret, "sending");
-		kvsd_resp_space(n->reader, &p, &room);
-		r = io_read(n, p, room, &r_want);
+		if (n->ssl) {
+			kvsd_resp_space(n->reader, &p, &room);
+			r = io_read(n, p, room, &r_want);
+		} else {
+			r = io_readv(x, &r_want);
+		}
 		if (r == -EAGAIN) {
 			x->events = r_want | (x->sent < x->count ? w_want : 0);
 			return 0;

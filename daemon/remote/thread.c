@@ -113,6 +113,8 @@ static int fetch_prepare(struct tier *t, struct job *j, struct fetch_io *io)
 		/* A value may come with a MAC, keyed tier or not (page.h). */
 		io->sinks[i].tail = io->hdrs + (size_t)i * VALUE_SIDE + KVSD_RPAGE_HDR;
 		io->sinks[i].tail_len = KVSD_RMAC_LEN;
+		/* Read ahead on the length this tier stores (resp.h). */
+		io->sinks[i].expect = kvsd_rpage_value_len(&j->tns->id);
 		io->cmds[i].sink = &io->sinks[i];
 	}
 	return 0;
