@@ -145,6 +145,13 @@ int kvsd_rpage_seal(uint8_t *val, const struct kvsd_rpage_id *id,
 		    const struct kvs_key *key)
 {
 	size_t len = KVSD_RPAGE_HDR + id->geom.page_bytes;
+
+	return kvsd_rpage_seal_parts(val, val + KVSD_RPAGE_HDR, val + len, id, key);
+}
+
+int kvsd_rpage_seal_parts(uint8_t *hdr, const void *bytes, uint8_t *mac,
+			  const struct kvsd_rpage_id *id, const struct kvs_key *key)
+{
 	struct kvsd_rmac_keys *k;
 	struct rpage_hdr h;
 	int ret;
@@ -152,13 +159,13 @@ int kvsd_rpage_seal(uint8_t *val, const struct kvsd_rpage_id *id,
 	hdr_fill(&h, id, key);
 	if (id->mac)
 		h.flags = htole64(RPAGE_F_MAC);
-	checksum(&h, val + KVSD_RPAGE_HDR, id->geom.page_bytes, h.sum);
-	memcpy(val, &h, sizeof(h));
+	checksum(&h, bytes, id->geom.page_bytes, h.sum);
+	memcpy(hdr, &h, sizeof(h));
 	if (!id->mac)
 		return 0;
 	/* The tag covers the header as stored, checksum and flags included. */
 	k = kvsd_rmac_get(id->mac);
-	ret = kvsd_rmac_sign(k, val, len, val + len);
+	ret = kvsd_rmac_sign_parts(k, hdr, KVSD_RPAGE_HDR, bytes, id->geom.page_bytes, mac);
 	kvsd_rmac_put(k);
 	return ret;
 }

@@ -73,6 +73,14 @@ size_t kvsd_rpage_key(char *buf, const struct kvsd_rpage_id *id,
  */
 int kvsd_rpage_seal(uint8_t *val, const struct kvsd_rpage_id *id,
 		    const struct kvs_key *key);
+/*
+ * The same for a value sent from separate places (the tier sends a page
+ * straight from the pool): the header into @hdr, keyed the MAC into @mac,
+ * both over @bytes as they are now.  Bytes that change before they are
+ * sent make a value every host refuses (checksum, mac), never a wrong one.
+ */
+int kvsd_rpage_seal_parts(uint8_t *hdr, const void *bytes, uint8_t *mac,
+			  const struct kvsd_rpage_id *id, const struct kvs_key *key);
 
 /*
  * Check a value fetched for @key: KVSD_RPAGE_OK or why not.  Its page

@@ -214,38 +214,49 @@ out:
 }
 
 /*
- * SET key <header><page> [EX ttl], formatted here so that the page is
- * copied once, and sealed from that copy: the checksum and the MAC cover
- * exactly the bytes sent, whatever a client writes to the page meanwhile.
+ * SET key <header><page>[<MAC>] [EX ttl], the page sent straight from the
+ * pool: the command's buffer holds what comes before it (the value's
+ * header last) and, after that, what comes after it (the MAC, the rest).
+ * The job keeps its reference until Redis has answered.  The checksum and
+ * the MAC cover the page as it is now: should a client write to it before
+ * it is sent, every host refuses the value (checksum or mac), none
+ * serves it.
  */
 static int set_cmd(struct tier *t, const struct tns *s, const struct kvs_key *key,
 		   uint32_t page, struct kvsd_rcmd *c)
 {
-	size_t pb = t->geom.page_bytes, klen, vlen = kvsd_rpage_value_len(&s->id), off;
+	size_t pb = t->geom.page_bytes, klen, vlen = kvsd_rpage_value_len(&s->id);
+	size_t mac = vlen - KVSD_RPAGE_HDR - pb;
 	char k[KVSD_RPAGE_KEY_MAX], ttl[16], head[KVSD_RPAGE_KEY_MAX + 64];
-	int hlen;
+	const uint8_t *bytes = t->mem + (size_t)page * pb;
+	int hlen, tlen;
+	char *tail;
 
 	klen = kvsd_rpage_key(k, &s->id, key);
 	snprintf(ttl, sizeof(ttl), "%u", t->rc->ttl_s);
 	hlen = snprintf(head, sizeof(head), "*%d\r\n$3\r\nSET\r\n$%zu\r\n%s\r\n$%zu\r\n",
 			t->rc->ttl_s ? 5 : 3, klen, k, vlen);
 	memset(c, 0, sizeof(*c));
-	c->len = hlen + vlen + 2 + (t->rc->ttl_s ? 8 + 4 + (int)strlen(ttl) + 2 : 0);
-	c->buf = malloc(c->len + 1);
+	c->len = hlen + KVSD_RPAGE_HDR;
+	c->buf = malloc(c->len + mac + 64);
 	if (!c->buf)
 		return -ENOMEM;
 	memcpy(c->buf, head, hlen);
-	memcpy(c->buf + hlen + KVSD_RPAGE_HDR, t->mem + (size_t)page * pb, pb);
-	if (kvsd_rpage_seal((uint8_t *)c->buf + hlen, &s->id, key)) {
+	tail = c->buf + c->len;
+	if (kvsd_rpage_seal_parts((uint8_t *)c->buf + hlen, bytes, (uint8_t *)tail,
+				  &s->id, key)) {
 		free(c->buf);
 		c->buf = NULL;
 		return -EIO;
 	}
-	off = hlen + vlen;
 	if (t->rc->ttl_s)
-		sprintf(c->buf + off, "\r\n$2\r\nEX\r\n$%zu\r\n%s\r\n", strlen(ttl), ttl);
+		tlen = sprintf(tail + mac, "\r\n$2\r\nEX\r\n$%zu\r\n%s\r\n", strlen(ttl), ttl);
 	else
-		memcpy(c->buf + off, "\r\n", 3);
+		tlen = sprintf(tail + mac, "\r\n");
+	c->body = bytes;
+	c->body_len = pb;
+	c->tail = tail;
+	c->tail_len = mac + tlen;
 	c->node = -1;
 	c->slot = kvsd_rcl_slot(k, klen);
 	return 0;
@@ -271,15 +282,17 @@ static void post_done(struct tier *t, struct job *list)
 
 /*
  * Write every page of the write jobs in @list, in batches of WRITE_BATCH
- * pages or WRITE_BYTES bytes.  A job goes back to the loop (its
- * references dropped) as soon as its pages are copied, before Redis is
- * asked: a slow Redis holds up no page of the pool.
+ * pages or WRITE_BYTES bytes, each page sent from the pool.  A job goes
+ * back to the loop (its references dropped) once Redis has answered the
+ * batch its last page was in, or the batch's deadline has passed: a slow
+ * Redis holds at most the write queue's pages (remote_queue, a quarter
+ * of the pool at most), for at most remote_timeout_ms a batch.
  */
 static void do_writes(struct tier *t, struct job *list)
 {
 	size_t value = KVSD_RPAGE_HDR + t->geom.page_bytes;
 	struct kvsd_rcmd *cmds = calloc(WRITE_BATCH, sizeof(*cmds));
-	struct job *j = list, *copied, **cut;
+	struct job *j = list, *done, **cut;
 	uint32_t at = 0;
 
 	while (j) {
@@ -297,15 +310,6 @@ static void do_writes(struct tier *t, struct job *list)
 				j = j->next;
 				at = 0;
 			}
-		}
-		/* The jobs wholly copied: from the list's head up to j. */
-		copied = list;
-		for (cut = &list; *cut != j; cut = &(*cut)->next)
-			;
-		if (cut != &list) {
-			list = j;
-			*cut = NULL;
-			post_done(t, copied);
 		}
 		/*
 		 * Down only when no node answers: SETs refused (CLUSTERDOWN)
@@ -329,6 +333,15 @@ static void do_writes(struct tier *t, struct job *list)
 		}
 		/* Settled, written or not: what a drained tier shows. */
 		atomic_fetch_sub(&t->st.write_pending, n);
+		/* The jobs wholly sent and answered: from the list's head up to j. */
+		done = list;
+		for (cut = &list; *cut != j; cut = &(*cut)->next)
+			;
+		if (cut != &list) {
+			list = j;
+			*cut = NULL;
+			post_done(t, done);
+		}
 	}
 	post_done(t, list);
 	free(cmds);
