@@ -14,7 +14,7 @@
 
 int main(int argc, char **argv)
 {
-	struct kvs_pool_attach info;
+	struct kvs_pool_attach info = { 0 };	/* flags are an input */
 	struct kv_arbiter *arb;
 	struct kvs_key *keys;
 	uint32_t *pages;
