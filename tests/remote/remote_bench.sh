@@ -5,7 +5,7 @@
 #
 # 1. One 256-page chain (a 4096-token system prompt of 16-token bf16
 #    pages of 16 KiB: 4 MiB), computed and published on host A; then on a
-#    fresh host B, side by side, medians of $REPS runs:
+#    fresh host B, side by side, medians of $CHAIN_REPS runs:
 #      remote   B's first request: the pages come from Redis (the tier's
 #               own fetch time, from its histogram, and kvserve's match
 #               time, which adds hashing, LOOKUPs and the wait);
@@ -16,16 +16,19 @@
 # 2. Two hosts serving the same workload one after the other: prompt
 #    tokens host B computes with and without the tier.
 # 0. First, the tier beside Redis's own speed (tier_bench): C clients at
-#    once each publish a chain on host A (the time until the tier has
-#    written it all) and fetch it on a fresh host B (LOOKUP with WAIT
-#    until every page is a hit, each byte checked), against C clients of
-#    a plain pipelined hiredis loop GETting and SETting the very same
-#    keys and values on the same servers, in the same run; medians of
-#    $REPS runs, and the median of each run's tier rate over its loop rate.
+#    once each fetch a chain on host B (LOOKUP with WAIT until every page
+#    is a hit, each byte checked) and publish one on host A (the time
+#    until the tier has written it all), against C clients of a plain
+#    pipelined hiredis loop GETting and SETting the very same keys and
+#    values on the same servers; $REPS starts of both hosts a row, $PAIRS
+#    tier/loop pairs of each kind a start, interleaved; the median of the
+#    pairs' tier/loop ratios and their range (tb_row).
+# PARTS="0 1 2" picks parts, ROWS=REGEX part 0's rows.
 set -uo pipefail
 
 build=${BUILD:-build}
-REPS=${REPS:-3}		# kvshared starts of each row of part 0; of each row of part 1
+REPS=${REPS:-3}		# part 0: kvshared starts of each row
+CHAIN_REPS=${CHAIN_REPS:-5}	# part 1: runs of each row
 PAIRS=${PAIRS:-6}	# part 0: tier/loop pairs of each kind within one start
 PARTS=${PARTS:-0 1 2}	# which parts to run
 ROWS=${ROWS:-.}		# part 0: only the rows whose label matches this regex
@@ -47,7 +50,7 @@ bench_chain() {
 	serve A "$tmp/a" "${chain[@]}"
 	sleep 0.3	# the write-behind
 	: >"$tmp/fetch"; : >"$tmp/match"; : >"$tmp/local"; : >"$tmp/scratch"
-	for r in $(seq "$REPS"); do
+	for r in $(seq "$CHAIN_REPS"); do
 		start_kvshared B "$spec" || break
 		s0=$(metric B '^kvshare_remote_fetch_seconds_sum')
 		serve B "$tmp/b1" "${chain[@]}"
@@ -204,7 +207,7 @@ fi
 part 1 || part 2 || exit 0
 
 if part 1; then
-echo "remote tier: one chain of 256 pages (4 MiB; medians of $REPS runs, kvserve's ms are whole ms)"
+echo "remote tier: one chain of 256 pages (4 MiB; medians of $CHAIN_REPS runs, kvserve's ms are whole ms)"
 printf '  %-22s %11s %14s %13s %13s %15s\n' "" "tier fetch" "fetch rate" "remote match" \
 	"local match" "recompute"
 bench_chain "single redis-server" "127.0.0.1:$r1" ""
