@@ -267,22 +267,48 @@ static ssize_t io_write(struct kvsd_rnode *n, const char *p, size_t len, short *
 	return errno == EAGAIN || errno == EINTR ? -EAGAIN : -errno;
 }
 
+/* A command's bytes: buf, then its body and tail. */
+static size_t cmd_len(const struct kvsd_rcmd *c)
+{
+	return (size_t)c->len + c->body_len + c->tail_len;
+}
+
+/* The contiguous piece of command @c at byte @off, and its length. */
+static const char *cmd_at(const struct kvsd_rcmd *c, size_t off, size_t *n)
+{
+	if (off < (size_t)c->len) {
+		*n = c->len - off;
+		return c->buf + off;
+	}
+	off -= c->len;
+	if (off < c->body_len) {
+		*n = c->body_len - off;
+		return (const char *)c->body + off;
+	}
+	off -= c->body_len;
+	*n = c->tail_len - off;
+	return c->tail + off;
+}
+
 /* Plain TCP: as many of the pipeline's commands as the socket takes, in one call. */
 static ssize_t io_writev(struct kvsd_rexec *x, short *want)
 {
-	struct iovec iov[SEND_IOV];
+	struct iovec iov[3 * SEND_IOV];
 	struct msghdr msg = { .msg_iov = iov };
-	unsigned int i;
+	unsigned int i, n = 0;
 	ssize_t w;
 
 	for (i = 0; i < SEND_IOV && x->sent + i < x->count; i++) {
 		const struct kvsd_rcmd *c = &x->cmds[x->sent + i];
-		size_t off = i ? 0 : x->off;
+		size_t off = i ? 0 : x->off, len = cmd_len(c), piece;
 
-		iov[i].iov_base = c->buf + off;
-		iov[i].iov_len = c->len - off;
+		while (off < len) {
+			iov[n].iov_base = (void *)cmd_at(c, off, &piece);
+			iov[n++].iov_len = piece;
+			off += piece;
+		}
 	}
-	msg.msg_iovlen = i;
+	msg.msg_iovlen = n;
 	w = sendmsg(x->n->fd, &msg, MSG_NOSIGNAL);
 	if (w >= 0)
 		return w;
@@ -300,6 +326,30 @@ static ssize_t io_read(struct kvsd_rnode *n, char *p, size_t len, short *want)
 		return r > 0 ? r : tls_want(n, (int)r, want);
 	}
 	r = recv(n->fd, p, len, 0);
+	if (r > 0)
+		return r;
+	if (!r)
+		return -ECONNRESET;
+	*want = POLLIN;
+	return errno == EAGAIN || errno == EINTR ? -EAGAIN : -errno;
+}
+
+/*
+ * Plain TCP: one recvmsg() into the reader's plan (resp.h): the pages of
+ * the replies to come straight from the socket, as many as the plan holds.
+ */
+static ssize_t io_readv(struct kvsd_rexec *x, short *want)
+{
+	const struct kvsd_rsink *next[KVSD_RESP_PLAN + 1];
+	struct iovec iov[KVSD_RESP_IOV];
+	struct msghdr msg = { .msg_iov = iov };
+	unsigned int i;
+	ssize_t r;
+
+	for (i = 0; i < KVSD_RESP_PLAN + 1 && x->got + i < x->count; i++)
+		next[i] = x->cmds[x->got + i].sink;
+	msg.msg_iovlen = kvsd_resp_iov(x->n->reader, next, i, x->max_reply, iov);
+	r = recvmsg(x->n->fd, &msg, 0);
 	if (r > 0)
 		return r;
 	if (!r)
@@ -438,14 +488,20 @@ static int exec_send(struct kvsd_rexec *x, short *want)
 
 	while (x->sent < x->count) {
 		struct kvsd_rcmd *c = &x->cmds[x->sent];
+		const char *p;
+		size_t piece;
 
-		w = x->n->ssl ? io_write(x->n, c->buf + x->off, c->len - x->off, want)
-			      : io_writev(x, want);
+		if (x->n->ssl) {
+			p = cmd_at(c, x->off, &piece);
+			w = io_write(x->n, p, piece, want);
+		} else {
+			w = io_writev(x, want);
+		}
 		if (w < 0)
 			return (int)w;
 		/* Past every command the call took whole. */
 		while (w && x->sent < x->count) {
-			size_t left = x->cmds[x->sent].len - x->off;
+			size_t left = cmd_len(&x->cmds[x->sent]) - x->off;
 
 			if ((size_t)w < left) {
 				x->off += w;
@@ -479,8 +535,12 @@ static int exec_step(struct kvsd_rexec *x)
 		ret = exec_send(x, &w_want);
 		if (ret && ret != -EAGAIN)
 			return exec_fail(n, ret, "sending");
-		kvsd_resp_space(n->reader, &p, &room);
-		r = io_read(n, p, room, &r_want);
+		if (n->ssl) {
+			kvsd_resp_space(n->reader, &p, &room);
+			r = io_read(n, p, room, &r_want);
+		} else {
+			r = io_readv(x, &r_want);
+		}
 		if (r == -EAGAIN) {
 			x->events = r_want | (x->sent < x->count ? w_want : 0);
 			return 0;

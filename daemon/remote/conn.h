@@ -52,6 +52,15 @@ struct kvsd_rnode {
 struct kvsd_rcmd {
 	char *buf;
 	int len;
+	/*
+	 * Sent after buf, if set: a body (a page, straight from the pool)
+	 * then a tail; neither is the command's (kvsd_rcmd_free() frees buf
+	 * only), and both must stay as they are until the reply is in.
+	 */
+	const void *body;
+	size_t body_len;
+	const char *tail;
+	size_t tail_len;
 	struct kvsd_reply *reply;
 	const struct kvsd_rsink *sink;
 	uint16_t slot;			/* cluster routing (cluster.c) */

@@ -295,6 +295,12 @@ static int tag(const uint8_t key[KVSD_RMAC_KEY], const uint8_t nonce[KVSD_RMAC_N
 int kvsd_rmac_sign(const struct kvsd_rmac_keys *k, const void *msg, size_t len,
 		   uint8_t out[KVSD_RMAC_LEN])
 {
+	return kvsd_rmac_sign_parts(k, msg, len, NULL, 0, out);
+}
+
+int kvsd_rmac_sign_parts(const struct kvsd_rmac_keys *k, const void *msg, size_t len,
+			 const void *msg2, size_t len2, uint8_t out[KVSD_RMAC_LEN])
+{
 	struct tag_ctx *x = ctx_get();
 
 	if (!x)
@@ -302,7 +308,7 @@ int kvsd_rmac_sign(const struct kvsd_rmac_keys *k, const void *msg, size_t len,
 	memcpy(out, &x->salt, sizeof(x->salt));
 	memcpy(out + sizeof(x->salt), &x->count, sizeof(x->count));
 	x->count++;
-	return tag(k->key[0], out, msg, len, NULL, 0, out + KVSD_RMAC_NONCE);
+	return tag(k->key[0], out, msg, len, msg2, len2, out + KVSD_RMAC_NONCE);
 }
 
 int kvsd_rmac_verify(const struct kvsd_rmac_keys *k, const void *msg, size_t len,

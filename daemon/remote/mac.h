@@ -61,6 +61,9 @@ void kvsd_rmac_put(struct kvsd_rmac_keys *k);
 /* Tag @msg under key[0] with a nonce never used before, into @out.  0 or -EIO. */
 int kvsd_rmac_sign(const struct kvsd_rmac_keys *k, const void *msg, size_t len,
 		   uint8_t out[KVSD_RMAC_LEN]);
+/* The same over a message in two pieces: @msg, then @msg2. */
+int kvsd_rmac_sign_parts(const struct kvsd_rmac_keys *k, const void *msg, size_t len,
+			 const void *msg2, size_t len2, uint8_t out[KVSD_RMAC_LEN]);
 /*
  * Check @mac (nonce and tag) over @msg: 0 under the key, 1 under the old
  * key, -EBADMSG under neither, -EIO if OpenSSL failed.

@@ -73,6 +73,19 @@ static void skipped(FILE *f, struct tier *t)
 			t->name, why[i], get(c[i]));
 }
 
+/* Fetched values refused, by reason, under the family @name. */
+static void dropped(FILE *f, const char *name, const char *help)
+{
+	struct tier *t;
+	int b;
+
+	family(f, name, "counter", help);
+	EACH_TIER(t)
+		for (b = 1; b < KVSD_RPAGE_N_BAD; b++)
+			fprintf(f, "%s{pool=\"%s\",reason=\"%s\"} %llu\n", name, t->name,
+				kvsd_rpage_bad_names[b], get(&t->st.dropped[b]));
+}
+
 char *kvsd_remote_metrics(void)
 {
 	struct tier *t;
@@ -134,13 +147,13 @@ char *kvsd_remote_metrics(void)
 	COUNTER(f, "kvshare_remote_auth_refused_total",
 		"Probes whose AUTH a Redis refused (a wrong user or password).",
 		auth_refused);
-	family(f, "kvshare_remote_dropped_pages_total", "counter",
-	       "Fetched values refused by the check, by reason.");
-	EACH_TIER(t)
-		for (b = 1; b < KVSD_RPAGE_N_BAD; b++)
-			fprintf(f, "kvshare_remote_dropped_pages_total{pool=\"%s\","
-				"reason=\"%s\"} %llu\n", t->name,
-				kvsd_rpage_bad_names[b], get(&t->st.dropped[b]));
+	dropped(f, "kvshare_remote_dropped_total",
+		"Fetched values refused by the check, by reason: size, format, geometry, "
+		"key, checksum, mac (a keyed tier: no valid MAC).");
+	/* The name before: the same counters, for one release more. */
+	dropped(f, "kvshare_remote_dropped_pages_total",
+		"Deprecated name of kvshare_remote_dropped_total (the same counters); "
+		"removed in the next release.");
 	family(f, "kvshare_remote_fetch_skipped_total", "counter",
 	       "LOOKUP misses not sent on, by reason.");
 	EACH_TIER(t)

@@ -47,11 +47,20 @@ const char *const kvsd_rpage_bad_names[KVSD_RPAGE_N_BAD] = {
 	[KVSD_RPAGE_BAD_MAC] = "mac",
 };
 
+/* The dtype's short name in keys ("x": unknown; never for a valid pool). */
+static const char *dtype_tag(uint32_t dtype)
+{
+	const struct kv_dtype_name *d = kv_dtype_by_id(dtype);
+
+	return d ? d->name : "x";
+}
+
 void kvsd_rpage_id_init(struct kvsd_rpage_id *id, const char *name, uint32_t owner,
 			uint64_t ns, const struct kvs_geometry *geom,
 			struct kvsd_rmac *mac)
 {
 	XXH128_hash_t h;
+	int n;
 
 	memset(id, 0, sizeof(*id));
 	snprintf(id->name, sizeof(id->name), "%s", name);
@@ -61,6 +70,13 @@ void kvsd_rpage_id_init(struct kvsd_rpage_id *id, const char *name, uint32_t own
 	id->ns = ns;
 	id->geom = *geom;
 	id->mac = mac;
+	/* At most 63 + 3 * 10 + 16 + 4 + 1 + 10 + 20 bytes: room for the chain key. */
+	n = snprintf(id->key_prefix, sizeof(id->key_prefix), "kvs%u:%s:%u:%016llx:L%uH%uD%uT%u%s:",
+		     KVSD_RPAGE_VERSION, id->name, id->owner, (unsigned long long)id->ns,
+		     geom->n_layers, geom->n_kv_heads, geom->head_dim,
+		     geom->tokens_per_page, dtype_tag(geom->dtype));
+	id->key_prefix_len = n < (int)sizeof(id->key_prefix) ? (size_t)n
+							     : sizeof(id->key_prefix) - 1;
 }
 
 size_t kvsd_rpage_value_len(const struct kvsd_rpage_id *id)
@@ -73,28 +89,19 @@ size_t kvsd_rpage_value_max(const struct kvsd_rpage_id *id)
 	return KVSD_RPAGE_HDR + id->geom.page_bytes + KVSD_RMAC_LEN;
 }
 
-/* The dtype's short name in keys ("x": unknown; never for a valid pool). */
-static const char *dtype_tag(uint32_t dtype)
-{
-	const struct kv_dtype_name *d = kv_dtype_by_id(dtype);
-
-	return d ? d->name : "x";
-}
-
 size_t kvsd_rpage_key(char *buf, const struct kvsd_rpage_id *id,
 		      const struct kvs_key *key)
 {
-	const struct kvs_geometry *g = &id->geom;
-	int n;
+	static const char hex[] = "0123456789abcdef";
+	char *p = buf + id->key_prefix_len;
+	int w, b;
 
-	n = snprintf(buf, KVSD_RPAGE_KEY_MAX,
-		     "kvs%u:%s:%u:%016llx:L%uH%uD%uT%u%s:%016llx%016llx%016llx%016llx",
-		     KVSD_RPAGE_VERSION, id->name, id->owner,
-		     (unsigned long long)id->ns, g->n_layers, g->n_kv_heads,
-		     g->head_dim, g->tokens_per_page, dtype_tag(g->dtype),
-		     (unsigned long long)key->w[0], (unsigned long long)key->w[1],
-		     (unsigned long long)key->w[2], (unsigned long long)key->w[3]);
-	return n < KVSD_RPAGE_KEY_MAX ? (size_t)n : KVSD_RPAGE_KEY_MAX - 1;
+	memcpy(buf, id->key_prefix, id->key_prefix_len);
+	for (w = 0; w < 4; w++)
+		for (b = 60; b >= 0; b -= 4)
+			*p++ = hex[(key->w[w] >> b) & 15];
+	*p = '\0';
+	return p - buf;
 }
 
 static void hdr_fill(struct rpage_hdr *h, const struct kvsd_rpage_id *id,
@@ -138,6 +145,13 @@ int kvsd_rpage_seal(uint8_t *val, const struct kvsd_rpage_id *id,
 		    const struct kvs_key *key)
 {
 	size_t len = KVSD_RPAGE_HDR + id->geom.page_bytes;
+
+	return kvsd_rpage_seal_parts(val, val + KVSD_RPAGE_HDR, val + len, id, key);
+}
+
+int kvsd_rpage_seal_parts(uint8_t *hdr, const void *bytes, uint8_t *mac,
+			  const struct kvsd_rpage_id *id, const struct kvs_key *key)
+{
 	struct kvsd_rmac_keys *k;
 	struct rpage_hdr h;
 	int ret;
@@ -145,13 +159,13 @@ int kvsd_rpage_seal(uint8_t *val, const struct kvsd_rpage_id *id,
 	hdr_fill(&h, id, key);
 	if (id->mac)
 		h.flags = htole64(RPAGE_F_MAC);
-	checksum(&h, val + KVSD_RPAGE_HDR, id->geom.page_bytes, h.sum);
-	memcpy(val, &h, sizeof(h));
+	checksum(&h, bytes, id->geom.page_bytes, h.sum);
+	memcpy(hdr, &h, sizeof(h));
 	if (!id->mac)
 		return 0;
 	/* The tag covers the header as stored, checksum and flags included. */
 	k = kvsd_rmac_get(id->mac);
-	ret = kvsd_rmac_sign(k, val, len, val + len);
+	ret = kvsd_rmac_sign_parts(k, hdr, KVSD_RPAGE_HDR, bytes, id->geom.page_bytes, mac);
 	kvsd_rmac_put(k);
 	return ret;
 }

@@ -34,6 +34,9 @@ struct kvsd_rpage_id {
 	uint64_t ns;			/* the clients' namespace in the pool */
 	struct kvs_geometry geom;	/* page_bytes filled */
 	struct kvsd_rmac *mac;		/* the tier's keys; NULL: none */
+	/* The key up to the chain key, made once: a fetch makes hundreds of keys. */
+	char key_prefix[KVSD_RPAGE_KEY_MAX - 64];
+	size_t key_prefix_len;
 };
 
 /* Why a value was refused (the metrics' reason label). */
@@ -70,6 +73,14 @@ size_t kvsd_rpage_key(char *buf, const struct kvsd_rpage_id *id,
  */
 int kvsd_rpage_seal(uint8_t *val, const struct kvsd_rpage_id *id,
 		    const struct kvs_key *key);
+/*
+ * The same for a value sent from separate places (the tier sends a page
+ * straight from the pool): the header into @hdr, keyed the MAC into @mac,
+ * both over @bytes as they are now.  Bytes that change before they are
+ * sent make a value every host refuses (checksum, mac), never a wrong one.
+ */
+int kvsd_rpage_seal_parts(uint8_t *hdr, const void *bytes, uint8_t *mac,
+			  const struct kvsd_rpage_id *id, const struct kvs_key *key);
 
 /*
  * Check a value fetched for @key: KVSD_RPAGE_OK or why not.  Its page

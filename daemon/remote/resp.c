@@ -15,11 +15,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "resp.h"
 
 /* A sunk bulk with at least this much left, and nothing buffered, is read in place. */
 #define DIRECT_MIN	(64u << 10)
+/* The read buffer's room a plan leaves for the bytes past it, at least. */
+#define PLAN_SLACK	4096
+
+/* A reply planned ahead (kvsd_resp_iov()): a bulk of @len bytes into @sink. */
+struct spec {
+	const struct kvsd_rsink *sink;
+	size_t len;
+	char want[24];			/* its header line, after the CRLF before it */
+	unsigned int want_len;
+	char got[24];			/* where recvmsg() put those bytes */
+};
 
 struct frame {
 	struct kvsd_reply *r;		/* an array being filled */
@@ -39,12 +51,21 @@ struct kvsd_resp {
 	size_t max_reply, used;		/* its wire bytes: bound, so far */
 	size_t elems, max_elems;
 	const struct kvsd_rsink *sink;	/* for the reply's (top-level) bulk */
-	bool direct;			/* kvsd_resp_space() offered the sink */
 
 	/* A bulk string in progress: its bytes, then CRLF. */
 	struct kvsd_reply *bulk;
 	size_t bulk_got;
 	bool bulk_crlf;			/* the bytes are in; its CRLF is due */
+
+	/* The last kvsd_resp_iov()'s plan, and the replies it completed. */
+	bool planned;
+	size_t cur_rem;			/* bytes of the bulk in progress planned */
+	struct spec spec[KVSD_RESP_PLAN];
+	unsigned int n_spec;
+	size_t spec_bytes;		/* the plan's bytes past the bulk in progress */
+	size_t plan_max;		/* the planned replies' bound */
+	struct kvsd_reply *ready[KVSD_RESP_PLAN + 1];
+	unsigned int n_ready, ready_at;
 };
 
 struct kvsd_resp *kvsd_resp_new(void)
@@ -66,6 +87,8 @@ void kvsd_resp_free(struct kvsd_resp *r)
 {
 	if (!r)
 		return;
+	while (r->ready_at < r->n_ready)
+		kvsd_reply_free(r->ready[r->ready_at++]);
 	kvsd_reply_free(r->root);
 	free(r->buf);
 	free(r);
@@ -87,7 +110,7 @@ void kvsd_reply_free(struct kvsd_reply *rep)
 
 bool kvsd_resp_busy(const struct kvsd_resp *r)
 {
-	return r->root || r->start < r->end;
+	return r->root || r->start < r->end || r->ready_at < r->n_ready;
 }
 
 const char *kvsd_resp_error(const struct kvsd_resp *r)
@@ -98,8 +121,8 @@ const char *kvsd_resp_error(const struct kvsd_resp *r)
 void kvsd_resp_expect(struct kvsd_resp *r, size_t max_reply,
 		      const struct kvsd_rsink *sink)
 {
-	if (r->root)
-		return;		/* a reply in progress keeps its bounds */
+	if (r->root || r->ready_at < r->n_ready)
+		return;		/* a reply in progress (or read ahead) keeps its bounds */
 	r->max_reply = max_reply;
 	/* Every element costs 3 bytes at least ("+\r\n"). */
 	r->max_elems = max_reply / 3 + 1;
@@ -144,17 +167,9 @@ static bool sink_fits(const struct kvsd_rsink *s, size_t n)
 	       (s->tail && n == s->head_len + s->body_len + s->tail_len);
 }
 
-void kvsd_resp_space(struct kvsd_resp *r, char **p, size_t *len)
+/* The read buffer with its unparsed bytes at its start when that makes room. */
+static void buf_room(struct kvsd_resp *r)
 {
-	size_t room;
-
-	r->direct = sinking(r) && !r->bulk_crlf && r->start == r->end &&
-		    r->bulk->len - r->bulk_got >= DIRECT_MIN;
-	if (r->direct) {
-		*p = sink_at(r->sink, r->bulk_got, &room);
-		*len = room;
-		return;
-	}
 	if (r->start == r->end) {
 		r->start = r->end = 0;
 	} else if (r->end == KVSD_RESP_BUF || r->start > KVSD_RESP_BUF / 2) {
@@ -163,19 +178,204 @@ void kvsd_resp_space(struct kvsd_resp *r, char **p, size_t *len)
 		r->end -= r->start;
 		r->start = 0;
 	}
+}
+
+void kvsd_resp_space(struct kvsd_resp *r, char **p, size_t *len)
+{
+	size_t room;
+
+	r->planned = false;
+	if (sinking(r) && !r->bulk_crlf && r->start == r->end &&
+	    r->bulk->len - r->bulk_got >= DIRECT_MIN && r->ready_at == r->n_ready) {
+		*p = sink_at(r->sink, r->bulk_got, &room);
+		*len = room;
+		r->planned = true;
+		r->cur_rem = room;
+		r->n_spec = 0;
+		r->spec_bytes = 0;
+		return;
+	}
+	buf_room(r);
 	*p = r->buf + r->end;
 	*len = KVSD_RESP_BUF - r->end;
 }
 
+/* Sink @s's bytes [from, to) as iovecs; how many were added. */
+static unsigned int sink_iov(const struct kvsd_rsink *s, size_t from, size_t to,
+			     struct iovec *iov)
+{
+	unsigned int n = 0;
+	size_t room;
+
+	while (from < to) {
+		iov[n].iov_base = sink_at(s, from, &room);
+		iov[n].iov_len = room < to - from ? room : to - from;
+		from += iov[n++].iov_len;
+	}
+	return n;
+}
+
+/*
+ * The plan: the rest of a sunk bulk in progress straight into its sink,
+ * then, for each next reply whose sink says what length to expect, its
+ * header line into a scratch slot and its bytes into its sink, then the
+ * read buffer.  A plan's bytes past the bulk in progress never exceed the
+ * buffer's room less what the buffer itself is offered: should a header
+ * not be what was expected, everything from it on is moved into the
+ * buffer and parsed as it would have been.
+ */
+unsigned int kvsd_resp_iov(struct kvsd_resp *r, const struct kvsd_rsink *const *next,
+			   unsigned int n_next, size_t max_reply, struct iovec *iov)
+{
+	unsigned int n = 0, k = 0;
+	size_t avail, from;
+	bool crlf;
+
+	r->planned = true;
+	r->cur_rem = 0;
+	r->n_spec = 0;
+	r->spec_bytes = 0;
+	r->plan_max = max_reply;
+	buf_room(r);
+	avail = KVSD_RESP_BUF - r->end;
+	if (r->failed || r->start != r->end || r->ready_at != r->n_ready)
+		goto buffer;
+	if (sinking(r) && !r->bulk_crlf) {
+		/* The bulk in progress is the reply next[0] is for. */
+		from = r->bulk_got;
+		n = sink_iov(r->sink, from, r->bulk->len, iov);
+		r->cur_rem = r->bulk->len - from;
+		k = 1;
+		crlf = true;
+	} else if (!r->root) {
+		crlf = false;
+	} else {
+		goto buffer;
+	}
+	for (; k < n_next && r->n_spec < KVSD_RESP_PLAN; k++) {
+		const struct kvsd_rsink *s = next[k];
+		struct spec *sp = &r->spec[r->n_spec];
+		size_t cost;
+		int w;
+
+		if (!s || !s->expect || !sink_fits(s, s->expect))
+			break;
+		w = snprintf(sp->want, sizeof(sp->want), "%s$%zu\r\n", crlf ? "\r\n" : "",
+			     s->expect);
+		cost = (size_t)w + s->expect;
+		if (s->expect + w > max_reply ||
+		    r->spec_bytes + cost + PLAN_SLACK > avail)
+			break;
+		sp->sink = s;
+		sp->len = s->expect;
+		sp->want_len = (unsigned int)w;
+		iov[n].iov_base = sp->got;
+		iov[n++].iov_len = sp->want_len;
+		n += sink_iov(s, 0, s->expect, iov + n);
+		r->spec_bytes += cost;
+		r->n_spec++;
+		crlf = true;
+	}
+buffer:
+	iov[n].iov_base = r->buf + r->end;
+	iov[n++].iov_len = avail - r->spec_bytes;
+	return n;
+}
+
+/* The reply in progress is whole: it waits in the ready queue. */
+static void ready_push(struct kvsd_resp *r)
+{
+	r->ready[r->n_ready++] = r->root;
+	r->root = NULL;
+	r->bulk = NULL;
+	r->bulk_crlf = false;
+	r->used = r->elems = 0;
+}
+
+/* The first @len bytes of the plan's segments from item @k on, into @dst. */
+static void spec_copy(struct kvsd_resp *r, unsigned int k, size_t len, char *dst)
+{
+	size_t at = 0, c, room;
+
+	for (; k < r->n_spec && len; k++) {
+		const struct spec *sp = &r->spec[k];
+
+		c = sp->want_len < len ? sp->want_len : len;
+		memcpy(dst + at, sp->got, c);
+		at += c;
+		len -= c;
+		for (size_t from = 0; from < sp->len && len; from += c) {
+			const char *src = sink_at(sp->sink, from, &room);
+
+			c = room < sp->len - from ? room : sp->len - from;
+			c = c < len ? c : len;
+			memcpy(dst + at, src, c);
+			at += c;
+			len -= c;
+		}
+	}
+}
+
 void kvsd_resp_filled(struct kvsd_resp *r, size_t n)
 {
-	if (r->direct) {
-		r->direct = false;
-		r->bulk_got += n;
-		r->used += n;
+	unsigned int k;
+	size_t c, in_spec, past;
+
+	if (!r->planned) {
+		r->end += n;
+		return;
+	}
+	r->planned = false;
+	if (r->cur_rem) {
+		c = n < r->cur_rem ? n : r->cur_rem;
+		r->bulk_got += c;
+		r->used += c;
+		n -= c;
 		if (r->bulk_got == r->bulk->len)
 			r->bulk_crlf = true;
-		return;
+	}
+	for (k = 0; k < r->n_spec && n; k++) {
+		struct spec *sp = &r->spec[k];
+		struct kvsd_reply *it;
+		size_t line = sp->want_len - (r->bulk ? 2 : 0);
+
+		if (n < sp->want_len || memcmp(sp->got, sp->want, sp->want_len))
+			break;	/* not (yet) what was expected: parsed from the buffer */
+		it = calloc(1, sizeof(*it));
+		if (!it)
+			break;	/* the same: the parser reports it */
+		if (r->bulk) {	/* the CRLF that ends the bulk before */
+			r->used += 2;
+			ready_push(r);
+		}
+		it->type = KVSD_REPLY_STRING;
+		it->len = sp->len;
+		it->sunk = true;
+		r->root = r->bulk = it;
+		r->sink = sp->sink;
+		r->max_reply = r->plan_max;
+		r->used = line;
+		n -= sp->want_len;
+		c = n < sp->len ? n : sp->len;
+		r->bulk_got = c;
+		r->used += c;
+		r->bulk_crlf = c == sp->len;
+		n -= c;
+	}
+	/* What came past the last item taken: into the buffer, in order. */
+	in_spec = 0;
+	if (k < r->n_spec) {
+		size_t rest = 0;
+		unsigned int i;
+
+		for (i = k; i < r->n_spec; i++)
+			rest += r->spec[i].want_len + r->spec[i].len;
+		in_spec = n < rest ? n : rest;
+	}
+	past = n - in_spec;
+	if (in_spec) {
+		memmove(r->buf + r->end + in_spec, r->buf + r->end, past);
+		spec_copy(r, k, in_spec, r->buf + r->end);
 	}
 	r->end += n;
 }
@@ -403,6 +603,12 @@ int kvsd_resp_next(struct kvsd_resp *r, struct kvsd_reply **out)
 	int ret;
 
 	*out = NULL;
+	if (r->ready_at < r->n_ready) {
+		*out = r->ready[r->ready_at++];
+		if (r->ready_at == r->n_ready)
+			r->ready_at = r->n_ready = 0;
+		return 1;
+	}
 	if (r->failed)
 		return -EPROTO;
 	for (;;) {

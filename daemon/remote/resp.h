@@ -37,10 +37,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct iovec;
+
 #define KVSD_RESP_MAX_DEPTH	8
 #define KVSD_RESP_MAX_ELEMENTS	65536
 #define KVSD_RESP_MAX_LINE	4096
 #define KVSD_RESP_BUF		(256u << 10)	/* the read buffer */
+#define KVSD_RESP_PLAN		32	/* replies read ahead into their sinks, at most */
+/* Iovecs of a plan, at most: 3 + 4 a reply read ahead + the buffer. */
+#define KVSD_RESP_IOV		(4 + 4 * KVSD_RESP_PLAN)
 
 enum kvsd_reply_type {
 	KVSD_REPLY_STATUS = 1,		/* +OK */
@@ -73,6 +78,12 @@ struct kvsd_rsink {
 	size_t body_len;
 	void *tail;			/* NULL: none */
 	size_t tail_len;
+	/*
+	 * The length the bulk most likely has (head + body, or with the
+	 * tail), so that the reader may read it ahead (kvsd_resp_iov());
+	 * 0: not ahead.
+	 */
+	size_t expect;
 };
 
 struct kvsd_resp;
@@ -94,7 +105,22 @@ void kvsd_resp_expect(struct kvsd_resp *r, size_t max_reply,
  * is buffered then, so the bytes can only be that string's).
  */
 void kvsd_resp_space(struct kvsd_resp *r, char **p, size_t *len);
-/* @n bytes arrived where kvsd_resp_space() said. */
+/*
+ * The same for readv()/recvmsg(), reading ahead: @next are the sinks of
+ * the replies still to come, in order (next[0]: the reply in progress
+ * or, if none, the next one), @max_reply their bound.  The rest of a
+ * sunk bulk in progress goes straight into its sink; then, for each next
+ * reply whose sink has an expected length, the header line that length
+ * would have and the bytes straight into that sink; then the read
+ * buffer.  Bytes that turn out to be something else (a nil, an error, a
+ * value of another length) are moved into the buffer and parsed as
+ * always: what a sink received ahead is overwritten or, its reply not
+ * being that value, never claimed.  Fills up to KVSD_RESP_IOV iovecs;
+ * returns how many.
+ */
+unsigned int kvsd_resp_iov(struct kvsd_resp *r, const struct kvsd_rsink *const *next,
+			   unsigned int n_next, size_t max_reply, struct iovec *iov);
+/* @n bytes arrived where kvsd_resp_space() or kvsd_resp_iov() said. */
 void kvsd_resp_filled(struct kvsd_resp *r, size_t n);
 
 /*

@@ -51,7 +51,30 @@ struct fetch_io {
 	struct kvsd_rcmd *cmds;
 	struct kvsd_rsink *sinks;
 	uint8_t *hdrs;
+	char *text;			/* the GETs' bytes, GET_MAX each */
 };
+
+/* "*2\r\n$3\r\nGET\r\n$<len>\r\n<key>\r\n" */
+#define GET_HEAD	"*2\r\n$3\r\nGET\r\n$"
+#define GET_MAX		(sizeof(GET_HEAD) + 8 + KVSD_RPAGE_KEY_MAX)
+
+/* The head of a GET of a key of @klen bytes, without printf: a fetch makes hundreds. */
+static int get_format(char *buf, size_t klen)
+{
+	char digits[8];
+	int n = 0, len = sizeof(GET_HEAD) - 1;
+
+	memcpy(buf, GET_HEAD, len);
+	do {
+		digits[n++] = (char)('0' + klen % 10);
+		klen /= 10;
+	} while (klen);
+	while (n)
+		buf[len++] = digits[--n];
+	buf[len++] = '\r';
+	buf[len++] = '\n';
+	return len;
+}
 
 /*
  * The job's GETs, each value to be read straight into its claimed page
@@ -68,12 +91,20 @@ static int fetch_prepare(struct tier *t, struct job *j, struct fetch_io *io)
 	count(&t->st.fetches, 1);
 	count(&t->st.fetch_pages, j->n);
 	for (i = 0; i < j->n; i++) {
-		const char *argv[2] = { "GET", key };
-		size_t lens[2] = { 3, kvsd_rpage_key(key, &j->tns->id, &j->keys[i]) };
+		char *buf = io->text + (size_t)i * GET_MAX;
+		size_t klen;
+		int len;
 
-		if (kvsd_rcmd_format(&io->cmds[i], 2, argv, lens))
-			return -ENOMEM;
-		io->cmds[i].slot = kvsd_rcl_slot(key, lens[1]);
+		klen = kvsd_rpage_key(key, &j->tns->id, &j->keys[i]);
+		len = get_format(buf, klen);
+		memcpy(buf + len, key, klen);
+		memcpy(buf + len + klen, "\r\n", 2);
+		memset(&io->cmds[i], 0, sizeof(io->cmds[i]));
+		io->cmds[i].buf = buf;
+		io->cmds[i].len = len + (int)klen + 2;
+		io->cmds[i].node = -1;
+		if (t->rc->cluster)
+			io->cmds[i].slot = kvsd_rcl_slot(key, klen);
 		io->cmds[i].read = true;
 		io->sinks[i].head = io->hdrs + (size_t)i * VALUE_SIDE;
 		io->sinks[i].head_len = KVSD_RPAGE_HDR;
@@ -82,6 +113,8 @@ static int fetch_prepare(struct tier *t, struct job *j, struct fetch_io *io)
 		/* A value may come with a MAC, keyed tier or not (page.h). */
 		io->sinks[i].tail = io->hdrs + (size_t)i * VALUE_SIDE + KVSD_RPAGE_HDR;
 		io->sinks[i].tail_len = KVSD_RMAC_LEN;
+		/* Read ahead on the length this tier stores (resp.h). */
+		io->sinks[i].expect = kvsd_rpage_value_len(&j->tns->id);
 		io->cmds[i].sink = &io->sinks[i];
 	}
 	return 0;
@@ -147,11 +180,14 @@ static void do_fetches(struct tier *t, struct job *list)
 	all.cmds = calloc(n, sizeof(*all.cmds));
 	all.sinks = calloc(n, sizeof(*all.sinks));
 	all.hdrs = malloc((size_t)n * VALUE_SIDE);
+	all.text = malloc((size_t)n * GET_MAX);
 	for (j = list; j; j = j->next) {
 		io.cmds = all.cmds + at;
 		io.sinks = all.sinks + at;
 		io.hdrs = all.hdrs + (size_t)at * VALUE_SIDE;
-		if (!all.cmds || !all.sinks || !all.hdrs || fetch_prepare(t, j, &io))
+		io.text = all.text + (size_t)at * GET_MAX;
+		if (!all.cmds || !all.sinks || !all.hdrs || !all.text ||
+		    fetch_prepare(t, j, &io))
 			goto fail;
 		at += j->n;
 	}
@@ -170,45 +206,57 @@ fail:
 		j->failed = true;
 out:
 	for (i = 0; all.cmds && i < n; i++)
-		kvsd_rcmd_free(&all.cmds[i]);
+		kvsd_reply_free(all.cmds[i].reply);	/* their bytes are all.text's */
+	free(all.text);
 	free(all.cmds);
 	free(all.sinks);
 	free(all.hdrs);
 }
 
 /*
- * SET key <header><page> [EX ttl], formatted here so that the page is
- * copied once, and sealed from that copy: the checksum and the MAC cover
- * exactly the bytes sent, whatever a client writes to the page meanwhile.
+ * SET key <header><page>[<MAC>] [EX ttl], the page sent straight from the
+ * pool: the command's buffer holds what comes before it (the value's
+ * header last) and, after that, what comes after it (the MAC, the rest).
+ * The job keeps its reference until Redis has answered.  The checksum and
+ * the MAC cover the page as it is now: should a client write to it before
+ * it is sent, every host refuses the value (checksum or mac), none
+ * serves it.
  */
 static int set_cmd(struct tier *t, const struct tns *s, const struct kvs_key *key,
 		   uint32_t page, struct kvsd_rcmd *c)
 {
-	size_t pb = t->geom.page_bytes, klen, vlen = kvsd_rpage_value_len(&s->id), off;
+	size_t pb = t->geom.page_bytes, klen, vlen = kvsd_rpage_value_len(&s->id);
+	size_t mac = vlen - KVSD_RPAGE_HDR - pb;
 	char k[KVSD_RPAGE_KEY_MAX], ttl[16], head[KVSD_RPAGE_KEY_MAX + 64];
-	int hlen;
+	const uint8_t *bytes = t->mem + (size_t)page * pb;
+	int hlen, tlen;
+	char *tail;
 
 	klen = kvsd_rpage_key(k, &s->id, key);
 	snprintf(ttl, sizeof(ttl), "%u", t->rc->ttl_s);
 	hlen = snprintf(head, sizeof(head), "*%d\r\n$3\r\nSET\r\n$%zu\r\n%s\r\n$%zu\r\n",
 			t->rc->ttl_s ? 5 : 3, klen, k, vlen);
 	memset(c, 0, sizeof(*c));
-	c->len = hlen + vlen + 2 + (t->rc->ttl_s ? 8 + 4 + (int)strlen(ttl) + 2 : 0);
-	c->buf = malloc(c->len + 1);
+	c->len = hlen + KVSD_RPAGE_HDR;
+	c->buf = malloc(c->len + mac + 64);
 	if (!c->buf)
 		return -ENOMEM;
 	memcpy(c->buf, head, hlen);
-	memcpy(c->buf + hlen + KVSD_RPAGE_HDR, t->mem + (size_t)page * pb, pb);
-	if (kvsd_rpage_seal((uint8_t *)c->buf + hlen, &s->id, key)) {
+	tail = c->buf + c->len;
+	if (kvsd_rpage_seal_parts((uint8_t *)c->buf + hlen, bytes, (uint8_t *)tail,
+				  &s->id, key)) {
 		free(c->buf);
 		c->buf = NULL;
 		return -EIO;
 	}
-	off = hlen + vlen;
 	if (t->rc->ttl_s)
-		sprintf(c->buf + off, "\r\n$2\r\nEX\r\n$%zu\r\n%s\r\n", strlen(ttl), ttl);
+		tlen = sprintf(tail + mac, "\r\n$2\r\nEX\r\n$%zu\r\n%s\r\n", strlen(ttl), ttl);
 	else
-		memcpy(c->buf + off, "\r\n", 3);
+		tlen = sprintf(tail + mac, "\r\n");
+	c->body = bytes;
+	c->body_len = pb;
+	c->tail = tail;
+	c->tail_len = mac + tlen;
 	c->node = -1;
 	c->slot = kvsd_rcl_slot(k, klen);
 	return 0;
@@ -234,15 +282,17 @@ static void post_done(struct tier *t, struct job *list)
 
 /*
  * Write every page of the write jobs in @list, in batches of WRITE_BATCH
- * pages or WRITE_BYTES bytes.  A job goes back to the loop (its
- * references dropped) as soon as its pages are copied, before Redis is
- * asked: a slow Redis holds up no page of the pool.
+ * pages or WRITE_BYTES bytes, each page sent from the pool.  A job goes
+ * back to the loop (its references dropped) once Redis has answered the
+ * batch its last page was in, or the batch's deadline has passed: a slow
+ * Redis holds at most the write queue's pages (remote_queue, a quarter
+ * of the pool at most), for at most remote_timeout_ms a batch.
  */
 static void do_writes(struct tier *t, struct job *list)
 {
 	size_t value = KVSD_RPAGE_HDR + t->geom.page_bytes;
 	struct kvsd_rcmd *cmds = calloc(WRITE_BATCH, sizeof(*cmds));
-	struct job *j = list, *copied, **cut;
+	struct job *j = list, *done, **cut;
 	uint32_t at = 0;
 
 	while (j) {
@@ -260,15 +310,6 @@ static void do_writes(struct tier *t, struct job *list)
 				j = j->next;
 				at = 0;
 			}
-		}
-		/* The jobs wholly copied: from the list's head up to j. */
-		copied = list;
-		for (cut = &list; *cut != j; cut = &(*cut)->next)
-			;
-		if (cut != &list) {
-			list = j;
-			*cut = NULL;
-			post_done(t, copied);
 		}
 		/*
 		 * Down only when no node answers: SETs refused (CLUSTERDOWN)
@@ -292,6 +333,15 @@ static void do_writes(struct tier *t, struct job *list)
 		}
 		/* Settled, written or not: what a drained tier shows. */
 		atomic_fetch_sub(&t->st.write_pending, n);
+		/* The jobs wholly sent and answered: from the list's head up to j. */
+		done = list;
+		for (cut = &list; *cut != j; cut = &(*cut)->next)
+			;
+		if (cut != &list) {
+			list = j;
+			*cut = NULL;
+			post_done(t, done);
+		}
 	}
 	post_done(t, list);
 	free(cmds);
@@ -335,57 +385,12 @@ static struct job *take_jobs(struct tier *t)
 	return list;
 }
 
-static bool has_fetch(const struct job *j)
-{
-	for (; j; j = j->next)
-		if (j->fetch)
-			return true;
-	return false;
-}
-
-/*
- * Clients that miss together (the replicas of an engine given the same
- * prompt burst) reach the loop within a fraction of a millisecond, and
- * the thread wakes at the first: it waits FETCH_LINGER_US for more, as
- * long as more come (FETCH_LINGER_MAX_US in all), so that they share one
- * pipeline instead of each waiting for the round trip of the one before.
- */
-static void linger(struct tier *t, struct job **list)
-{
-	struct job **tail = list;
-	uint64_t start = now_us();
-	struct timespec ts;
-
-	while (*tail)
-		tail = &(*tail)->next;
-	pthread_mutex_lock(&t->mu);
-	while (!t->stop && now_us() - start < FETCH_LINGER_MAX_US) {
-		if (!t->todo) {
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += FETCH_LINGER_US * 1000l;
-			ts.tv_sec += ts.tv_nsec / 1000000000l;
-			ts.tv_nsec %= 1000000000l;
-			pthread_cond_timedwait(&t->cv, &t->mu, &ts);
-			if (!t->todo)
-				break;	/* none came: go */
-		}
-		*tail = t->todo;
-		while (*tail)
-			tail = &(*tail)->next;
-		t->todo = NULL;
-		t->todo_tail = &t->todo;
-	}
-	pthread_mutex_unlock(&t->mu);
-}
-
 void *kvsd_tier_main(void *arg)
 {
 	struct tier *t = arg;
 	struct job *list, *j, *next, *fetches, *writes, **ft, **wt;
 
 	while ((list = take_jobs(t))) {
-		if (has_fetch(list))
-			linger(t, &list);
 		fetches = writes = NULL;
 		ft = &fetches;
 		wt = &writes;
@@ -400,7 +405,12 @@ void *kvsd_tier_main(void *arg)
 				wt = &j->next;
 			}
 		}
-		/* Fetches first: someone waits for them. */
+		/*
+		 * Fetches first: someone waits for them.  A fetch starts as
+		 * soon as the thread has it: those that come meanwhile (other
+		 * clients of the same burst) are all taken together by the
+		 * next round, one pipeline for them all, right after this one.
+		 */
 		if (fetches)
 			do_fetches(t, fetches);
 		post_done(t, fetches);

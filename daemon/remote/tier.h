@@ -32,8 +32,6 @@
 #define WRITE_POOL_SHARE 4	/* write-behind holds at most 1/4 of the pool's pages */
 #define WRITE_BYTES	(16u << 20) /* bytes of one, unless one page is more */
 #define FETCH_BYTES	(64u << 20) /* bytes of one fetch, unless one page is more */
-#define FETCH_LINGER_US	200	/* a fetch waits this long for others to share its pipeline */
-#define FETCH_LINGER_MAX_US 1000 /* and no longer in all */
 #define PROBE_MS	500	/* a down tier is probed this often */
 #define PROBE_START_MS	2000	/* the startup check's deadline */
 

@@ -48,7 +48,7 @@ W=(--workers 2 --requests 4 --system-tokens 256 --doc-tokens 256 --docs 2
    --question-tokens 20 --verify 1)
 
 echo "TAP version 13"
-echo "1..6"
+echo "1..7"
 
 read -r r1 <<<"$(free_ports 1)"
 start_redis r1 "$r1" || exit 1
@@ -110,4 +110,17 @@ else
 	notok "shutdown with $out bytes of fetches out"; show "$tmp/B.log" | tail -20
 fi
 kill -CONT "${redis_pid[r1]}"
+
+# The largest limit the configuration allows is 256 MiB a uid: past it
+# kvshared does not start.
+"$build/kvshared" --mode socket --socket "$tmp/big.sock" --max-user-memory 257M \
+	>/dev/null 2>"$tmp/big.log" &
+big=$!
+wait "$big"
+st=$?
+if [ "$st" = 2 ] && grep -q "max-user-memory.*out of range (16777216..268435456)" "$tmp/big.log"; then
+	ok "max_user_memory past 256 MiB is refused at startup (exit 2, the range named)"
+else
+	notok "--max-user-memory 257M: status $st"; show "$tmp/big.log"
+fi
 [ "$failed" = 0 ]

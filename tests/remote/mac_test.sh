@@ -7,7 +7,7 @@
 # writes; fresh hosts fetch.  A forger that holds the tier's Redis
 # password but not the key (remote_forge) plants pages with a consistent
 # header and checksum: a keyed host never serves one, counts it
-# (kvshare_remote_dropped_pages_total{reason="mac"}) and computes the page,
+# (kvshare_remote_dropped_total{reason="mac"}) and computes the page,
 # equal to the bit, while a host without a key serves the forgery (what
 # such a tier trusts).  Keys rotate on SIGHUP: the old key's pages are
 # served while it is accepted and refused once it is gone.
@@ -23,8 +23,8 @@ ok() { n=$((n + 1)); echo "ok $n $*"; }
 notok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n $*"; }
 show() { sed 's/^/#   /' "$1"; }
 hits() { metric "$1" '^kvshare_remote_hit_pages_total'; }
-mac_drops() { metric "$1" '^kvshare_remote_dropped_pages_total.*reason="mac"'; }
-dropped() { metric "$1" '^kvshare_remote_dropped_pages_total'; }
+mac_drops() { metric "$1" '^kvshare_remote_dropped_total.*reason="mac"'; }
+dropped() { metric "$1" '^kvshare_remote_dropped_total'; }
 
 W=(--workers 2 --requests 4 --system-tokens 256 --doc-tokens 256 --docs 2
    --question-tokens 20 --verify 1)
@@ -51,7 +51,9 @@ fresh() {
 	start_kvshared "$name" "$spec" || { show "$tmp/$name.log"; return 1; }
 	serve "$name" "$out" "$@"
 	metric "$name" '^kvshare_remote_hit_pages_total' >"$out.hits"
-	metric "$name" '^kvshare_remote_dropped_pages_total.*reason="mac"' >"$out.mac"
+	metric "$name" '^kvshare_remote_dropped_total.*reason="mac"' >"$out.mac"
+	# The family's old name, kept one release: the same counters.
+	metric "$name" '^kvshare_remote_dropped_pages_total.*reason="mac"' >"$out.mac_old"
 	stop_kvshared "$name"
 }
 
@@ -92,8 +94,9 @@ fi
 planted=$(forge m1 keep)
 fresh F1 "$(keyed m1 ",remote_write=none")" "$tmp/f1" "${W[@]}"
 if [ "${planted:-0}" -gt 0 ] && verified "$tmp/f1" && [ "$(computed "$tmp/f1")" = "$ca" ] &&
-   [ "$(cat "$tmp/f1.hits")" = 0 ] && [ "$(cat "$tmp/f1.mac")" -gt 0 ]; then
-	ok "$planted planted pages with a stale tag: none served, $(cat "$tmp/f1.mac") dropped for mac, all $ca computed, equal to the bit"
+   [ "$(cat "$tmp/f1.hits")" = 0 ] && [ "$(cat "$tmp/f1.mac")" -gt 0 ] &&
+   [ "$(cat "$tmp/f1.mac_old")" = "$(cat "$tmp/f1.mac")" ]; then
+	ok "$planted planted pages with a stale tag: none served, $(cat "$tmp/f1.mac") dropped for mac (kvshare_remote_dropped_total, and its old name), all $ca computed, equal to the bit"
 else
 	notok "stale tag: planted '$planted' computed '$(computed "$tmp/f1")' hits '$(cat "$tmp/f1.hits")' mac '$(cat "$tmp/f1.mac")'"
 	show "$tmp/f1"

@@ -5,7 +5,7 @@
 #
 # 1. One 256-page chain (a 4096-token system prompt of 16-token bf16
 #    pages of 16 KiB: 4 MiB), computed and published on host A; then on a
-#    fresh host B, side by side, medians of $REPS runs:
+#    fresh host B, side by side, medians of $CHAIN_REPS runs:
 #      remote   B's first request: the pages come from Redis (the tier's
 #               own fetch time, from its histogram, and kvserve's match
 #               time, which adds hashing, LOOKUPs and the wait);
@@ -16,16 +16,22 @@
 # 2. Two hosts serving the same workload one after the other: prompt
 #    tokens host B computes with and without the tier.
 # 0. First, the tier beside Redis's own speed (tier_bench): C clients at
-#    once each publish a chain on host A (the time until the tier has
-#    written it all) and fetch it on a fresh host B (LOOKUP with WAIT
-#    until every page is a hit, each byte checked), against C clients of
-#    a plain pipelined hiredis loop GETting and SETting the very same
-#    keys and values on the same servers, in the same run; medians of
-#    $REPS runs, and the median of each run's tier rate over its loop rate.
+#    once each fetch a chain on host B (LOOKUP with WAIT until every page
+#    is a hit, each byte checked) and publish one on host A (the time
+#    until the tier has written it all), against C clients of a plain
+#    pipelined hiredis loop GETting and SETting the very same keys and
+#    values on the same servers; $REPS starts of both hosts a row, $PAIRS
+#    tier/loop pairs of each kind a start, interleaved; the median of the
+#    pairs' tier/loop ratios and their range (tb_row).
+# PARTS="0 1 2" picks parts, ROWS=REGEX part 0's rows.
 set -uo pipefail
 
 build=${BUILD:-build}
-REPS=${REPS:-5}
+REPS=${REPS:-3}		# part 0: kvshared starts of each row
+CHAIN_REPS=${CHAIN_REPS:-5}	# part 1: runs of each row
+PAIRS=${PAIRS:-6}	# part 0: tier/loop pairs of each kind within one start
+PARTS=${PARTS:-0 1 2}	# which parts to run
+ROWS=${ROWS:-.}		# part 0: only the rows whose label matches this regex
 . tests/remote/lib.sh
 
 chain=(--workers 1 --requests 1 --system-tokens 4096 --doc-tokens 16 --docs 1
@@ -44,7 +50,7 @@ bench_chain() {
 	serve A "$tmp/a" "${chain[@]}"
 	sleep 0.3	# the write-behind
 	: >"$tmp/fetch"; : >"$tmp/match"; : >"$tmp/local"; : >"$tmp/scratch"
-	for r in $(seq "$REPS"); do
+	for r in $(seq "$CHAIN_REPS"); do
 		start_kvshared B "$spec" || break
 		s0=$(metric B '^kvshare_remote_fetch_seconds_sum')
 		serve B "$tmp/b1" "${chain[@]}"
@@ -68,9 +74,17 @@ bench_chain() {
 }
 
 # tb_row LABEL NODES EXTRA-KEYS GEOMETRY PAGE-BYTES PAGES CLIENTS LOOP-NODES...:
-# one row of part 0.
+# one row of part 0.  Each of $REPS runs starts both hosts afresh, then
+# takes $PAIRS pairs of each kind, the tier's and the loop's one after the
+# other, the order alternating from pair to pair:
+#   fetch/GET  B fetches chain set k % 2 (A published sets 0 and 1; B's
+#              pool holds one set, so each fetch evicts the other), the
+#              loop GETs the same keys;
+#   write/SET  A publishes a new chain set, timed until the tier has
+#              written it all; the loop SETs the same keys to the values
+#              they hold.
 tb_row() {
-	local label=$1 nodes=$2 extra=$3 geom=$4 pb=$5 np=$6 nc=$7 r ns spec seed keys
+	local label=$1 nodes=$2 extra=$3 geom=$4 pb=$5 np=$6 nc=$7 r k ns spec seed keys f g p q
 	local tb=$build/tests/remote_tier_bench
 	shift 7
 	: >"$tmp/tb.pub"; : >"$tmp/tb.set"; : >"$tmp/tb.fetch"; : >"$tmp/tb.get"
@@ -81,43 +95,75 @@ tb_row() {
 		spec+=",remote_user=kvshare,remote_password_file=$tmp/pw,remote_namespace=$ns$extra"
 		# A deadline that measures a slow run on a loaded machine instead
 		# of cutting it off.
-		spec+=",remote_timeout_ms=2000"
+		spec+=",remote_timeout_ms=10000"
 		# A's pool 4 times what it publishes: write-behind holds at most a
-		# quarter of a pool's pages; B's just more than one fetch.
+		# quarter of a pool's pages; B's exactly one set, so that a fetch
+		# evicts all of the set before.
 		start_kvshared A "${spec/@PAGES@/$((4 * np * nc + 16))}" &&
-			start_kvshared B "${spec/@PAGES@/$((np * nc + 16))}" ||
+			start_kvshared B "${spec/@PAGES@/$((np * nc))}" ||
 			{ echo "# $label: kvshared did not start"; return; }
-		keys="kvs1:$ns:*:0000000000000000:*"	# client namespace 0's
 		# Both hosts as hosts that have run a while: their pools' memory
 		# in place, the tier connected to every node, B's pages recycled
-		# (a chain of client namespace 1 fetched, then evicted by the
-		# measured fetch), so that neither side pays a first touch.
+		# (each fetch evicts the set before), so that neither side pays a
+		# first touch.
 		"$tb" warm "$tmp/A.sock" kvserve
 		"$tb" warm "$tmp/B.sock" kvserve
-		TB_NS=1 "$tb" publish "$tmp/A.sock" "$tmp/A.met" kvserve "$nc" "$np" "$seed" \
-			>/dev/null
+		for k in 0 1; do
+			TB_NS=$k "$tb" publish "$tmp/A.sock" "$tmp/A.met" kvserve "$nc" "$np" \
+				"$seed" >/dev/null
+		done
 		TB_NS=1 "$tb" fetch "$tmp/B.sock" kvserve "$nc" "$np" "$seed" >/dev/null
-		"$tb" publish "$tmp/A.sock" "$tmp/A.met" kvserve "$nc" "$np" "$seed" >>"$tmp/tb.pub"
-		"$tb" setloop default "$admin_pw" "$keys" "$nc" "$@" >>"$tmp/tb.set"
-		# Alternately first, so that neither side always finds Redis warmer.
-		[ $((r % 2)) = 0 ] && "$tb" getloop default "$admin_pw" "$keys" "$nc" "$@" \
-			>>"$tmp/tb.get"
-		"$tb" fetch "$tmp/B.sock" kvserve "$nc" "$np" "$seed" >>"$tmp/tb.fetch"
-		[ $((r % 2)) = 1 ] && "$tb" getloop default "$admin_pw" "$keys" "$nc" "$@" \
-			>>"$tmp/tb.get"
+		for k in $(seq 0 $((PAIRS - 1))); do
+			keys="kvs1:$ns:*:000000000000000$((k % 2)):*"
+			if [ $(((r + k) % 2)) = 0 ]; then
+				f=$(TB_NS=$((k % 2)) "$tb" fetch "$tmp/B.sock" kvserve "$nc" "$np" "$seed")
+				g=$("$tb" getloop default "$admin_pw" "$keys" "$nc" "$@")
+			else
+				g=$("$tb" getloop default "$admin_pw" "$keys" "$nc" "$@")
+				f=$(TB_NS=$((k % 2)) "$tb" fetch "$tmp/B.sock" kvserve "$nc" "$np" "$seed")
+			fi
+			# A pair counts whole or not at all (a side that failed said why).
+			if [ -n "$f" ] && [ -n "$g" ]; then
+				echo "$f" >>"$tmp/tb.fetch"
+				echo "$g" >>"$tmp/tb.get"
+			else
+				echo "# $label: a fetch/GET pair failed, left out"
+			fi
+			# A new set each time (a published page is written once).
+			p=$(TB_NS=$((k + 2)) "$tb" publish "$tmp/A.sock" "$tmp/A.met" kvserve "$nc" \
+				"$np" "$seed")
+			q=$("$tb" setloop default "$admin_pw" "kvs1:$ns:*:$(printf %016x $((k + 2))):*" \
+				"$nc" "$@")
+			if [ -n "$p" ] && [ -n "$q" ]; then
+				echo "$p" >>"$tmp/tb.pub"
+				echo "$q" >>"$tmp/tb.set"
+			else
+				echo "# $label: a write/SET pair failed, left out"
+			fi
+		done
 		stop_kvshared A >/dev/null
 		stop_kvshared B >/dev/null
+		# The servers as they were: this row's values out of the next one's way.
+		for n in "$@"; do
+			rcli "${n##*:}" flushall >/dev/null
+		done
 	done
-	# rate FILE: the median run's GB/s; ratio A B: the median of each run's
-	# A over the same run's B (paired: a run's load is the same for both).
+	# rate FILE: the median run's GB/s; ratio A B: the median of each pair's
+	# A over the same pair's B (paired: a pair's load is the same for both).
 	rate() { awk '{ print $3 / $2 / 1e9 }' "$1" | median; }
 	ratio() { paste "$1" "$2" | awk '{ print 100 * ($3 / $2) / ($6 / $5) }' | median; }
+	range() {
+		paste "$1" "$2" | awk '{ print 100 * ($3 / $2) / ($6 / $5) }' | sort -g |
+			awk '{ v[NR] = $1 } END { printf "%.0f-%.0f", v[1], v[NR] }'
+	}
 	awk -v l="$label" -v f="$(rate "$tmp/tb.fetch")" -v g="$(rate "$tmp/tb.get")" \
 		-v p="$(rate "$tmp/tb.pub")" -v s="$(rate "$tmp/tb.set")" \
 		-v fr="$(ratio "$tmp/tb.fetch" "$tmp/tb.get")" \
-		-v pr="$(ratio "$tmp/tb.pub" "$tmp/tb.set")" 'BEGIN {
-		printf "  %-34s %7.2f %7.2f %6.0f%%   %7.2f %7.2f %6.0f%%\n", l, f, g, fr,
-			p, s, pr }'
+		-v pr="$(ratio "$tmp/tb.pub" "$tmp/tb.set")" \
+		-v fq="$(range "$tmp/tb.fetch" "$tmp/tb.get")" \
+		-v pq="$(range "$tmp/tb.pub" "$tmp/tb.set")" 'BEGIN {
+		printf "  %-34s %7.2f %7.2f %6.0f%% %-9s %7.2f %7.2f %6.0f%% %s\n", l, f, g,
+			fr, "(" fq ")", p, s, pr, "(" pq ")" }'
 }
 
 read -r r1 <<<"$(free_ports 1)"
@@ -139,20 +185,29 @@ cl_loop=("127.0.0.1:${cp[0]}" "127.0.0.1:${cp[1]}" "127.0.0.1:${cp[2]}")
 small="layers=2,kv_heads=2,head_dim=64,tokens_per_page=16,dtype=bf16"	# 16 KiB
 llama="layers=32,kv_heads=8,head_dim=128,tokens_per_page=16,dtype=bf16"	# 2 MiB: Llama-8B
 
-echo "remote tier beside a pipelined hiredis loop of the same values (GB/s and tier/loop, medians of $REPS runs):"
-printf '  %-34s %7s %7s %7s   %7s %7s %7s\n' "" "fetch" "GET" "ratio" "write" "SET" "ratio"
-for nc in 1 4; do
-	tb_row "one server, 256 x 16 KiB, $nc client$([ $nc = 1 ] || echo s)" \
-		"127.0.0.1:$r1" "" "$small" 16384 256 "$nc" "127.0.0.1:$r1"
-	tb_row "one server, 16 x 2 MiB, $nc client$([ $nc = 1 ] || echo s)" \
-		"127.0.0.1:$r1" "" "$llama" 2097152 16 "$nc" "127.0.0.1:$r1"
-	tb_row "3 masters, 256 x 16 KiB, $nc client$([ $nc = 1 ] || echo s)" \
-		"$cl" ",remote_cluster=yes" "$small" 16384 256 "$nc" "${cl_loop[@]}"
-	tb_row "3 masters, 16 x 2 MiB, $nc client$([ $nc = 1 ] || echo s)" \
-		"$cl" ",remote_cluster=yes" "$llama" 2097152 16 "$nc" "${cl_loop[@]}"
-done
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+row() { [[ $1 =~ $ROWS ]] && tb_row "$@"; }
 
-echo "remote tier: one chain of 256 pages (4 MiB; medians of $REPS runs, kvserve's ms are whole ms)"
+if part 0; then
+	echo "remote tier beside a pipelined hiredis loop of the same values (GB/s, medians; tier/loop: the median of $((REPS * PAIRS)) paired ratios, their range; load: $(cut -d' ' -f1-3 /proc/loadavg)):"
+	printf '  %-34s %7s %7s %7s %-9s %7s %7s %7s\n' "" "fetch" "GET" "ratio" "" "write" "SET" "ratio"
+	for nc in 1 4; do
+		s=$([ $nc = 1 ] || echo s)
+		row "one server, 256 x 16 KiB, $nc client$s" \
+			"127.0.0.1:$r1" "" "$small" 16384 256 "$nc" "127.0.0.1:$r1"
+		row "one server, 16 x 2 MiB, $nc client$s" \
+			"127.0.0.1:$r1" "" "$llama" 2097152 16 "$nc" "127.0.0.1:$r1"
+		row "3 masters, 256 x 16 KiB, $nc client$s" \
+			"$cl" ",remote_cluster=yes" "$small" 16384 256 "$nc" "${cl_loop[@]}"
+		row "3 masters, 16 x 2 MiB, $nc client$s" \
+			"$cl" ",remote_cluster=yes" "$llama" 2097152 16 "$nc" "${cl_loop[@]}"
+	done
+	echo "  (load after: $(cut -d' ' -f1-3 /proc/loadavg))"
+fi
+part 1 || part 2 || exit 0
+
+if part 1; then
+echo "remote tier: one chain of 256 pages (4 MiB; medians of $CHAIN_REPS runs, kvserve's ms are whole ms)"
 printf '  %-22s %11s %14s %13s %13s %15s\n' "" "tier fetch" "fetch rate" "remote match" \
 	"local match" "recompute"
 bench_chain "single redis-server" "127.0.0.1:$r1" ""
@@ -160,6 +215,8 @@ bench_chain "single redis-server" "127.0.0.1:$r1" ""
 (umask 077; openssl rand -hex 32 >"$tmp/bench.mac")
 bench_chain "single, MAC key" "127.0.0.1:$r1" ",remote_mac_key_file=$tmp/bench.mac"
 bench_chain "cluster, 3 masters" "127.0.0.1:${cp[0]}" ",remote_cluster=yes"
+fi
+part 2 || exit 0
 
 # Part 2: the same workload on A, then on B; what B computes.
 two_hosts() {

@@ -112,7 +112,7 @@ else
 fi
 wa=$(metric A '^kvshare_remote_written_pages_total')
 hb=$(metric B '^kvshare_remote_hit_pages_total')
-db=$(metric B '^kvshare_remote_dropped_pages_total')
+db=$(metric B '^kvshare_remote_dropped_total')
 # The password is in no log and no metrics.
 leak=$(cat "$tmp"/*.log; curl -s --unix-socket "$tmp/A.met" http://kvshared/metrics)
 check "metrics: A wrote $wa pages, B fetched $hb, dropped $db; no log or metric shows the password" \
@@ -135,7 +135,7 @@ bad_host() {	# bad_host NAME SPEC REASON: a fresh host gets nothing from the tie
 	serve "$name" "$tmp/$name.out" "${W[@]}"
 	c=$(computed "$tmp/$name.out")
 	h=$(metric "$name" '^kvshare_remote_hit_pages_total')
-	d=$(metric "$name" "^kvshare_remote_dropped_pages_total.*reason=\"$reason\"")
+	d=$(metric "$name" "^kvshare_remote_dropped_total.*reason=\"$reason\"")
 	if verified "$tmp/$name.out" && [ "$c" = "$ca" ] && [ "$h" = 0 ] && [ "$d" -gt 0 ]; then
 		ok "$4: no hit ($d dropped for $reason), all $c pages recomputed, equal to the bit"
 	else

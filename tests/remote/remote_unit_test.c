@@ -222,6 +222,20 @@ static void test_mac(void)
 	ok(memcmp(q.mac, m.mac, KVSD_RMAC_NONCE) != 0 &&
 	   kvsd_rpage_check(&q, sizeof(q), &id, &key) == KVSD_RPAGE_OK,
 	   "the same page sealed twice draws two nonces");
+	{
+		/* Sealed in parts, as the tier sends a page from the pool. */
+		uint8_t hdr[KVSD_RPAGE_HDR], tag[KVSD_RMAC_LEN];
+
+		q = m;
+		ok(!kvsd_rpage_seal_parts(hdr, m.bytes, tag, &id, &key) &&
+		   (memcpy(q.hdr, hdr, sizeof(hdr)), memcpy(q.mac, tag, sizeof(tag)),
+		    kvsd_rpage_check(&q, sizeof(q), &id, &key) == KVSD_RPAGE_OK) &&
+		   !memcmp(hdr, m.hdr, KVSD_RPAGE_HDR),
+		   "a page sealed in parts (header, pool bytes, MAC apart) passes, same header");
+		q.bytes[7] ^= 1;	/* the page changed after its seal, before it was sent */
+		ok(kvsd_rpage_check(&q, sizeof(q), &id, &key) == KVSD_RPAGE_BAD_CHECKSUM,
+		   "a page that changed between its seal and its send is refused (checksum)");
+	}
 
 	/* Rotation: b signs, a is still accepted; then a goes. */
 	old = m;
@@ -273,7 +287,7 @@ static void test_mac(void)
 
 int main(void)
 {
-	printf("TAP version 13\n1..38\n");
+	printf("TAP version 13\n1..40\n");
 	test_slots();
 	test_pages();
 	test_mac();

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/uio.h>
 
 #include "resp.h"
 
@@ -97,6 +98,64 @@ static const char *feed(const char *buf, size_t len, size_t chunk, size_t bound,
 	return res;
 }
 
+/* What recvmsg() would do: up to @n bytes of @src into @iov in order. */
+static size_t scatter(const struct iovec *iov, unsigned int n_iov, const char *src, size_t n)
+{
+	size_t at = 0, c;
+	unsigned int i;
+
+	for (i = 0; i < n_iov && at < n; i++) {
+		c = iov[i].iov_len < n - at ? iov[i].iov_len : n - at;
+		memcpy(iov[i].iov_base, src + at, c);
+		at += c;
+	}
+	return at;
+}
+
+/*
+ * The same through the read-ahead (kvsd_resp_iov()), every reply
+ * expected to be a value of @sink's expected length: the first reply's
+ * outcome, and it must be the one feed() gives.
+ */
+static const char *feed_iov(const char *buf, size_t len, size_t chunk, size_t bound,
+			    const struct kvsd_rsink *sink, struct kvsd_reply **out)
+{
+	const struct kvsd_rsink *next[KVSD_RESP_PLAN + 1];
+	struct iovec iov[KVSD_RESP_IOV];
+	struct kvsd_resp *r = kvsd_resp_new();
+	const char *res = "more";
+	unsigned int i, n_iov;
+	size_t at = 0, n;
+	int ret;
+
+	*out = NULL;
+	if (!r)
+		return "nomem";
+	for (i = 0; i <= KVSD_RESP_PLAN; i++)
+		next[i] = sink;
+	kvsd_resp_expect(r, bound, sink);
+	while (at < len) {
+		n_iov = kvsd_resp_iov(r, next, KVSD_RESP_PLAN + 1, bound, iov);
+		n = len - at;
+		if (chunk && n > chunk)
+			n = chunk;
+		n = scatter(iov, n_iov, buf + at, n);
+		kvsd_resp_filled(r, n);
+		at += n;
+		ret = kvsd_resp_next(r, out);
+		if (ret < 0) {
+			res = "proto";
+			break;
+		}
+		if (ret) {
+			res = type_names[(*out)->type];
+			break;
+		}
+	}
+	kvsd_resp_free(r);
+	return res;
+}
+
 static char *slurp(const char *path, size_t *len)
 {
 	FILE *f = fopen(path, "rb");
@@ -121,6 +180,9 @@ static char *slurp(const char *path, size_t *len)
 static void test_corpus(const char *dir)
 {
 	static const size_t chunks[] = { 0, 1, 7, 4093 };
+	static char hdr[128], body[16384], tail[32];
+	/* Read ahead as the tier does: every reply expected to be a page. */
+	const struct kvsd_rsink page = { hdr, 128, body, 16384, tail, 32, 128 + 16384 };
 	char path[512], line[256], name[128], want[32], after[32], what[512];
 	FILE *m;
 
@@ -157,8 +219,15 @@ static void test_corpus(const char *dir)
 				bad = got;
 				break;
 			}
+			got = feed_iov(buf, len, chunks[i], GET_BOUND, &page, &rep);
+			kvsd_reply_free(rep);
+			if (strcmp(got, want)) {
+				bad = got;
+				break;
+			}
 		}
-		snprintf(what, sizeof(what), "%s (%zu bytes): %s%s%s, every chunking; "
+		snprintf(what, sizeof(what), "%s (%zu bytes): %s%s%s, every chunking, read "
+			 "ahead or not; "
 			 "%.1f ms, heap +%zu KiB at most", name, len, want,
 			 bad ? " but got " : "", bad ? bad : "", worst, heap_max >> 10);
 		ok(!bad && worst < 100 && heap_max < KVSD_RESP_BUF + (1u << 20), "%s", what);
@@ -171,7 +240,7 @@ static void test_sink(void)
 {
 	size_t page = 16384, len = 128 + page, i;
 	char *buf = malloc(len + 32), *hdr = malloc(128), *body = malloc(page);
-	struct kvsd_rsink sink = { hdr, 128, body, page, NULL, 0 };
+	struct kvsd_rsink sink = { hdr, 128, body, page, NULL, 0, 0 };
 	struct kvsd_reply *rep;
 	int off, good = 1;
 
@@ -222,7 +291,7 @@ static void test_direct(void)
 {
 	size_t page = 2u << 20, len = 128 + page;
 	char *hdr = malloc(128), *body = malloc(page), line[32], *p;
-	struct kvsd_rsink sink = { hdr, 128, body, page, NULL, 0 };
+	struct kvsd_rsink sink = { hdr, 128, body, page, NULL, 0, 0 };
 	struct kvsd_resp *r = kvsd_resp_new();
 	struct kvsd_reply *rep = NULL;
 	size_t room, at = 0, n;
@@ -256,6 +325,119 @@ static void test_direct(void)
 	kvsd_resp_free(r);
 	free(hdr);
 	free(body);
+}
+
+/*
+ * A pipeline read ahead: values of the expected length, each into its own
+ * sink, among a nil, an error, a value of another length, one with the
+ * optional tail, a status; in chunks of every size.  Every reply must be
+ * what it is, every sunk value whole in its own sink, and the replies
+ * must be exactly those feed()'s way gives.
+ */
+#define RA_N		40
+static void test_readahead(void)
+{
+	static const size_t chunks[] = { 0, 1, 5, 130, 4096, 16519, 65536, 300000 };
+	size_t page = 16384, vlen = 128 + page, cap = RA_N * (vlen + 64), len = 0, ci;
+	char *stream = malloc(cap), *mem = calloc(RA_N, vlen + 32);
+	struct kvsd_rsink sinks[RA_N];
+	const struct kvsd_rsink *next[KVSD_RESP_PLAN + 1];
+	enum kvsd_reply_type want[RA_N];
+	size_t want_len[RA_N];
+	unsigned int i, k;
+	int good = 1, ahead = 0;
+
+	for (i = 0; i < RA_N; i++) {
+		char *m = mem + (size_t)i * (vlen + 32);
+		size_t b, l = vlen;
+
+		sinks[i] = (struct kvsd_rsink){ m, 128, m + 128, page, m + vlen, 32, vlen };
+		want[i] = KVSD_REPLY_STRING;
+		if (i == 7) {
+			len += sprintf(stream + len, "$-1\r\n");
+			want[i] = KVSD_REPLY_NIL;
+			continue;
+		}
+		if (i == 13) {
+			len += sprintf(stream + len, "-MOVED 1 127.0.0.1:7\r\n");
+			want[i] = KVSD_REPLY_ERROR;
+			continue;
+		}
+		if (i == 21) {
+			len += sprintf(stream + len, "+OK\r\n");
+			want[i] = KVSD_REPLY_STATUS;
+			continue;
+		}
+		if (i == 17)
+			l = vlen + 32;		/* with the tail */
+		if (i == 29)
+			l = vlen - 1;		/* another length: discarded */
+		want_len[i] = l;
+		len += sprintf(stream + len, "$%zu\r\n", l);
+		for (b = 0; b < l; b++)
+			stream[len + b] = (char)(i * 31 + b * 7 + (b >> 9));
+		len += l;
+		memcpy(stream + len, "\r\n", 2);
+		len += 2;
+	}
+	for (ci = 0; ci < sizeof(chunks) / sizeof(chunks[0]); ci++) {
+		struct kvsd_resp *r = kvsd_resp_new();
+		struct iovec iov[KVSD_RESP_IOV];
+		unsigned int got = 0, n_iov;
+		size_t at = 0, n, off;
+		struct kvsd_reply *rep;
+		int ret;
+
+		memset(mem, 0, RA_N * (vlen + 32));
+		kvsd_resp_expect(r, GET_BOUND, &sinks[0]);
+		while (at < len && good) {
+			for (k = 0; k <= KVSD_RESP_PLAN && got + k < RA_N; k++)
+				next[k] = &sinks[got + k];
+			n_iov = kvsd_resp_iov(r, next, k, GET_BOUND, iov);
+			ahead += n_iov > 4;
+			n = len - at;
+			if (chunks[ci] && n > chunks[ci])
+				n = chunks[ci];
+			n = scatter(iov, n_iov, stream + at, n);
+			kvsd_resp_filled(r, n);
+			at += n;
+			for (;;) {
+				if (got < RA_N)
+					kvsd_resp_expect(r, GET_BOUND, &sinks[got]);
+				ret = kvsd_resp_next(r, &rep);
+				if (ret <= 0) {
+					good &= ret == 0;
+					break;
+				}
+				good &= got < RA_N && rep->type == want[got];
+				if (good && rep->type == KVSD_REPLY_STRING) {
+					good &= rep->len == want_len[got] &&
+						rep->sunk == (got != 29);
+				}
+				kvsd_reply_free(rep);
+				got++;
+			}
+		}
+		good &= got == RA_N && !kvsd_resp_busy(r);
+		/* Every value whole in its own sink, the tail too where it came. */
+		for (i = 0, off = 0; good && i < RA_N; i++) {
+			const char *m = mem + (size_t)i * (vlen + 32);
+			size_t line;
+
+			line = strchr(stream + off, '\n') - (stream + off) + 1;
+			if (want[i] == KVSD_REPLY_STRING && i != 29)
+				good &= !memcmp(m, stream + off + line, want_len[i]);
+			off += line + (want[i] == KVSD_REPLY_STRING ? want_len[i] + 2 : 0);
+		}
+		kvsd_resp_free(r);
+		if (!good)
+			printf("# read ahead: chunks of %zu failed\n", chunks[ci]);
+	}
+	ok(good && ahead, "%s", "a pipeline read ahead into its sinks, a nil, an error, a status, "
+	   "a value with its tail and one of another length among the pages, in chunks of "
+	   "every size: every reply as it is, every page whole in its own sink");
+	free(stream);
+	free(mem);
 }
 
 static void test_bounds(void)
@@ -320,6 +502,7 @@ int main(int argc, char **argv)
 	test_corpus(argc > 1 ? argv[1] : "tests/remote/corpus");
 	test_sink();
 	test_direct();
+	test_readahead();
 	test_bounds();
 	printf("1..%d\n", n_test);
 	return n_failed ? 1 : 0;

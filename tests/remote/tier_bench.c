@@ -99,7 +99,7 @@ struct tier_arg {
 	bool fetch;
 	pthread_barrier_t *bar;
 	int ret;
-	double end;
+	double start, end;	/* past the barrier; done */
 	size_t page_bytes;
 };
 
@@ -136,6 +136,7 @@ static void *tier_client(void *p)
 		}
 	}
 	pthread_barrier_wait(a->bar);
+	a->start = now_s();
 	if (ret) {
 		a->ret = ret;
 		goto out;
@@ -217,7 +218,7 @@ static int tier_mode(int argc, char **argv, bool fetch)
 	pthread_t th[MAX_CLIENTS];
 	pthread_barrier_t bar;
 	long long written0 = 0, w;
-	double t0, end = 0;
+	double t0 = 0, end = 0;
 	int failed = 0;
 
 	if (argc != base + 5 || !n_c || n_c > MAX_CLIENTS || !pages)
@@ -233,9 +234,11 @@ static int tier_mode(int argc, char **argv, bool fetch)
 		pthread_create(&th[i], NULL, tier_client, &a[i]);
 	}
 	pthread_barrier_wait(&bar);
-	t0 = now_s();
 	for (i = 0; i < n_c; i++) {
 		pthread_join(th[i], NULL);
+		/* From the first client's start: not from this thread's wake-up. */
+		if (!t0 || a[i].start < t0)
+			t0 = a[i].start;
 		if (a[i].ret) {
 			fprintf(stderr, "tier_bench: client %u: %s\n", i, strerror(-a[i].ret));
 			failed = 1;
@@ -279,7 +282,7 @@ struct loop_arg {
 	redisContext *rc;
 	pthread_barrier_t *bar;
 	size_t bytes;
-	double end;
+	double start, end;
 	int ret;
 };
 
@@ -305,6 +308,7 @@ static void *loop_client(void *p)
 	size_t k, n = 0;
 
 	pthread_barrier_wait(a->bar);
+	a->start = now_s();
 	for (k = a->client; k < keys->elements; k += a->n_c, n++) {
 		const redisReply *key = keys->element[k];
 
@@ -337,7 +341,7 @@ static int loop_mode(int argc, char **argv, bool set)
 	struct node nd[MAX_NODES];
 	pthread_barrier_t bar;
 	size_t bytes = 0, k;
-	double t0, end = 0;
+	double t0 = 0, end = 0;
 	int failed = 0;
 
 	if (argc < 7 || !n_c || n_c > MAX_CLIENTS || n_nd > MAX_NODES)
@@ -385,9 +389,10 @@ static int loop_mode(int argc, char **argv, bool set)
 		}
 	}
 	pthread_barrier_wait(&bar);
-	t0 = now_s();
 	for (i = 0; i < n_t; i++) {
 		pthread_join(th[i], NULL);
+		if (!t0 || a[i].start < t0)
+			t0 = a[i].start;
 		failed |= a[i].ret != 0;
 		bytes += a[i].bytes;
 		if (a[i].end > end)
