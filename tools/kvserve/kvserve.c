@@ -40,7 +40,8 @@
  *
  * This file is the parent: the options, the workers' processes and the
  * start line that releases them together.  worker.c is one worker, from
- * its setup to its tally (verify.c, below it, checks a served request);
+ * its setup to its tally (below it, cache.c holds a request's pages and
+ * verify.c checks a served request);
  * report.c adds the tallies up and prints the summary.  Both only ever
  * get called from here (kvserve.h).
  */

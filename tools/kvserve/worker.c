@@ -2,9 +2,11 @@
 /*
  * One kvserve worker process (kvserve.c has the whole picture): its
  * requests from prompt to last token (match, prefill in chunks, batched
- * decode, finish), the private prefix cache it serves from with
- * --no-share or after an arbiter failure, and what it leaves for the
- * parent (struct tally).  verify.c checks a request against a recompute.
+ * decode, finish) and what it leaves for the parent (struct tally).  A
+ * request's pages are in one of two caches, behind one set of calls
+ * (cache.c): the pool's, or the worker's private one that it serves from
+ * with --no-share or after an arbiter failure.  verify.c checks a request
+ * against a recompute.
  */
 #include <errno.h>
 #include <stdbool.h>
