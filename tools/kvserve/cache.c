@@ -129,14 +129,11 @@ static long pc_match(struct worker *w, struct request *q)
 	return matched;
 }
 
-static int pc_cache_unfinished(struct worker *w, struct request *q)
+static int pc_cache(struct worker *w, struct request *q, bool finished)
 {
+	if (finished)
+		return kv_radix_cache_finished_req(w->pc.tree, w->rt, &q->req, 0);
 	return kv_radix_cache_unfinished_req(w->pc.tree, w->rt, &q->req, 0);
-}
-
-static int pc_cache_finished(struct worker *w, struct request *q)
-{
-	return kv_radix_cache_finished_req(w->pc.tree, w->rt, &q->req, 0);
 }
 
 static void *pc_memory(const struct worker *w, uint64_t *n_pages)
@@ -146,10 +143,8 @@ static void *pc_memory(const struct worker *w, uint64_t *n_pages)
 }
 
 const struct req_cache cache_private = {
-	.where = "private",
 	.match = pc_match,
-	.cache_unfinished = pc_cache_unfinished,
-	.cache_finished = pc_cache_finished,
+	.cache = pc_cache,
 	.fail = pc_fail,
 	.abort = pc_abort,
 	.memory = pc_memory,
@@ -211,16 +206,17 @@ static long shared_match(struct worker *w, struct request *q)
 	return matched;
 }
 
-static int shared_cache_unfinished(struct worker *w, struct request *q)
+/*
+ * A finished request was served and checked: when its PUBLISH fails, only
+ * its new pages are not shared.
+ */
+static int shared_cache(struct worker *w, struct request *q, bool finished)
 {
-	return kv_prefix_cache_unfinished(w->cache, w->rt, &q->req);
-}
+	int ret;
 
-/* Served and checked: when PUBLISH fails, only its new pages are not shared. */
-static int shared_cache_finished(struct worker *w, struct request *q)
-{
-	int ret = kv_prefix_cache_finished(w->cache, w->rt, &q->req);
-
+	if (!finished)
+		return kv_prefix_cache_unfinished(w->cache, w->rt, &q->req);
+	ret = kv_prefix_cache_finished(w->cache, w->rt, &q->req);
 	if (ret) {
 		w->t.unpublished++;
 		arbiter_failed(w, ret);
@@ -235,11 +231,8 @@ static void *shared_memory(const struct worker *w, uint64_t *n_pages)
 }
 
 const struct req_cache cache_shared = {
-	.where = "pool",
-	.in_pool = true,
 	.match = shared_match,
-	.cache_unfinished = shared_cache_unfinished,
-	.cache_finished = shared_cache_finished,
+	.cache = shared_cache,
 	.fail = shared_fail,
 	.abort = shared_abort,
 	.memory = shared_memory,

@@ -113,7 +113,7 @@ static int prefill_chunk(struct worker *w, struct request *q, uint32_t pos, uint
 	w->t.prefill_tokens += end - pos;
 	q->req.n_tokens = end;
 	sp = span_start();
-	ret = q->cache->cache_unfinished(w, q);
+	ret = q->cache->cache(w, q, false);
 	span_end(&sp, &w->t.publish_ns, &w->t.publish_cpu_ns);
 	q->req.n_tokens = w->n_kv;
 	return ret ? q->cache->fail(w, q, ret) : 0;
@@ -213,7 +213,7 @@ static void requeue_shared(struct worker *w)
 	for (i = 0; i < w->n_active; i++) {
 		struct request *q = &w->reqs[i];
 
-		if (!q->cache->in_pool)
+		if (q->cache != &cache_shared)
 			continue;
 		req_abort(w, q);
 		ret = serve_private(w, q);
@@ -297,7 +297,7 @@ static int finish(struct worker *w, struct request *q)
 		return ret;
 	}
 	sp = span_start();
-	ret = q->cache->cache_finished(w, q);
+	ret = q->cache->cache(w, q, true);
 	span_end(&sp, &w->t.publish_ns, &w->t.publish_cpu_ns);
 	w->t.requests++;
 	w->t.prompt_tokens += w->n_prompt;

@@ -38,23 +38,23 @@ struct request;
  * Where a request's pages live, behind one set of calls (cache.c): the
  * pool's prefix cache, shared through the arbiter (cache_shared), or the
  * worker's private cache (cache_private).  A request picks one when it is
- * admitted or falls back, and serving it calls these without asking which.
+ * admitted or falls back, and serving it calls these without asking which;
+ * only the fallback and the check of a served request look at which.
  * A call that fails through the arbiter says so (arbiter_failed) and gives
  * -EAGAIN: serve the request privately.
  */
 struct req_cache {
-	const char *where;		/* "pool", "private": for messages */
-	bool in_pool;			/* the pages are the pool's */
 	/*
 	 * Match the prompt (all but its last token) against the cache and
 	 * reserve pages for the rest of the request's n_kv tokens: the tokens
 	 * matched, or -errno with the request (and its slot) released.
 	 */
 	long (*match)(struct worker *w, struct request *q);
-	/* Cache the full pages of the first req.n_tokens tokens: 0 or -errno. */
-	int (*cache_unfinished)(struct worker *w, struct request *q);
-	/* Cache the finished request's pages and give them back: 0 or -errno. */
-	int (*cache_finished)(struct worker *w, struct request *q);
+	/*
+	 * Cache the full pages of the first req.n_tokens tokens, or when
+	 * @finished the whole request's, giving its pages back: 0 or -errno.
+	 */
+	int (*cache)(struct worker *w, struct request *q, bool finished);
 	/* A call for the request failed with @err: release it; what to return. */
 	int (*fail)(struct worker *w, struct request *q, int err);
 	/* Give back everything the request holds (nothing if it holds nothing). */
