@@ -107,16 +107,26 @@ static int alloc_timed(struct run *r, uint32_t n, uint32_t rep, const char *what
 	return ret ? fail(r, what, ret) : 0;
 }
 
+/* ALLOC n pages and make them a fresh chain to PUBLISH (prep_publish). */
+static int alloc_chain(struct run *r, uint32_t n)
+{
+	int ret = do_alloc(r, n);
+
+	if (ret)
+		return fail(r, "alloc", ret);
+	prep_publish(r, n);
+	return 0;
+}
+
 /* A fresh chain of n pages, left CACHED; its keys stay in r->keys. */
 static int publish_cached(struct run *r, uint32_t n)
 {
 	uint32_t i;
 	int ret;
 
-	ret = do_alloc(r, n);
+	ret = alloc_chain(r, n);
 	if (ret)
-		return fail(r, "alloc", ret);
-	prep_publish(r, n);
+		return ret;
 	for (i = 0; i < n; i++)
 		r->keys[i] = r->ents[i].key;
 	return publish_put(r, n);
@@ -134,10 +144,9 @@ static int time_publish(struct run *r, uint32_t n, uint32_t rep)
 	uint64_t t0;
 	int ret;
 
-	ret = do_alloc(r, n);
+	ret = alloc_chain(r, n);
 	if (ret)
-		return fail(r, "alloc", ret);
-	prep_publish(r, n);
+		return ret;
 	t0 = bench_now_ns();
 	ret = do_publish(r, n);
 	r->samples[rep] = bench_now_ns() - t0;
