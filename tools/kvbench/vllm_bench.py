@@ -154,23 +154,22 @@ class Reference:
     def pinned_d2h(self):
         return self._copy(self.pinned.data_ptr(), False)
 
-    def pageable_h2d(self):
+    def _pageable(self, to_device):
+        """A pageable copy: libkv's on the stand-in, torch's on a GPU."""
         if self.kind != "cuda":
-            return self._copy(self.pageable.data_ptr(), True)
+            return self._copy(self.pageable.data_ptr(), to_device)
+        dst, src = (self.gpu, self.pageable) if to_device else (self.pageable, self.gpu)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        self.gpu.copy_(self.pageable)
+        dst.copy_(src)
         torch.cuda.synchronize()
         return time.perf_counter() - t0
 
+    def pageable_h2d(self):
+        return self._pageable(True)
+
     def pageable_d2h(self):
-        if self.kind != "cuda":
-            return self._copy(self.pageable.data_ptr(), False)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        self.pageable.copy_(self.gpu)
-        torch.cuda.synchronize()
-        return time.perf_counter() - t0
+        return self._pageable(False)
 
     def close(self):
         self.k.cuda_host_unregister(self.pinned.data_ptr())
