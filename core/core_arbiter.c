@@ -25,8 +25,10 @@
  * held and asserts it (lockdep_assert_held(); in user space the stub of
  * host_user.h checks it in the sanitized builds).  The exceptions: the
  * claim-timeout knob and the client's waker accessors just below (a
- * WRITE_ONCE, a READ_ONCE, or set before the client is in use), and
- * kvs_arb_init_pages(), which runs before the pool is published.
+ * WRITE_ONCE, a READ_ONCE, or set before the client is in use),
+ * kvs_arb_init_pages(), which runs before the pool is published, and the
+ * predicates on one page (kvs_evictable(), kvs_claim_live()), whose
+ * callers hold the lock and assert it.
  */
 #include "core_internal.h"
 
@@ -403,6 +405,8 @@ static void kvs_chan_published(struct kvs_pool *pool, struct kvs_chan *ch, u32 i
 	struct kvs_page *pg = &pool->pages[i];
 	struct kvs_event *ev;
 
+	lockdep_assert_held(&pool->lock);
+
 	if (ch->gone)
 		return;
 	if (!kvs_chan_room(ch)) {
@@ -436,6 +440,8 @@ static void kvs_chan_missed(struct kvs_client *cl, struct kvs_chan *ch,
 	struct kvs_pool *pool = cl->pool;
 	struct kvs_client *cc = ch->cl;
 	u32 k, n, max = min(count, ch->fetch_max);
+
+	lockdep_assert_held(&pool->lock);
 
 	if (ch->gone)
 		return;
@@ -617,6 +623,8 @@ int kvs_arb_publish(struct kvs_client *cl, struct kvs_publish_entry *ents,
 static void kvs_lookup_slot_ahead(struct kvs_pool *pool, u64 ns,
 				  const struct kvs_key *keys, u32 *hashes, u32 k)
 {
+	lockdep_assert_held(&pool->lock);
+
 	hashes[k] = kvs_index_hash(pool, ns, &keys[k]);
 	prefetch(&pool->index[hashes[k] & pool->index_mask]);
 }
@@ -825,6 +833,8 @@ void kvs_arb_release_all(struct kvs_client *cl)
 
 static int kvs_check_fail(struct kvs_pool *pool, const char *what, u32 page)
 {
+	lockdep_assert_held(&pool->lock);
+
 	pr_warn("pool %s: invariant broken: %s (page %u)\n", pool->name, what, page);
 	return -EUCLEAN;
 }
@@ -895,6 +905,8 @@ static int kvs_check_holds(struct kvs_pool *pool, u32 *refs)
 
 static bool kvs_check_wait_page(struct kvs_pool *pool, u32 i)
 {
+	lockdep_assert_held(&pool->lock);
+
 	return i < pool->n_pages && (pool->pages[i].flags & KVS_PG_CLAIMED);
 }
 

@@ -424,6 +424,19 @@ uncharge:
 	return ret;
 }
 
+/*
+ * The user what a client will hold is charged to, in *@user (a reference
+ * for the client): none for an admin.  0 or -ENOMEM.
+ */
+static int kvs_holder_user(const struct kvs_cred *cred, struct kvs_user **user)
+{
+	*user = NULL;
+	if (cred->admin)
+		return 0;
+	*user = kvs_user_get(cred->uid);
+	return *user ? 0 : -ENOMEM;
+}
+
 /* Unix permission bits of the caller's class: owner, group or other. */
 static bool kvs_pool_allows(const struct kvs_pool *pool,
 			    const struct kvs_cred *cred, u32 want)
@@ -461,12 +474,9 @@ int kvs_pool_attach(struct kvs_client *cl, struct kvs_pool_attach *req,
 		return -EINVAL;
 	if (!kvs_name_valid(req->name))
 		return -EINVAL;
-	/* What the client will hold is charged to its user, unless admin. */
-	if (!cred->admin) {
-		user = kvs_user_get(cred->uid);
-		if (!user)
-			return -ENOMEM;
-	}
+	ret = kvs_holder_user(cred, &user);
+	if (ret)
+		return ret;
 
 	mutex_lock(&kvs_reg.lock);
 	ret = -EBUSY;
@@ -532,11 +542,9 @@ int kvs_pool_attach_chan(struct kvs_chan *ch, u32 pool_id, const struct kvs_cred
 	struct kvs_pool *pool;
 	int ret;
 
-	if (!cred->admin) {
-		user = kvs_user_get(cred->uid);
-		if (!user)
-			return -ENOMEM;
-	}
+	ret = kvs_holder_user(cred, &user);
+	if (ret)
+		return ret;
 	mutex_lock(&kvs_reg.lock);
 	ret = -ENOENT;
 	pool = pool_id ? kvs_pool_find_id(pool_id) : NULL;

@@ -65,6 +65,19 @@ static void conn_free_buf(struct conn *c)
 	c->cap = 0;
 }
 
+/* Can @more bytes be buffered within max_buffer_total?  0, or -ENOBUFS and why. */
+static int budget_fits(uint64_t more, char *why, size_t why_len)
+{
+	uint64_t total = kvsd_srv.d->cfg->max_buffer_total;
+
+	if (kvsd_srv.buffered + more <= total)
+		return 0;
+	snprintf(why, why_len, "buffer budget exhausted: %llu bytes buffered, "
+		 "max_buffer_total %llu", (unsigned long long)kvsd_srv.buffered,
+		 (unsigned long long)total);
+	return -ENOBUFS;
+}
+
 /*
  * Every connection may have KVSD_BUF_MIN (charged with the connection);
  * beyond that, the buffers of all connections together stay within
@@ -72,7 +85,7 @@ static void conn_free_buf(struct conn *c)
  */
 int kvsd_conn_reserve(struct conn *c, uint32_t need, char *why, size_t why_len)
 {
-	uint64_t total = kvsd_srv.d->cfg->max_buffer_total, more;
+	uint64_t more;
 	uint8_t *p;
 	int ret;
 
@@ -81,13 +94,9 @@ int kvsd_conn_reserve(struct conn *c, uint32_t need, char *why, size_t why_len)
 	if (need < KVSD_BUF_MIN)
 		need = KVSD_BUF_MIN;
 	more = buf_counted(need) - buf_counted(c->cap);
-	if (kvsd_srv.buffered + more > total) {
-		snprintf(why, why_len, "buffer budget exhausted: %llu bytes "
-			 "buffered, max_buffer_total %llu",
-			 (unsigned long long)kvsd_srv.buffered,
-			 (unsigned long long)total);
-		return -ENOBUFS;
-	}
+	ret = budget_fits(more, why, why_len);
+	if (ret)
+		return ret;
 	ret = kvsd_user_charge(c->user, KVSD_CHARGE_BUF, more, why, why_len);
 	if (ret) {
 		kvsd_user_refused(c->user, "a message's buffer", why);
@@ -117,16 +126,11 @@ void kvsd_conn_trim_buf(struct conn *c)
  */
 int kvsd_conn_ring_charge(struct conn *c, uint32_t size, char *why, size_t why_len)
 {
-	uint64_t total = kvsd_srv.d->cfg->max_buffer_total;
 	int ret;
 
-	if (kvsd_srv.buffered + size > total) {
-		snprintf(why, why_len, "buffer budget exhausted: %llu bytes "
-			 "buffered, max_buffer_total %llu",
-			 (unsigned long long)kvsd_srv.buffered,
-			 (unsigned long long)total);
-		return -ENOBUFS;
-	}
+	ret = budget_fits(size, why, why_len);
+	if (ret)
+		return ret;
 	ret = kvsd_user_charge(c->user, KVSD_CHARGE_RING, KVS_RING_MIN + size,
 			       why, why_len);
 	if (ret) {

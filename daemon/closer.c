@@ -267,22 +267,23 @@ bool kvsd_closer_full(void)
 	return kvsd_closer_queued() >= KVSD_CLOSE_QUEUE_MAX;
 }
 
-unsigned int kvsd_closer_busy(void)
+/* One of the closer's counts, read under its lock. */
+static unsigned int closer_count(const unsigned int *count)
 {
 	unsigned int n;
 
 	pthread_mutex_lock(&cl.lock);
-	n = cl.closing;
+	n = *count;
 	pthread_mutex_unlock(&cl.lock);
 	return n;
 }
 
+unsigned int kvsd_closer_busy(void)
+{
+	return closer_count(&cl.closing);
+}
+
 unsigned int kvsd_closer_queued(void)
 {
-	unsigned int n;
-
-	pthread_mutex_lock(&cl.lock);
-	n = cl.queued;
-	pthread_mutex_unlock(&cl.lock);
-	return n;
+	return closer_count(&cl.queued);
 }

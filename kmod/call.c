@@ -1,24 +1,27 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * What one command of /dev/kvshare carries, whichever path brought it
- * (an ioctl in main.c, a uring_cmd in uring.c): the user memory its
- * arrays are copied through, and the rights it is judged by.  Both paths
- * call this file; it calls neither.
+ * (an ioctl in main.c or on a channel file in chan.c, a uring_cmd in
+ * uring.c): an ioctl's struct copied in, the user memory its arrays are
+ * copied through, and the rights it is judged by.  Every path calls this
+ * file; it calls none.
  */
+#include <linux/build_bug.h>
 #include <linux/capability.h>
 #include <linux/cred.h>
 #include <linux/fs.h>
+#include <linux/minmax.h>
 #include <linux/uaccess.h>
 
 #include "core.h"
 #include "kvshare_kernel.h"
 
-int kvs_copy_in(struct kvs_call *call, void *dst, __u64 src, __u64 len)
+static int kvs_copy_in(struct kvs_call *call, void *dst, __u64 src, __u64 len)
 {
 	return copy_from_user(dst, u64_to_user_ptr(src), len) ? -EFAULT : 0;
 }
 
-int kvs_copy_out(struct kvs_call *call, __u64 dst, const void *src, __u64 len)
+static int kvs_copy_out(struct kvs_call *call, __u64 dst, const void *src, __u64 len)
 {
 	return copy_to_user(u64_to_user_ptr(dst), src, len) ? -EFAULT : 0;
 }
@@ -41,4 +44,39 @@ void kvs_file_cred(const struct file *file, struct kvs_cred *cred)
 	cred->groups = NULL;
 	cred->n_groups = 0;
 	cred->host_cred = fc;
+}
+
+/* The core's call for a command on @file: its opener's rights, arrays in user memory. */
+void kvs_file_call(const struct file *file, struct kvs_call *call, struct kvs_cred *cred)
+{
+	kvs_file_cred(file, cred);
+	*call = (struct kvs_call) {
+		.cred = cred,
+		.copy_in = kvs_copy_in,
+		.copy_out = kvs_copy_out,
+	};
+}
+
+/*
+ * An ioctl's command struct into @buf, the same for /dev/kvshare and a
+ * channel file: sized from the command (-ENOTTY where it has none), an
+ * older, shorter struct zero-extended, a newer one's unknown tail refused
+ * (E2BIG), and the write-back probed before the command takes effect, so
+ * that a command never changes a pool and then fails to say so.
+ * *@usize: the bytes to copy back.  0 or -errno.
+ */
+int kvs_ioctl_copy_in(unsigned int cmd, void __user *uarg, union kvs_cmd_buf *buf,
+		      size_t *usize)
+{
+	size_t ksize = kvs_cmd_size(cmd);
+	int ret;
+
+	if (!ksize)
+		return -ENOTTY;
+	BUILD_BUG_ON(sizeof(*buf) > 256);
+	ret = copy_struct_from_user(buf, ksize, uarg, _IOC_SIZE(cmd));
+	if (ret)
+		return ret;
+	*usize = min_t(size_t, _IOC_SIZE(cmd), ksize);
+	return copy_to_user(uarg, buf, *usize) ? -EFAULT : 0;
 }

@@ -109,27 +109,20 @@ static long kvs_chan_ioctl(struct file *file, unsigned int cmd, unsigned long ar
 {
 	struct kvs_chan_file *cf = file->private_data;
 	void __user *uarg = (void __user *)arg;
-	size_t ksize = kvs_cmd_size(cmd), usize = _IOC_SIZE(cmd);
 	union kvs_cmd_buf buf;
 	struct kvs_cred cred;
-	struct kvs_call call = {
-		.cred = &cred,
-		.copy_in = kvs_copy_in,
-		.copy_out = kvs_copy_out,
-	};
+	struct kvs_call call;
+	size_t usize;
 	int ret;
 
 	if (cmd == KVS_IOC_CHAN_STATS)
 		return kvs_chan_stats_ioctl(cf, uarg);
 	if (!kvs_chan_cmd_ok(cmd))
 		return -ENOTTY;
-	ret = copy_struct_from_user(&buf, ksize, uarg, usize);
+	ret = kvs_ioctl_copy_in(cmd, uarg, &buf, &usize);
 	if (ret)
 		return ret;
-	usize = min(usize, ksize);
-	if (copy_to_user(uarg, &buf, usize))
-		return -EFAULT;
-	kvs_file_cred(file, &cred);
+	kvs_file_call(file, &call, &cred);
 	ret = kvs_cmd(kvs_chan_client(cf->ch), cmd, &buf, &call);
 	if (ret)
 		return ret;

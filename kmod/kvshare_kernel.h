@@ -44,9 +44,10 @@ struct kvs_file_ctx {
 };
 
 /* call.c */
-int kvs_copy_in(struct kvs_call *call, void *dst, __u64 src, __u64 len);
-int kvs_copy_out(struct kvs_call *call, __u64 dst, const void *src, __u64 len);
 void kvs_file_cred(const struct file *file, struct kvs_cred *cred);
+void kvs_file_call(const struct file *file, struct kvs_call *call, struct kvs_cred *cred);
+int kvs_ioctl_copy_in(unsigned int cmd, void __user *uarg, union kvs_cmd_buf *buf,
+		      size_t *usize);
 /* uring.c */
 int kvs_uring_cmd(struct io_uring_cmd *ioucmd, unsigned int issue_flags);
 void kvs_uwait_init(struct kvs_uwait *uw, struct kvs_client *cl);

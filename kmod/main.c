@@ -378,32 +378,20 @@ static int kvs_finish(struct kvs_client *cl, unsigned int cmd, union kvs_cmd_buf
 static long kvs_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 {
 	void __user *uarg = (void __user *)arg;
-	size_t ksize = kvs_cmd_size(cmd), usize = _IOC_SIZE(cmd);
 	union kvs_cmd_buf buf;
 	struct kvs_cred cred;
-	struct kvs_call call = {
-		.cred = &cred,
-		.copy_in = kvs_copy_in,
-		.copy_out = kvs_copy_out,
-	};
+	struct kvs_call call;
 	int mem_fd = -1;
+	size_t usize;
 	int ret;
 
 	if (_IOC_TYPE(cmd) == KVS_IOC_MAGIC &&
 	    _IOC_NR(cmd) == _IOC_NR(KVS_IOC_CHAN_OPEN) &&
 	    _IOC_DIR(cmd) == (_IOC_READ | _IOC_WRITE))
 		return kvs_chan_open_ioctl(file, uarg, cmd);
-	if (!ksize)
-		return -ENOTTY;
-	BUILD_BUG_ON(sizeof(buf) > 256);
-	/* Zero-extends an older struct; E2BIG on a newer one's unknown tail. */
-	ret = copy_struct_from_user(&buf, ksize, uarg, usize);
+	ret = kvs_ioctl_copy_in(cmd, uarg, &buf, &usize);
 	if (ret)
 		return ret;
-	usize = min(usize, ksize);
-	/* Probe the write-back before the command takes effect. */
-	if (copy_to_user(uarg, &buf, usize))
-		return -EFAULT;
 
 	if (kvs_wants_mem_fd(cmd, &buf)) {
 		mem_fd = get_unused_fd_flags(O_CLOEXEC);
@@ -411,7 +399,7 @@ static long kvs_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 			return mem_fd;
 	}
 
-	kvs_file_cred(file, &cred);
+	kvs_file_call(file, &call, &cred);
 	ret = kvs_cmd(file->private_data, cmd, &buf, &call);
 	if (ret) {
 		if (mem_fd >= 0)

@@ -117,13 +117,8 @@ static bool kvs_uring_zero_from(const u8 *raw, size_t from)
 static void kvs_uring_call(struct kvs_call *call, struct kvs_cred *cred,
 			   const struct io_uring_cmd *ioucmd, unsigned int issue_flags)
 {
-	kvs_file_cred(ioucmd->file, cred);
-	*call = (struct kvs_call) {
-		.cred = cred,
-		.copy_in = kvs_copy_in,
-		.copy_out = kvs_copy_out,
-		.nonblock = !!(issue_flags & IO_URING_F_NONBLOCK),
-	};
+	kvs_file_call(ioucmd->file, call, cred);
+	call->nonblock = !!(issue_flags & IO_URING_F_NONBLOCK);
 }
 
 /* How often a parked command looks whether its process is exiting. */

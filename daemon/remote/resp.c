@@ -431,15 +431,20 @@ static int item_done(struct kvsd_resp *r)
 	return !r->depth;
 }
 
+/* A length of -1: a nil reply (RESP2's null array and null bulk string). */
+static int nil_item(struct kvsd_resp *r)
+{
+	if (!item_new(r, KVSD_REPLY_NIL))
+		return -ENOMEM;
+	return item_done(r);
+}
+
 static int array_start(struct kvsd_resp *r, long long n)
 {
 	struct kvsd_reply *it;
 
-	if (n == -1) {
-		if (!item_new(r, KVSD_REPLY_NIL))
-			return -ENOMEM;
-		return item_done(r);
-	}
+	if (n == -1)
+		return nil_item(r);
 	if (n < 0)
 		return fail(r, "array of %lld elements", n);
 	if ((size_t)n > r->max_elems - r->elems)
@@ -466,11 +471,8 @@ static int bulk_start(struct kvsd_resp *r, long long n)
 {
 	struct kvsd_reply *it;
 
-	if (n == -1) {
-		if (!item_new(r, KVSD_REPLY_NIL))
-			return -ENOMEM;
-		return item_done(r);
-	}
+	if (n == -1)
+		return nil_item(r);
 	if (n < 0)
 		return fail(r, "bulk string of %lld bytes", n);
 	if ((unsigned long long)n > r->max_reply - r->used)

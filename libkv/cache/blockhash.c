@@ -72,6 +72,21 @@ struct kv_msg {
 	size_t len;
 };
 
+/*
+ * Room in @m, on the stack (@stack bytes at m->buf), for a message of
+ * @size bytes (0: its size overflowed): 0, or -errno.  A larger one is
+ * allocated; the caller frees m->buf when it is not its stack's.
+ */
+static int kv_msg_room(struct kv_msg *m, size_t stack, size_t size)
+{
+	if (!size)
+		return -EOVERFLOW;
+	if (size <= stack)
+		return 0;
+	m->buf = malloc(size);
+	return m->buf ? 0 : -ENOMEM;
+}
+
 static void kv_put_u64(struct kv_msg *m, uint64_t v)
 {
 	v = htole64(v);
@@ -443,13 +458,9 @@ static long kv_chain_v1(const struct kv_block_hasher *h, const struct kvs_key *p
 	long ret;
 
 	size = kv_msg_size(h->tokens_per_page, extra, n_extra);
-	if (!size)
-		return -EOVERFLOW;
-	if (size > sizeof(small)) {
-		m.buf = malloc(size);
-		if (!m.buf)
-			return -ENOMEM;
-	}
+	ret = kv_msg_room(&m, sizeof(small), size);
+	if (ret)
+		return ret;
 	kv_msg_frame(&m, h->tokens_per_page, extra, n_extra);
 	if (h->algo == KV_HASH_XXH3)
 		ret = kv_chain_xxh(h, &m, parent, tokens, n_pages, keys);
@@ -487,15 +498,11 @@ static int kv2_extras_digest(const struct kv_extra *extra, size_t n_extra,
 	struct kv_msg m = { small, 0 };
 	size_t size = kv2_extras_size(extra, n_extra), i;
 	struct kvs_key key;
-	int ret = 0;
+	int ret;
 
-	if (!size)
-		return -EOVERFLOW;
-	if (size > sizeof(small)) {
-		m.buf = malloc(size);
-		if (!m.buf)
-			return -ENOMEM;
-	}
+	ret = kv_msg_room(&m, sizeof(small), size);
+	if (ret)
+		return ret;
 	kv_put_bytes(&m, kv_tag_extras2, sizeof(kv_tag_extras2));
 	kv_put_u64(&m, n_extra);
 	for (i = 0; i < n_extra; i++)

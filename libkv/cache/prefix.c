@@ -23,6 +23,8 @@
 
 #include <kvshare/prefix.h>
 
+#include "grow.h"
+
 #define KV_LOOKUP_FIRST	32	/* pages hashed and asked for in the first LOOKUP */
 
 struct kv_prefix_cache {
@@ -43,24 +45,6 @@ struct kv_prefix_cache {
 
 	struct kv_prefix_stats st;
 };
-
-/* Grow *@buf to hold @n elements of @size bytes. */
-static int kv_grow(void *buf, size_t *cap, size_t n, size_t size)
-{
-	void **p = buf, *q;
-	size_t c = *cap ? *cap : 64;
-
-	while (c < n)
-		c *= 2;
-	if (c == *cap)
-		return 0;
-	q = realloc(*p, c * size);
-	if (!q)
-		return -ENOMEM;
-	*p = q;
-	*cap = c;
-	return 0;
-}
 
 /* PUT in batches the arbiter accepts. */
 static int kv_pc_put(struct kv_prefix_cache *pc, const uint32_t *pages, size_t n)
@@ -139,9 +123,9 @@ static int kv_pc_adopt(void *priv, const uint32_t *tokens, uint32_t first,
 	long got;
 	int ret;
 
-	if (kv_grow(&pc->kbuf, &pc->kcap, n, sizeof(*pc->kbuf)) ||
+	if (kv_grow(&pc->kbuf, &pc->kcap, n, sizeof(*pc->kbuf), 64) ||
 	    kv_grow(&pc->ents, &pc->ecap, n < KVS_MAX_BATCH ? n : KVS_MAX_BATCH,
-		    sizeof(*pc->ents)))
+		    sizeof(*pc->ents), 64))
 		return -ENOMEM;
 	got = kv_hash_chain(&pc->hasher, pk, tokens + (size_t)first * pc->tpp,
 			    (size_t)n * pc->tpp, pc->extra, pc->n_extra, pc->kbuf);
@@ -258,7 +242,7 @@ static uint32_t kv_pc_remote(struct kv_prefix_cache *pc, const uint32_t *tokens,
 	long got;
 	int hits;
 
-	if (kv_grow(&pc->kbuf, &pc->kcap, to - from, sizeof(*pc->kbuf)))
+	if (kv_grow(&pc->kbuf, &pc->kcap, to - from, sizeof(*pc->kbuf), 64))
 		return 0;
 	while (from + done < to) {
 		c = to - from - done;
@@ -312,8 +296,8 @@ static int kv_pc_claim(struct kv_prefix_cache *pc, struct kv_req_table *rt,
 		n = KVS_MAX_BATCH;
 	if (req->n_tokens != from * pc->tpp ||
 	    kv_req_pages_needed(rt, req->slot, (from + n) * pc->tpp) != n ||
-	    kv_grow(&pc->kbuf, &pc->kcap, n, sizeof(*pc->kbuf)) ||
-	    kv_grow(&pc->pbuf, &pc->pcap, n, sizeof(*pc->pbuf)))
+	    kv_grow(&pc->kbuf, &pc->kcap, n, sizeof(*pc->kbuf), 64) ||
+	    kv_grow(&pc->pbuf, &pc->pcap, n, sizeof(*pc->pbuf), 64))
 		return -ENOMEM;
 	if (from)
 		pk = &pc->keys[kv_req_page(rt, req->slot, from - 1)];
@@ -352,7 +336,7 @@ static long kv_pc_more(struct kv_prefix_cache *pc, struct kv_req_table *rt,
 	struct kv_radix_node *last;
 	uint32_t h, i;
 
-	if (m == want || kv_grow(&pc->pbuf, &pc->pcap, want, sizeof(*pc->pbuf)))
+	if (m == want || kv_grow(&pc->pbuf, &pc->pcap, want, sizeof(*pc->pbuf), 64))
 		return (long)m * pc->tpp;
 	for (i = 0; i < m; i++)
 		pc->pbuf[i] = kv_req_page(rt, req->slot, i);
@@ -468,7 +452,7 @@ int kv_prefix_reserve(struct kv_prefix_cache *pc, struct kv_req_table *rt,
 	if (new_len > kv_req_table_max_context(rt))
 		return -E2BIG;
 	need = kv_req_pages_needed(rt, req->slot, new_len);
-	if (kv_grow(&pc->pbuf, &pc->pcap, need, sizeof(*pc->pbuf)))
+	if (kv_grow(&pc->pbuf, &pc->pcap, need, sizeof(*pc->pbuf), 64))
 		return -ENOMEM;
 	ret = kv_prefix_alloc(pc, need, pc->pbuf);
 	if (ret)
@@ -502,7 +486,7 @@ void kv_prefix_abort(struct kv_prefix_cache *pc, struct kv_req_table *rt,
 	if (!kv_req_row(rt, req->slot))
 		return;
 	all = req->n_tokens / pc->tpp + !!(req->n_tokens % pc->tpp);
-	if (!kv_grow(&pc->pbuf, &pc->pcap, all, sizeof(*pc->pbuf))) {
+	if (!kv_grow(&pc->pbuf, &pc->pcap, all, sizeof(*pc->pbuf), 64)) {
 		for (i = req->cached_len / pc->tpp; i < all; i++)
 			pc->pbuf[i] = kv_req_page(rt, req->slot, i);
 		kv_pc_put(pc, pc->pbuf + req->cached_len / pc->tpp,

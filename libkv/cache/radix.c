@@ -24,6 +24,8 @@
 
 #include <kvshare/radix.h>
 
+#include "grow.h"
+
 #define KV_NO_HEAP	UINT32_MAX
 #define KV_BATCH	256	/* pages handed to release() at once */
 
@@ -233,19 +235,7 @@ static void kv_heap_del(struct kv_radix *t, struct kv_radix_node *n)
 /* Room for a heap entry per node: pushes then never fail. */
 static int kv_heap_reserve(struct kv_radix *t, size_t nodes)
 {
-	struct kv_radix_node **h;
-	size_t cap = t->heap_cap ? t->heap_cap : 64;
-
-	while (cap < nodes)
-		cap *= 2;
-	if (cap == t->heap_cap)
-		return 0;
-	h = realloc(t->heap, cap * sizeof(*h));
-	if (!h)
-		return -ENOMEM;
-	t->heap = h;
-	t->heap_cap = cap;
-	return 0;
+	return kv_grow(&t->heap, &t->heap_cap, nodes, sizeof(*t->heap), 64);
 }
 
 static bool kv_evictable_leaf(const struct kv_radix *t, const struct kv_radix_node *n)
@@ -963,21 +953,11 @@ int kv_radix_check(const struct kv_radix *t)
 /* Both scratch lists hold at least @n pages. */
 static int kv_scratch(struct kv_radix *t, size_t n)
 {
-	uint32_t *a, *b;
-	size_t cap = t->scratch_cap ? t->scratch_cap : 256;
+	size_t cap = t->scratch_cap, cap2 = t->scratch_cap;
 
-	while (cap < n)
-		cap *= 2;
-	if (cap == t->scratch_cap)
-		return 0;
-	a = realloc(t->scratch, cap * sizeof(*a));
-	if (!a)
+	if (kv_grow(&t->scratch, &cap, n, sizeof(*t->scratch), 256) ||
+	    kv_grow(&t->scratch2, &cap2, n, sizeof(*t->scratch2), 256))
 		return -ENOMEM;
-	t->scratch = a;
-	b = realloc(t->scratch2, cap * sizeof(*b));
-	if (!b)
-		return -ENOMEM;
-	t->scratch2 = b;
 	t->scratch_cap = cap;
 	return 0;
 }

@@ -174,6 +174,18 @@ def parse_args(argv):
     return a
 
 
+def cuda_times(t, fn, n, sync):
+    """n calls of fn, each between a pair of CUDA events: the ms of each."""
+    ev = [(t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True))
+          for _ in range(n)]
+    for e0, e1 in ev:
+        e0.record()
+        fn()
+        e1.record()
+    sync()
+    return [e0.elapsed_time(e1) for e0, e1 in ev]
+
+
 def version_tuple(v):
     m = re.match(r"(\d+)\.(\d+)", v)
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
@@ -404,14 +416,7 @@ class Bench:
                         max(self.args.min_passes, math.ceil(self.args.min_time / est))))
             samples = []
             if self.cuda:
-                ev = [(t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True))
-                      for _ in range(n)]
-                for e0, e1 in ev:
-                    e0.record()
-                    step()
-                    e1.record()
-                self.sync()
-                samples = [e0.elapsed_time(e1) * 1e6 for e0, e1 in ev]  # ns
+                samples = [ms * 1e6 for ms in cuda_times(t, step, n, self.sync)]  # ns
             else:
                 for _ in range(n):
                     t0 = time.perf_counter_ns()
@@ -486,14 +491,7 @@ def extend_row(b, n_new, prefix):
         b.sync()
         est = max(time.perf_counter_ns() - t0, 1) / 1e9
         n = int(min(b.args.max_passes, max(3, math.ceil(b.args.min_time / est))))
-        ev = [(t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True))
-              for _ in range(n)]
-        for e0, e1 in ev:
-            e0.record()
-            one()
-            e1.record()
-        b.sync()
-    ms = sorted(e0.elapsed_time(e1) for e0, e1 in ev)[n // 2]
+        ms = sorted(cuda_times(t, one, n, b.sync))[n // 2]
     del q, k, v, kw
     return ms * 1e3, ext_flop(c, n_new, prefix) / (ms * 1e-3) / 1e12, ", ".join(how)
 

@@ -417,90 +417,137 @@ struct gpu_ref {
 	struct shape worst;
 };
 
-static int gpu_row(const struct shape *s, struct gpu_ref *ref)
-{
-	struct kv_attn_params p = { .n_q_heads = N_Q };
-	size_t qn = (size_t)s->batch * N_Q * DIM, pool_bytes;
-	uint64_t samples[GPU_GROUPS], t0, ns;
-	struct kv_attn_batch db;
+/*
+ * What a GPU row runs on: a pool of one shape in device memory with random
+ * bf16 KV, random q and room for the output, the batch's page tables on
+ * the device (b is bp.b pointing at them), and the call's parameters.
+ */
+struct gpu_setup {
 	struct bench_pool bp;
-	void *q = NULL, *out = NULL, *base = NULL, *ws = NULL;
-	uint32_t *d_indptr = NULL, *d_pages = NULL, *d_seq = NULL, per_group, g, i;
-	double bw;
+	struct kv_attn_batch b;
+	struct kv_attn_params p;
+	void *base, *q, *out;
+	uint32_t *indptr, *pages, *seq;
+};
+
+static void gpu_setup_free(struct gpu_setup *d)
+{
+	kv_cuda_free(d->indptr);
+	kv_cuda_free(d->pages);
+	kv_cuda_free(d->seq);
+	kv_cuda_free(d->q);
+	kv_cuda_free(d->out);
+	kv_cuda_free(d->base);
+	d->bp.kv.base = NULL;
+	pool_free(&d->bp);
+}
+
+/* Shape @s, @qn q (and output) elements: 0 or -errno; gpu_setup_free() either way. */
+static int gpu_setup_init(struct gpu_setup *d, const struct shape *s, size_t qn)
+{
+	size_t pool_bytes;
 	int ret;
 
-	ret = pool_init(&bp, s, false);
+	memset(d, 0, sizeof(*d));
+	d->p.n_q_heads = N_Q;
+	ret = pool_init(&d->bp, s, false);
 	if (ret)
-		goto out;
-	pool_bytes = (size_t)bp.kv.n_pages * bp.kv.geom.page_bytes;
-	ret = -ENOMEM;
-	if (kv_cuda_malloc(&base, pool_bytes) || kv_cuda_malloc(&q, qn * 2) ||
-	    kv_cuda_malloc(&out, qn * 2))
-		goto out;
-	ret = gpu_fill_bf16(base, pool_bytes, 0x1234);
+		return ret;
+	pool_bytes = (size_t)d->bp.kv.n_pages * d->bp.kv.geom.page_bytes;
+	if (kv_cuda_malloc(&d->base, pool_bytes) || kv_cuda_malloc(&d->q, qn * 2) ||
+	    kv_cuda_malloc(&d->out, qn * 2))
+		return -ENOMEM;
+	ret = gpu_fill_bf16(d->base, pool_bytes, 0x1234);
 	if (!ret)
-		ret = gpu_fill_bf16(q, qn * 2, 0x5678);
+		ret = gpu_fill_bf16(d->q, qn * 2, 0x5678);
 	if (ret)
-		goto out;
-	ret = -ENOMEM;
-	d_indptr = to_device(bp.page_indptr, (s->batch + 1) * sizeof(uint32_t));
-	d_pages = to_device(bp.pages, bp.kv.n_pages * sizeof(uint32_t));
-	d_seq = to_device(bp.seq_lens, s->batch * sizeof(uint32_t));
-	if (!d_indptr || !d_pages || !d_seq)
-		goto out;
-	bp.kv.base = base;
-	db = bp.b;
-	db.page_indptr = d_indptr;
-	db.pages = d_pages;
-	db.seq_lens = d_seq;
-	p.workspace_bytes = kv_attn_decode_cuda_workspace(&bp.kv, &db, &p);
-	if (p.workspace_bytes && kv_cuda_malloc(&ws, p.workspace_bytes))
-		goto out;
-	p.workspace = ws;
+		return ret;
+	d->indptr = to_device(d->bp.page_indptr, (s->batch + 1) * sizeof(uint32_t));
+	d->pages = to_device(d->bp.pages, d->bp.kv.n_pages * sizeof(uint32_t));
+	d->seq = to_device(d->bp.seq_lens, s->batch * sizeof(uint32_t));
+	if (!d->indptr || !d->pages || !d->seq)
+		return -ENOMEM;
+	d->bp.kv.base = d->base;
+	d->b = d->bp.b;
+	d->b.page_indptr = d->indptr;
+	d->b.pages = d->pages;
+	d->b.seq_lens = d->seq;
+	return 0;
+}
 
-	/* A warm-up pass, then one timed alone to size the groups. */
-	ret = gpu_pass(&bp, &db, &p, q, out);
+/*
+ * The median time of one @pass over @d: one untimed call, one timed alone
+ * to size groups of about GPU_GROUP_NS, then GPU_GROUPS timed groups.
+ * 0 or -errno.
+ */
+static int gpu_time(int (*pass)(struct gpu_setup *d), struct gpu_setup *d, uint64_t *median)
+{
+	uint64_t samples[GPU_GROUPS], t0, ns;
+	uint32_t reps, i, g;
+	int ret;
+
+	ret = pass(d);
 	if (!ret)
 		ret = kv_cuda_sync();
 	t0 = bench_now_ns();
 	if (!ret)
-		ret = gpu_pass(&bp, &db, &p, q, out);
+		ret = pass(d);
 	if (!ret)
 		ret = kv_cuda_sync();
 	if (ret)
-		goto out;
+		return ret;
 	ns = bench_now_ns() - t0;
-	per_group = (uint32_t)(GPU_GROUP_NS / (ns ? ns : 1)) + 1;
-	per_group = per_group > 1000 ? 1000 : per_group;
+	reps = (uint32_t)(GPU_GROUP_NS / (ns ? ns : 1)) + 1;
+	reps = reps > 1000 ? 1000 : reps;
 	for (g = 0; g < GPU_GROUPS; g++) {
 		t0 = bench_now_ns();
-		for (i = 0; !ret && i < per_group; i++)
-			ret = gpu_pass(&bp, &db, &p, q, out);
+		for (i = 0; !ret && i < reps; i++)
+			ret = pass(d);
 		if (!ret)
 			ret = kv_cuda_sync();
 		if (ret)
-			goto out;
-		samples[g] = (bench_now_ns() - t0) / per_group;
+			return ret;
+		samples[g] = (bench_now_ns() - t0) / reps;
 	}
-	ns = bench_median(samples, GPU_GROUPS);
-	bw = (double)bp.kv_bytes * bp.n_layers / ns * 1e9;
+	*median = bench_median(samples, GPU_GROUPS);
+	return 0;
+}
+
+static int gpu_decode_pass(struct gpu_setup *d)
+{
+	return gpu_pass(&d->bp, &d->b, &d->p, d->q, d->out);
+}
+
+static int gpu_row(const struct shape *s, struct gpu_ref *ref)
+{
+	struct gpu_setup d;
+	void *ws = NULL;
+	uint64_t ns;
+	double bw;
+	int ret;
+
+	ret = gpu_setup_init(&d, s, (size_t)s->batch * N_Q * DIM);
+	if (ret)
+		goto out;
+	ret = -ENOMEM;
+	d.p.workspace_bytes = kv_attn_decode_cuda_workspace(&d.bp.kv, &d.b, &d.p);
+	if (d.p.workspace_bytes && kv_cuda_malloc(&ws, d.p.workspace_bytes))
+		goto out;
+	d.p.workspace = ws;
+	ret = gpu_time(gpu_decode_pass, &d, &ns);
+	if (ret)
+		goto out;
+	bw = (double)d.bp.kv_bytes * d.bp.n_layers / ns * 1e9;
 	printf("decode %5u  %7u  %6u  %9.1f  %9.2f  %8.3f  %7.0f%%  %7.0f%%\n", s->batch,
-	       s->ctx, bp.n_layers, bp.kv_bytes / 1048576.0, ns / 1e3 / bp.n_layers, bw / 1e12,
-	       100 * bw / ref->read, 100 * bw / ref->copy);
+	       s->ctx, d.bp.n_layers, d.bp.kv_bytes / 1048576.0, ns / 1e3 / d.bp.n_layers,
+	       bw / 1e12, 100 * bw / ref->read, 100 * bw / ref->copy);
 	if (s->batch >= GOAL_BATCH && bw / ref->read < ref->worst_goal) {
 		ref->worst_goal = bw / ref->read;
 		ref->worst = *s;
 	}
 out:
 	kv_cuda_free(ws);
-	kv_cuda_free(d_indptr);
-	kv_cuda_free(d_pages);
-	kv_cuda_free(d_seq);
-	kv_cuda_free(q);
-	kv_cuda_free(out);
-	kv_cuda_free(base);
-	bp.kv.base = NULL;
-	pool_free(&bp);
+	gpu_setup_free(&d);
 	return ret;
 }
 
@@ -517,85 +564,37 @@ static double ext_flop(uint32_t n_new, uint32_t prefix)
 	return 4.0 * DIM * N_Q * ((double)n_new * prefix + (double)n_new * (n_new + 1) / 2);
 }
 
+static int gpu_extend_pass(struct gpu_setup *d)
+{
+	return kv_attn_extend_cuda(&d->bp.kv, &d->b, &d->p, d->q, d->out, NULL);
+}
+
 static int gpu_extend_row(uint32_t n_new, uint32_t prefix)
 {
 	struct shape s = { 1, prefix + n_new };
-	struct kv_attn_params p = { .n_q_heads = N_Q };
-	size_t qn = (size_t)n_new * N_Q * DIM, pool_bytes;
-	uint32_t q_indptr[2] = { 0, n_new }, *d_indptr = NULL, *d_pages = NULL, *d_seq = NULL,
-		 *d_qptr = NULL, reps, i;
-	uint64_t samples[GPU_GROUPS], t0, ns;
-	struct kv_attn_batch b;
-	struct bench_pool bp;
-	void *q = NULL, *out = NULL, *base = NULL;
-	int ret, g;
+	uint32_t q_indptr[2] = { 0, n_new }, *d_qptr = NULL;
+	struct gpu_setup d;
+	uint64_t ns;
+	int ret;
 
-	ret = pool_init(&bp, &s, false);
+	ret = gpu_setup_init(&d, &s, (size_t)n_new * N_Q * DIM);
 	if (ret)
 		goto out;
-	pool_bytes = (size_t)bp.kv.n_pages * bp.kv.geom.page_bytes;
-	ret = -ENOMEM;
-	if (kv_cuda_malloc(&base, pool_bytes) || kv_cuda_malloc(&q, qn * 2) ||
-	    kv_cuda_malloc(&out, qn * 2))
-		goto out;
-	ret = gpu_fill_bf16(base, pool_bytes, 0x1234);
-	if (!ret)
-		ret = gpu_fill_bf16(q, qn * 2, 0x5678);
-	if (ret)
-		goto out;
-	ret = -ENOMEM;
-	d_indptr = to_device(bp.page_indptr, 2 * sizeof(uint32_t));
-	d_pages = to_device(bp.pages, bp.kv.n_pages * sizeof(uint32_t));
-	d_seq = to_device(bp.seq_lens, sizeof(uint32_t));
 	d_qptr = to_device(q_indptr, sizeof(q_indptr));
-	if (!d_indptr || !d_pages || !d_seq || !d_qptr)
+	ret = -ENOMEM;
+	if (!d_qptr)
 		goto out;
-	bp.kv.base = base;
-	bp.kv.layer = 0;
-	b = bp.b;
-	b.page_indptr = d_indptr;
-	b.pages = d_pages;
-	b.seq_lens = d_seq;
-	b.q_indptr = d_qptr;
-	b.max_q_len = n_new;
-
-	/* One untimed call, one timed alone to size the groups. */
-	ret = kv_attn_extend_cuda(&bp.kv, &b, &p, q, out, NULL);
-	if (!ret)
-		ret = kv_cuda_sync();
-	t0 = bench_now_ns();
-	if (!ret)
-		ret = kv_attn_extend_cuda(&bp.kv, &b, &p, q, out, NULL);
-	if (!ret)
-		ret = kv_cuda_sync();
+	d.bp.kv.layer = 0;
+	d.b.q_indptr = d_qptr;
+	d.b.max_q_len = n_new;
+	ret = gpu_time(gpu_extend_pass, &d, &ns);
 	if (ret)
 		goto out;
-	ns = bench_now_ns() - t0;
-	reps = (uint32_t)(GPU_GROUP_NS / (ns ? ns : 1)) + 1;
-	reps = reps > 1000 ? 1000 : reps;
-	for (g = 0; g < GPU_GROUPS; g++) {
-		t0 = bench_now_ns();
-		for (i = 0; !ret && i < reps; i++)
-			ret = kv_attn_extend_cuda(&bp.kv, &b, &p, q, out, NULL);
-		if (!ret)
-			ret = kv_cuda_sync();
-		if (ret)
-			goto out;
-		samples[g] = (bench_now_ns() - t0) / reps;
-	}
-	ns = bench_median(samples, GPU_GROUPS);
 	printf("extend %5u  %7u  %10.1f  %9.2f\n", n_new, prefix, ns / 1e3,
 	       ext_flop(n_new, prefix) / ns / 1e3);
 out:
-	kv_cuda_free(d_indptr);
-	kv_cuda_free(d_pages);
-	kv_cuda_free(d_seq);
 	kv_cuda_free(d_qptr);
-	kv_cuda_free(q);
-	kv_cuda_free(out);
-	kv_cuda_free(base);
-	bp.kv.base = NULL;
-	pool_free(&bp);
+	gpu_setup_free(&d);
 	return ret;
 }
 

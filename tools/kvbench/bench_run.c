@@ -81,37 +81,62 @@ static int do_publish(struct run *r, uint32_t n)
 	return ret;
 }
 
+/* PUT the n pages the run holds. */
+static int put_held(struct run *r, uint32_t n)
+{
+	int ret = do_put(r, n);
+
+	return ret ? fail(r, "put", ret) : 0;
+}
+
+/* PUBLISH the chain prep_publish() made of the n pages held, then PUT: left CACHED. */
+static int publish_put(struct run *r, uint32_t n)
+{
+	int ret = do_publish(r, n);
+
+	return ret ? fail(r, "publish", ret) : put_held(r, n);
+}
+
+/* An ALLOC of n pages timed into sample @rep; @what names it in an error. */
+static int alloc_timed(struct run *r, uint32_t n, uint32_t rep, const char *what)
+{
+	uint64_t t0 = bench_now_ns();
+	int ret = do_alloc(r, n);
+
+	r->samples[rep] = bench_now_ns() - t0;
+	return ret ? fail(r, what, ret) : 0;
+}
+
+/* ALLOC n pages and make them a fresh chain to PUBLISH (prep_publish). */
+static int alloc_chain(struct run *r, uint32_t n)
+{
+	int ret = do_alloc(r, n);
+
+	if (ret)
+		return fail(r, "alloc", ret);
+	prep_publish(r, n);
+	return 0;
+}
+
 /* A fresh chain of n pages, left CACHED; its keys stay in r->keys. */
 static int publish_cached(struct run *r, uint32_t n)
 {
 	uint32_t i;
 	int ret;
 
-	ret = do_alloc(r, n);
+	ret = alloc_chain(r, n);
 	if (ret)
-		return fail(r, "alloc", ret);
-	prep_publish(r, n);
+		return ret;
 	for (i = 0; i < n; i++)
 		r->keys[i] = r->ents[i].key;
-	ret = do_publish(r, n);
-	if (ret)
-		return fail(r, "publish", ret);
-	ret = do_put(r, n);
-	return ret ? fail(r, "put", ret) : 0;
+	return publish_put(r, n);
 }
 
 static int time_alloc(struct run *r, uint32_t n, uint32_t rep)
 {
-	uint64_t t0;
-	int ret;
+	int ret = alloc_timed(r, n, rep, "alloc");
 
-	t0 = bench_now_ns();
-	ret = do_alloc(r, n);
-	r->samples[rep] = bench_now_ns() - t0;
-	if (ret)
-		return fail(r, "alloc", ret);
-	ret = do_put(r, n);
-	return ret ? fail(r, "put", ret) : 0;
+	return ret ? ret : put_held(r, n);
 }
 
 static int time_publish(struct run *r, uint32_t n, uint32_t rep)
@@ -119,17 +144,15 @@ static int time_publish(struct run *r, uint32_t n, uint32_t rep)
 	uint64_t t0;
 	int ret;
 
-	ret = do_alloc(r, n);
+	ret = alloc_chain(r, n);
 	if (ret)
-		return fail(r, "alloc", ret);
-	prep_publish(r, n);
+		return ret;
 	t0 = bench_now_ns();
 	ret = do_publish(r, n);
 	r->samples[rep] = bench_now_ns() - t0;
 	if (ret)
 		return fail(r, "publish", ret);
-	ret = do_put(r, n);
-	return ret ? fail(r, "put", ret) : 0;
+	return put_held(r, n);
 }
 
 /* r->keys holds a cached chain of n pages (publish_cached). */
@@ -157,20 +180,12 @@ static int time_lookup_put(struct run *r, uint32_t n, uint32_t rep)
 /* The pool is all CACHED; republishing the pages keeps it so. */
 static int time_evict(struct run *r, uint32_t n, uint32_t rep)
 {
-	uint64_t t0;
-	int ret;
+	int ret = alloc_timed(r, n, rep, "evict-alloc");
 
-	t0 = bench_now_ns();
-	ret = do_alloc(r, n);
-	r->samples[rep] = bench_now_ns() - t0;
 	if (ret)
-		return fail(r, "evict-alloc", ret);
+		return ret;
 	prep_publish(r, n);
-	ret = do_publish(r, n);
-	if (ret)
-		return fail(r, "publish", ret);
-	ret = do_put(r, n);
-	return ret ? fail(r, "put", ret) : 0;
+	return publish_put(r, n);
 }
 
 typedef int (*timed_fn)(struct run *r, uint32_t n, uint32_t rep);

@@ -98,6 +98,17 @@ def step(worker, names, meta):
 DEVPOOL = "vllmbenchdev"       # --device standin: the caches' "device memory"
 
 
+def save_and_load(sched, Meta, g, n):
+    """A fresh prompt of n blocks (+1 token): the step metadata that saves
+    its blocks 0..n-1, and the one that loads them back."""
+    prompt = torch.randint(0, 32000, (n * BS + 1,), generator=g).tolist()
+    keys = sched._request_keys(NS(prompt_token_ids=prompt))
+    blocks = list(range(n))
+    save = Meta([dict(req_id="s", block_ids=blocks, keys=keys, load=[0, 0], save=[0, n])])
+    load = Meta([dict(req_id="l", block_ids=blocks, keys=keys, load=[0, n], save=[0, 0])])
+    return save, load
+
+
 def device_caches(kind, n, sock):
     """NHD KV caches of n blocks a layer in device memory: torch CUDA
     tensors, or tensors over the stand-in's device memory."""
@@ -154,23 +165,22 @@ class Reference:
     def pinned_d2h(self):
         return self._copy(self.pinned.data_ptr(), False)
 
-    def pageable_h2d(self):
+    def _pageable(self, to_device):
+        """A pageable copy: libkv's on the stand-in, torch's on a GPU."""
         if self.kind != "cuda":
-            return self._copy(self.pageable.data_ptr(), True)
+            return self._copy(self.pageable.data_ptr(), to_device)
+        dst, src = (self.gpu, self.pageable) if to_device else (self.pageable, self.gpu)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        self.gpu.copy_(self.pageable)
+        dst.copy_(src)
         torch.cuda.synchronize()
         return time.perf_counter() - t0
 
+    def pageable_h2d(self):
+        return self._pageable(True)
+
     def pageable_d2h(self):
-        if self.kind != "cuda":
-            return self._copy(self.pageable.data_ptr(), False)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        self.pageable.copy_(self.gpu)
-        torch.cuda.synchronize()
-        return time.perf_counter() - t0
+        return self._pageable(False)
 
     def close(self):
         self.k.cuda_host_unregister(self.pinned.data_ptr())
@@ -192,13 +202,7 @@ def device_main(args, peers, sock, pool):
     times = {k: [] for k in names_t}
     try:
         for rep in range(args.reps + 1):           # rep 0 warms up
-            prompt = torch.randint(0, 32000, (n * BS + 1,), generator=g).tolist()
-            keys = sched._request_keys(NS(prompt_token_ids=prompt))
-            blocks = list(range(n))
-            save = Meta([dict(req_id="s", block_ids=blocks, keys=keys, load=[0, 0],
-                              save=[0, n])])
-            load = Meta([dict(req_id="l", block_ids=blocks, keys=keys, load=[0, n],
-                              save=[0, 0])])
+            save, load = save_and_load(sched, Meta, g, n)
             t = dict(pinned_h2d=ref.pinned_h2d(), pageable_h2d=ref.pageable_h2d())
             saved = worker.stats["saved_blocks"]
             t["save"] = step(worker, names, save)
@@ -291,13 +295,7 @@ def main():
         g = torch.Generator().manual_seed(5)
         times = dict(save=[], load=[], memcpy=[])
         for rep in range(args.reps + 1):           # rep 0 warms up
-            prompt = torch.randint(0, 32000, (n * BS + 1,), generator=g).tolist()
-            keys = sched._request_keys(NS(prompt_token_ids=prompt))
-            blocks = list(range(n))
-            save = Meta([dict(req_id="s", block_ids=blocks, keys=keys, load=[0, 0],
-                              save=[0, n])])
-            load = Meta([dict(req_id="l", block_ids=blocks, keys=keys, load=[0, n],
-                              save=[0, 0])])
+            save, load = save_and_load(sched, Meta, g, n)
             t0 = time.perf_counter()
             ctypes.memmove(dst.data_ptr(), src.data_ptr(), nbytes)
             t_memcpy = time.perf_counter() - t0

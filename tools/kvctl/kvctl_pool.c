@@ -56,6 +56,22 @@ static void pool_usage(void)
 }
 
 /*
+ * A pool command's options and its pool NAME, in *@name: 0, -1 after
+ * --help (the usage printed), or KVCTL_USAGE after saying what is wrong.
+ */
+static int pool_args(const char *cmd, int argc, char **argv, struct kvctl_opt *o,
+		     char **name)
+{
+	int n_pos, ret = kvctl_parse(cmd, argc, argv, o, name, 1, &n_pos);
+
+	if (ret < 0)
+		pool_usage();
+	else if (!ret && !n_pos)
+		return kvctl_usage_err(cmd, "missing pool NAME");
+	return ret;
+}
+
+/*
  * All pool descriptors.  The list can grow between the counting call and
  * the fetching call, so fetch until everything fit.
  */
@@ -385,17 +401,11 @@ static int pool_create(struct kvctl *k, int argc, char **argv)
 	struct kvs_pool_create req;
 	uint64_t bytes = 0;
 	char *name;
-	int n_pos, ret, err, memfd = -1;
+	int ret, err, memfd = -1;
 
-	ret = kvctl_parse("pool create", argc, argv, o, &name, 1, &n_pos);
-	if (ret < 0) {
-		pool_usage();
-		return KVCTL_OK;
-	}
+	ret = pool_args("pool create", argc, argv, o, &name);
 	if (ret)
-		return ret;
-	if (!n_pos)
-		return kvctl_usage_err("pool create", "missing pool NAME");
+		return ret < 0 ? KVCTL_OK : ret;
 	if (check_name("pool create", name))
 		return KVCTL_USAGE;
 	memset(&req, 0, sizeof(req));
@@ -553,17 +563,11 @@ static int pool_show(struct kvctl *k, int argc, char **argv)
 	struct kvs_pool_desc d;
 	struct kvctl_json j;
 	char *name;
-	int n_pos, ret;
+	int ret;
 
-	ret = kvctl_parse("pool show", argc, argv, o, &name, 1, &n_pos);
-	if (ret < 0) {
-		pool_usage();
-		return KVCTL_OK;
-	}
+	ret = pool_args("pool show", argc, argv, o, &name);
 	if (ret)
-		return ret;
-	if (!n_pos)
-		return kvctl_usage_err("pool show", "missing pool NAME");
+		return ret < 0 ? KVCTL_OK : ret;
 	ret = kvctl_pool_find(k, "pool show", name, o[1].val, &d);
 	if (!ret)
 		ret = kvctl_stats_get(k, "pool show", &d, 0, &st);
@@ -590,17 +594,11 @@ static int pool_destroy(struct kvctl *k, int argc, char **argv)
 	struct kvs_pool_desc d;
 	char msg[160];
 	char *name;
-	int n_pos, ret, err;
+	int ret, err;
 
-	ret = kvctl_parse("pool destroy", argc, argv, o, &name, 1, &n_pos);
-	if (ret < 0) {
-		pool_usage();
-		return KVCTL_OK;
-	}
+	ret = pool_args("pool destroy", argc, argv, o, &name);
 	if (ret)
-		return ret;
-	if (!n_pos)
-		return kvctl_usage_err("pool destroy", "missing pool NAME");
+		return ret < 0 ? KVCTL_OK : ret;
 	ret = kvctl_pool_find(k, "pool destroy", name, o[0].val, &d);
 	if (ret)
 		return ret;
@@ -662,17 +660,11 @@ static int pool_remote(struct kvctl *k, int argc, char **argv)
 	const char *tier, *ns;
 	struct kvs_pool_desc d;
 	char *name;
-	int n_pos, ret, off;
+	int ret, off;
 
-	ret = kvctl_parse("pool remote", argc, argv, o, &name, 1, &n_pos);
-	if (ret < 0) {
-		pool_usage();
-		return KVCTL_OK;
-	}
+	ret = pool_args("pool remote", argc, argv, o, &name);
 	if (ret)
-		return ret;
-	if (!n_pos)
-		return kvctl_usage_err("pool remote", "missing pool NAME");
+		return ret < 0 ? KVCTL_OK : ret;
 	tier = o[0].val;
 	ns = o[1].val;
 	off = o[2].set;

@@ -40,7 +40,8 @@
  *
  * This file is the parent: the options, the workers' processes and the
  * start line that releases them together.  worker.c is one worker, from
- * its setup to its tally (verify.c, below it, checks a served request);
+ * its setup to its tally (below it, cache.c holds a request's pages and
+ * verify.c checks a served request);
  * report.c adds the tallies up and prints the summary.  Both only ever
  * get called from here (kvserve.h).
  */
@@ -101,70 +102,104 @@ static void usage(FILE *f)
 	      "seeds 1.\n", f);
 }
 
-static int parse(int argc, char **argv, struct opts *o)
+static const struct option longs[] = {
+	{ "arbiter", 1, NULL, 'a' }, { "pool", 1, NULL, 'p' },
+	{ "workers", 1, NULL, 'w' }, { "requests", 1, NULL, 'r' },
+	{ "system-tokens", 1, NULL, 's' }, { "doc-tokens", 1, NULL, 'd' },
+	{ "docs", 1, NULL, 'k' }, { "question-tokens", 1, NULL, 'q' },
+	{ "q-heads", 1, NULL, 'H' }, { "gen-tokens", 1, NULL, 'g' },
+	{ "verify", 1, NULL, 'v' }, { "batch", 1, NULL, 'b' },
+	{ "private-pages", 1, NULL, 'P' }, { "no-share", 0, NULL, 'n' },
+	{ "salt", 1, NULL, 'S' }, { "seed", 1, NULL, 'x' },
+	{ "model-seed", 1, NULL, 'm' }, { "inflight-wait", 1, NULL, 'W' },
+	{ "memory", 1, NULL, 'M' }, { "burst", 0, NULL, 'B' },
+	{ "prefill-chunk", 1, NULL, 'C' },
+	{ "help", 0, NULL, 'h' }, { NULL, 0, NULL, 0 },
+};
+
+/* The options that take a count, by their letter in longs[]. */
+static unsigned int *count_opt(struct opts *o, int c)
 {
-	static const struct option longs[] = {
-		{ "arbiter", 1, NULL, 'a' }, { "pool", 1, NULL, 'p' },
-		{ "workers", 1, NULL, 'w' }, { "requests", 1, NULL, 'r' },
-		{ "system-tokens", 1, NULL, 's' }, { "doc-tokens", 1, NULL, 'd' },
-		{ "docs", 1, NULL, 'k' }, { "question-tokens", 1, NULL, 'q' },
-		{ "q-heads", 1, NULL, 'H' }, { "gen-tokens", 1, NULL, 'g' },
-		{ "verify", 1, NULL, 'v' }, { "batch", 1, NULL, 'b' },
-		{ "private-pages", 1, NULL, 'P' }, { "no-share", 0, NULL, 'n' },
-		{ "salt", 1, NULL, 'S' }, { "seed", 1, NULL, 'x' },
-		{ "model-seed", 1, NULL, 'm' }, { "inflight-wait", 1, NULL, 'W' },
-		{ "memory", 1, NULL, 'M' }, { "burst", 0, NULL, 'B' },
-		{ "prefill-chunk", 1, NULL, 'C' },
-		{ "help", 0, NULL, 'h' }, { NULL, 0, NULL, 0 },
-	};
-	unsigned int *nums[128] = {
-		['w'] = &o->workers, ['r'] = &o->requests, ['s'] = &o->system_tokens,
-		['d'] = &o->doc_tokens, ['k'] = &o->docs, ['q'] = &o->question_tokens,
-		['H'] = &o->q_heads, ['g'] = &o->gen_tokens, ['v'] = &o->verify,
-		['b'] = &o->batch, ['P'] = &o->private_pages,
-		['W'] = &o->inflight_wait_ms, ['C'] = &o->prefill_chunk,
-	};
-	int c, idx = 0;
-
-	while ((c = getopt_long(argc, argv, "", longs, &idx)) != -1) {
-		char *end;
-		unsigned long v;
-
-		switch (c) {
-		case 'a': o->arbiter = optarg; continue;
-		case 'p': o->pool = optarg; continue;
-		case 'S': o->salt = optarg; continue;
-		case 'M':
-			if (strcmp(optarg, "host") && strcmp(optarg, "cuda")) {
-				fprintf(stderr, "kvserve: --memory: '%s' is neither host "
-					"nor cuda\n", optarg);
-				return -1;
-			}
-			o->cuda = !strcmp(optarg, "cuda");
-			continue;
-		case 'n': o->no_share = true; continue;
-		case 'B': o->burst = true; continue;
-		case 'h': usage(stdout); exit(0);
-		case 'x':
-		case 'm':
-			*(c == 'x' ? &o->seed : &o->model_seed) = strtoull(optarg, &end, 0);
-			if (*end || !*optarg || *optarg == '-')
-				goto bad_seed;
-			continue;
-		case '?':
-			usage(stderr);
-			return -1;
-		}
-		errno = 0;
-		v = strtoul(optarg, &end, 0);
-		if (errno || *end || !*optarg || v > 1000000)
-			goto bad;
-		*nums[c] = v;
+	switch (c) {
+	case 'w': return &o->workers;
+	case 'r': return &o->requests;
+	case 's': return &o->system_tokens;
+	case 'd': return &o->doc_tokens;
+	case 'k': return &o->docs;
+	case 'q': return &o->question_tokens;
+	case 'H': return &o->q_heads;
+	case 'g': return &o->gen_tokens;
+	case 'v': return &o->verify;
+	case 'b': return &o->batch;
+	case 'P': return &o->private_pages;
+	case 'W': return &o->inflight_wait_ms;
+	case 'C': return &o->prefill_chunk;
 	}
-	if (optind < argc) {
-		fprintf(stderr, "kvserve: unexpected argument '%s'\n", argv[optind]);
+	return NULL;
+}
+
+/* --seed and --model-seed: a number in 0..2^64-1.  0, or -1 said. */
+static int parse_seed(const char *name, const char *arg, uint64_t *v)
+{
+	char *end;
+
+	*v = strtoull(arg, &end, 0);
+	if (*end || !*arg || *arg == '-') {
+		fprintf(stderr, "kvserve: --%s: '%s' is not a number in 0..2^64-1\n", name,
+			arg);
 		return -1;
 	}
+	return 0;
+}
+
+/* A count: a number in 0..1000000.  0, or -1 said. */
+static int parse_count(const char *name, const char *arg, unsigned int *v)
+{
+	unsigned long n;
+	char *end;
+
+	errno = 0;
+	n = strtoul(arg, &end, 0);
+	if (errno || *end || !*arg || n > 1000000) {
+		fprintf(stderr, "kvserve: --%s: '%s' is not a number in 0..1000000\n", name,
+			arg);
+		return -1;
+	}
+	*v = n;
+	return 0;
+}
+
+/* Option @c (longs[@idx]) with its argument, if any, in optarg.  0, or -1 said. */
+static int parse_opt(struct opts *o, int c, int idx)
+{
+	switch (c) {
+	case 'a': o->arbiter = optarg; return 0;
+	case 'p': o->pool = optarg; return 0;
+	case 'S': o->salt = optarg; return 0;
+	case 'M':
+		if (strcmp(optarg, "host") && strcmp(optarg, "cuda")) {
+			fprintf(stderr, "kvserve: --memory: '%s' is neither host nor cuda\n",
+				optarg);
+			return -1;
+		}
+		o->cuda = !strcmp(optarg, "cuda");
+		return 0;
+	case 'n': o->no_share = true; return 0;
+	case 'B': o->burst = true; return 0;
+	case 'h': usage(stdout); exit(0);
+	case 'x': return parse_seed(longs[idx].name, optarg, &o->seed);
+	case 'm': return parse_seed(longs[idx].name, optarg, &o->model_seed);
+	}
+	if (!count_opt(o, c)) {
+		usage(stderr);
+		return -1;
+	}
+	return parse_count(longs[idx].name, optarg, count_opt(o, c));
+}
+
+/* What no single option can say wrong: zeros and sizes.  0, or -1 said. */
+static int check_opts(const struct opts *o)
+{
 	if (!o->workers || !o->requests || !o->docs || !o->q_heads || !o->gen_tokens ||
 	    !o->batch || !(o->system_tokens + o->doc_tokens + o->question_tokens)) {
 		fprintf(stderr, "kvserve: workers, requests, docs, q heads, generated tokens, "
@@ -181,6 +216,22 @@ static int parse(int argc, char **argv, struct opts *o)
 			"1000000 tokens\n");
 		return -1;
 	}
+	return 0;
+}
+
+static int parse(int argc, char **argv, struct opts *o)
+{
+	int c, idx = 0;
+
+	while ((c = getopt_long(argc, argv, "", longs, &idx)) != -1)
+		if (parse_opt(o, c, idx))
+			return -1;
+	if (optind < argc) {
+		fprintf(stderr, "kvserve: unexpected argument '%s'\n", argv[optind]);
+		return -1;
+	}
+	if (check_opts(o))
+		return -1;
 	/* Block keys must name the model: another model's KV is not ours. */
 	if (!o->salt) {
 		snprintf(o->default_salt, sizeof(o->default_salt),
@@ -189,14 +240,6 @@ static int parse(int argc, char **argv, struct opts *o)
 		o->salt = o->default_salt;
 	}
 	return 0;
-bad_seed:
-	fprintf(stderr, "kvserve: --%s: '%s' is not a number in 0..2^64-1\n",
-		longs[idx].name, optarg);
-	return -1;
-bad:
-	fprintf(stderr, "kvserve: --%s: '%s' is not a number in 0..1000000\n",
-		longs[idx].name, optarg);
-	return -1;
 }
 
 /* Wait until every worker is ready or gone, then release them all at once. */

@@ -10,6 +10,7 @@
 #                              illegal-address checks on), for
 #                              tests/gpu/kvserve_gpu_test.sh; never strip it
 KVSERVE_OBJS := $(BUILD)/tools/kvserve/kvserve.o $(BUILD)/tools/kvserve/worker.o \
+                $(BUILD)/tools/kvserve/cache.o \
                 $(BUILD)/tools/kvserve/verify.o \
                 $(BUILD)/tools/kvserve/report.o $(BUILD)/tools/kvserve/model.o \
                 $(BUILD)/tools/kvserve/model_cuda.o $(BUILD)/tools/kvserve/tolerance.o

@@ -91,19 +91,9 @@ static double per(uint64_t ns, uint64_t n, double unit)
 	return n ? ns / unit / n : 0.0;
 }
 
-void report(const struct opts *o, const struct results *res, const struct tally *sum,
-	    const struct kvs_geometry *g)
+/* The workload, the model and whether pages are shared. */
+static void report_setup(const struct opts *o, const struct kvs_geometry *g)
 {
-	/* Pool pages once however many workers hold them; private ones each. */
-	uint64_t resident = distinct(o, res, 0) + sum->private_pages;
-	uint64_t resident_prefix = distinct(o, res, 1) + sum->private_prefix_pages;
-	uint64_t hits = sum->local_hit_pages + sum->remote_hit_pages;
-	uint32_t tpp = g->tokens_per_page;
-	double scratch = per(sum->verify_prefill_ns, sum->verified_requests, 1e6);
-	double served = per(sum->prefill_ns, sum->requests, 1e6);
-	double wall = sum->end_ns > sum->start_ns ? (sum->end_ns - sum->start_ns) / 1e9 : 0;
-	uint64_t gen = sum->requests * o->gen_tokens;
-
 	printf("kvserve: %u workers x %u requests, prompts of %u tokens "
 	       "(%u system + %u of %u documents + %u unique), %u generated\n",
 	       o->workers, o->requests, o->system_tokens + o->doc_tokens + o->question_tokens,
@@ -127,6 +117,17 @@ void report(const struct opts *o, const struct results *res, const struct tally 
 		       "prefixes in private pages\n");
 	else
 		printf("  sharing                prefix pages through the arbiter\n");
+}
+
+/* What the caches did: pages found, computed, deduplicated, evicted, left resident. */
+static void report_pages(const struct opts *o, const struct results *res,
+			 const struct tally *sum, uint32_t tpp)
+{
+	/* Pool pages once however many workers hold them; private ones each. */
+	uint64_t resident = distinct(o, res, 0) + sum->private_pages;
+	uint64_t resident_prefix = distinct(o, res, 1) + sum->private_prefix_pages;
+	uint64_t hits = sum->local_hit_pages + sum->remote_hit_pages;
+
 	printf("  requests served        %llu\n", (unsigned long long)sum->requests);
 	printf("  prompt tokens          %llu (%llu in full pages)\n",
 	       (unsigned long long)sum->prompt_tokens, (unsigned long long)sum->page_tokens);
@@ -152,6 +153,15 @@ void report(const struct opts *o, const struct results *res, const struct tally 
 	       "shared by requests), %.1f held per worker\n",
 	       (unsigned long long)resident, (unsigned long long)resident_prefix,
 	       (double)sum->held_pages / o->workers);
+}
+
+/* The compute: prefill, decode, the check against a recompute and what sharing saved. */
+static void report_compute(const struct opts *o, const struct tally *sum,
+			   const struct kvs_geometry *g)
+{
+	double scratch = per(sum->verify_prefill_ns, sum->verified_requests, 1e6);
+	double served = per(sum->prefill_ns, sum->requests, 1e6);
+
 	printf("  prefill                %llu of %llu prompt tokens computed (%.1f%%), "
 	       "%.2f ms a request\n", (unsigned long long)sum->prefill_tokens,
 	       (unsigned long long)sum->prompt_tokens,
@@ -180,6 +190,14 @@ void report(const struct opts *o, const struct results *res, const struct tally 
 	if (sum->verified_requests && served > 0)
 		printf("  from-scratch prefill   %.2f ms a request: %.1fx the served "
 		       "prefill's time\n", scratch, scratch / served);
+}
+
+/* How the run went: the arbiter's failures, throughput, the outputs digest. */
+static void report_outcome(const struct opts *o, const struct tally *sum)
+{
+	double wall = sum->end_ns > sum->start_ns ? (sum->end_ns - sum->start_ns) / 1e9 : 0;
+	uint64_t gen = sum->requests * o->gen_tokens;
+
 	printf("  arbiter failures       %llu requests served without sharing, %llu "
 	       "served but not published, %llu arbiter calls failed%s%s\n",
 	       (unsigned long long)sum->fallback_requests, (unsigned long long)sum->unpublished,
@@ -191,6 +209,15 @@ void report(const struct opts *o, const struct results *res, const struct tally 
 	printf("  outputs digest         %016llx\n", (unsigned long long)sum->digest);
 	printf("  wall time              %.1f ms (first request to last, all workers)\n",
 	       wall * 1e3);
+}
+
+void report(const struct opts *o, const struct results *res, const struct tally *sum,
+	    const struct kvs_geometry *g)
+{
+	report_setup(o, g);
+	report_pages(o, res, sum, g->tokens_per_page);
+	report_compute(o, sum, g);
+	report_outcome(o, sum);
 }
 
 static int cmp_u64(const void *a, const void *b)

@@ -56,7 +56,7 @@ static int verify_rows(struct worker *w, struct request *q, const uint8_t *got,
 		if (exact && memcmp(a, b, row)) {
 			fprintf(stderr, "kvserve: worker %u: request %u: %c of token %u, layer "
 				"%u, in %s page %u differs from scratch\n", w->id, q->r,
-				which == KV_K ? 'K' : 'V', t, l, q->priv ? "private" : "pool",
+				which == KV_K ? 'K' : 'V', t, l, q->cache == &cache_shared ? "pool" : "private",
 				pages[t / T]);
 			return -EIO;
 		}
@@ -128,7 +128,7 @@ int verify_request(struct worker *w, struct request *q, const struct model_seq *
 	const struct kvs_geometry *g = &w->geom;
 	const uint32_t T = g->tokens_per_page, n_kv = w->n_kv, n_prompt = w->n_prompt;
 	const uint32_t n_pages = (n_kv + T - 1) / T;
-	const bool dev = w->o->cuda && !q->priv;
+	const bool dev = w->o->cuda && q->cache == &cache_shared;
 	const double bound = tol_bound(g->dtype);
 	struct model_seq s = { w->scratch, n_pages, w->scratch_pages, n_pages };
 	struct tol_err e = { 0 };

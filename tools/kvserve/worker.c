@@ -2,9 +2,11 @@
 /*
  * One kvserve worker process (kvserve.c has the whole picture): its
  * requests from prompt to last token (match, prefill in chunks, batched
- * decode, finish), the private prefix cache it serves from with
- * --no-share or after an arbiter failure, and what it leaves for the
- * parent (struct tally).  verify.c checks a request against a recompute.
+ * decode, finish) and what it leaves for the parent (struct tally).  A
+ * request's pages are in one of two caches, behind one set of calls
+ * (cache.c): the pool's, or the worker's private one that it serves from
+ * with --no-share or after an arbiter failure.  verify.c checks a request
+ * against a recompute.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -59,88 +61,11 @@ static void text(uint32_t *out, unsigned int n, uint64_t stream)
 		out[i] = (uint32_t)(splitmix64(&s) % 128000);
 }
 
-/* ---- the private cache ---- */
-
-static void pc_release(void *priv, const uint32_t *pages, uint32_t n, unsigned int flags)
-{
-	struct private_cache *pc = priv;
-
-	(void)flags;
-	memcpy(pc->free + pc->n_free, pages, n * sizeof(*pages));
-	pc->n_free += n;
-}
-
-static int pc_adopt(void *priv, const uint32_t *tokens, uint32_t first, uint32_t *pages,
-		    uint32_t n, uint32_t parent)
-{
-	struct private_cache *pc = priv;
-
-	(void)tokens, (void)first, (void)pages, (void)parent;
-	pc->computed_pages += n;
-	return 0;
-}
-
-static int pc_setup(struct worker *w)
-{
-	struct private_cache *pc = &w->pc;
-	struct kv_radix_ops ops = { .release = pc_release, .adopt = pc_adopt, .priv = pc };
-	uint32_t i, n = w->o->private_pages ? w->o->private_pages : w->pool_pages;
-
-	if (pc->base)
-		return 0;
-	/* Room for a whole batch, whatever the pool's size: the fallback must serve. */
-	if (n < w->o->batch * w->max_pages)
-		n = w->o->batch * w->max_pages;
-	/* Untouched pages are never backed: what is resident is what is used. */
-	pc->base = malloc((size_t)n * w->geom.page_bytes);
-	pc->free = malloc((size_t)n * sizeof(*pc->free));
-	if (!pc->base || !pc->free || kv_radix_create(w->geom.tokens_per_page, &ops, &pc->tree)) {
-		free(pc->base);
-		free(pc->free);
-		pc->base = NULL;
-		return -ENOMEM;
-	}
-	pc->n_pages = n;
-	for (i = 0; i < n; i++)
-		pc->free[i] = n - 1 - i;
-	pc->n_free = n;
-	return 0;
-}
-
-static int pc_alloc(struct private_cache *pc, uint32_t n, uint32_t *pages)
-{
-	while (pc->n_free < n) {
-		size_t ev = kv_radix_evict(pc->tree, n - pc->n_free);
-
-		if (!ev)
-			return -ENOSPC;
-		pc->evicted_pages += ev;
-	}
-	pc->n_free -= n;
-	memcpy(pages, pc->free + pc->n_free, n * sizeof(*pages));
-	return 0;
-}
-
 /* ---- one request ---- */
 
 static void req_abort(struct worker *w, struct request *q)
 {
-	const uint32_t T = w->geom.tokens_per_page;
-	uint32_t all, i;
-
-	if (!q->priv) {
-		kv_prefix_abort(w->cache, w->rt, &q->req);
-		return;
-	}
-	if (!kv_req_row(w->rt, q->req.slot))
-		return;
-	all = (q->req.n_tokens + T - 1) / T;
-	for (i = q->req.cached_len / T; i < all; i++)
-		w->pc.free[w->pc.n_free++] = kv_req_page(w->rt, q->req.slot, i);
-	kv_radix_unlock(w->pc.tree, q->req.last_node);
-	kv_req_free(w->rt, q->req.slot);
-	q->req.last_node = NULL;
-	q->req.slot = -1;
+	q->cache->abort(w, q);
 }
 
 /* The request's pages and pool, for the model. */
@@ -151,125 +76,78 @@ static int req_seq(struct worker *w, struct request *q, struct model_seq *s)
 
 	if (n < 0)
 		return n;
-	s->pool_base = q->priv ? (void *)w->pc.base : kv_page_addr(w->pool, 0);
-	s->pool_pages = q->priv ? w->pc.n_pages : w->pool_pages;
+	s->pool_base = q->cache->memory(w, &s->pool_pages);
 	s->pages = w->pbuf;
 	s->n_pages = n;
 	return 0;
 }
 
-/*
- * An arbiter call failed with @err (0: a LOOKUP failed inside the prefix
- * cache, which keeps the errno to itself).  A handle that timed out or
- * lost the daemon is broken for good (kv_arbiter_broken() says why; every
- * later call fails with ENOTCONN): from then on this worker serves
- * without sharing.
- */
-static void arbiter_failed(struct worker *w, int err)
+/* The end of the next prefill chunk from @pos: chunks end on multiples of w->chunk. */
+static uint32_t chunk_end(const struct worker *w, uint32_t pos)
 {
-	int why = kv_arbiter_broken(kv_pool_arbiter(w->pool));
+	uint32_t end = w->chunk ? (pos / w->chunk + 1) * w->chunk : w->n_prompt;
 
-	w->t.arbiter_errors++;
-	if (!why && (err == -ETIMEDOUT || err == -ENOTCONN))
-		why = err;
-	if (why && !w->dead) {
-		w->dead = true;
-		w->t.arbiter_gone = why;
-		fprintf(stderr, "kvserve: worker %u: the arbiter failed (%s): serving "
-			"without sharing from now on\n", w->id, strerror(-why));
-	}
+	return end < w->n_prompt ? end : w->n_prompt;
 }
 
 /*
- * Match, reserve, prefill and cache the prompt's full pages.  The prefill
- * goes in chunks of --prefill-chunk tokens (as engines' chunked prefill),
- * each chunk's full pages cached (PUBLISHed) as soon as they are computed:
- * a worker waiting for them in flight (--inflight-wait) takes them then,
- * not only after this whole prompt, and the next request, here or in
- * another worker, finds them while this one decodes.  Shared: through the
- * arbiter; -EAGAIN when an arbiter call failed and the request was
- * dropped, to be served privately.
+ * Prefill the prompt's tokens [pos, end) and cache the full pages so far
+ * (the row then reads the tree's pages); 0, or what the request's cache
+ * says to return with the request released.
+ */
+static int prefill_chunk(struct worker *w, struct request *q, uint32_t pos, uint32_t end)
+{
+	struct model_seq seq;
+	struct span sp;
+	int ret;
+
+	ret = req_seq(w, q, &seq);
+	sp = span_start();
+	if (!ret)
+		ret = model_prefill(w->model, &seq, q->tokens, pos, end - pos, &q->next);
+	span_end(&sp, &w->t.prefill_ns, &w->t.prefill_cpu_ns);
+	if (ret) {
+		req_abort(w, q);
+		return ret;
+	}
+	w->t.prefill_tokens += end - pos;
+	q->req.n_tokens = end;
+	sp = span_start();
+	ret = q->cache->cache(w, q, false);
+	span_end(&sp, &w->t.publish_ns, &w->t.publish_cpu_ns);
+	q->req.n_tokens = w->n_kv;
+	return ret ? q->cache->fail(w, q, ret) : 0;
+}
+
+/*
+ * Match, reserve, prefill and cache the prompt's full pages, in the
+ * request's cache.  The prefill goes in chunks of --prefill-chunk tokens
+ * (as engines' chunked prefill), each chunk's full pages cached
+ * (PUBLISHed) as soon as they are computed: a worker waiting for them in
+ * flight (--inflight-wait) takes them then, not only after this whole
+ * prompt, and the next request, here or in another worker, finds them
+ * while this one decodes.  -EAGAIN when an arbiter call failed and the
+ * request was dropped, to be served privately.
  */
 static int req_prefill(struct worker *w, struct request *q)
 {
-	const uint32_t T = w->geom.tokens_per_page, C = w->chunk;
-	uint32_t pos, end;
-	struct model_seq seq;
-	uint64_t errs = w->cache ? kv_prefix_stats(w->cache)->errors : 0;
 	struct span sp = span_start();
 	const float *hidden;
+	uint32_t pos, len;
 	long matched;
-	uint32_t need, len;
 	int ret;
 
 	q->req = (struct kv_radix_req){ .tokens = q->tokens, .slot = kv_req_alloc(w->rt) };
 	if (q->req.slot < 0)
 		return q->req.slot;
-	if (!q->priv) {
-		matched = kv_prefix_match(w->cache, w->rt, &q->req, w->n_prompt - 1);
-		if (matched < 0 || kv_prefix_stats(w->cache)->errors != errs) {
-			if (matched >= 0)
-				kv_prefix_abort(w->cache, w->rt, &q->req);
-			else
-				kv_req_free(w->rt, q->req.slot);
-			arbiter_failed(w, matched < 0 ? (int)matched : 0);
-			return -EAGAIN;
-		}
-		ret = kv_prefix_reserve(w->cache, w->rt, &q->req, w->n_kv);
-		if (ret) {
-			kv_prefix_abort(w->cache, w->rt, &q->req);
-			arbiter_failed(w, ret);
-			return -EAGAIN;
-		}
-	} else {
-		matched = kv_radix_req_match(w->pc.tree, w->rt, &q->req, w->n_prompt - 1);
-		if (matched < 0) {
-			kv_req_free(w->rt, q->req.slot);
-			return matched;
-		}
-		w->pc.local_hit_pages += matched / T;
-		need = kv_req_pages_needed(w->rt, q->req.slot, w->n_kv);
-		ret = pc_alloc(&w->pc, need, w->pbuf);
-		if (!ret) {
-			ret = kv_req_extend(w->rt, q->req.slot, w->n_kv, w->pbuf);
-			if (ret)
-				pc_release(&w->pc, w->pbuf, need, 0);
-		}
-		if (ret) {
-			req_abort(w, q);
-			return ret;
-		}
-		q->req.n_tokens = w->n_kv;
-	}
+	matched = q->cache->match(w, q);
+	if (matched < 0)
+		return matched;
 	span_end(&sp, &w->t.match_ns, &w->t.match_cpu_ns);
-	for (pos = matched; pos < w->n_prompt; pos = end) {
-		end = C ? (pos / C + 1) * C : w->n_prompt;
-		if (end > w->n_prompt)
-			end = w->n_prompt;
-		ret = req_seq(w, q, &seq);
-		sp = span_start();
-		if (!ret)
-			ret = model_prefill(w->model, &seq, q->tokens, pos, end - pos, &q->next);
-		span_end(&sp, &w->t.prefill_ns, &w->t.prefill_cpu_ns);
-		if (ret) {
-			req_abort(w, q);
+	for (pos = matched; pos < w->n_prompt; pos = chunk_end(w, pos)) {
+		ret = prefill_chunk(w, q, pos, chunk_end(w, pos));
+		if (ret)
 			return ret;
-		}
-		w->t.prefill_tokens += end - pos;
-		/* The full pages so far into the tree now: the row reads the tree's pages. */
-		q->req.n_tokens = end;
-		sp = span_start();
-		ret = q->priv ? kv_radix_cache_unfinished_req(w->pc.tree, w->rt, &q->req, 0)
-			      : kv_prefix_cache_unfinished(w->cache, w->rt, &q->req);
-		span_end(&sp, &w->t.publish_ns, &w->t.publish_cpu_ns);
-		q->req.n_tokens = w->n_kv;
-		if (ret) {
-			req_abort(w, q);
-			if (q->priv)
-				return ret;
-			arbiter_failed(w, ret);
-			return -EAGAIN;
-		}
 	}
 	q->pos = w->n_prompt;
 	hidden = model_last_hidden(w->model, &len);
@@ -335,7 +213,7 @@ static void requeue_shared(struct worker *w)
 	for (i = 0; i < w->n_active; i++) {
 		struct request *q = &w->reqs[i];
 
-		if (q->priv)
+		if (q->cache != &cache_shared)
 			continue;
 		req_abort(w, q);
 		ret = serve_private(w, q);
@@ -391,7 +269,7 @@ static int serve_private(struct worker *w, struct request *q)
 	ret = pc_setup(w);
 	if (ret)
 		return ret;
-	q->priv = true;
+	q->cache = &cache_private;
 	return req_prefill(w, q);
 }
 
@@ -419,19 +297,8 @@ static int finish(struct worker *w, struct request *q)
 		return ret;
 	}
 	sp = span_start();
-	if (q->priv) {
-		ret = kv_radix_cache_finished_req(w->pc.tree, w->rt, &q->req, 0);
-		span_end(&sp, &w->t.publish_ns, &w->t.publish_cpu_ns);
-	} else {
-		ret = kv_prefix_cache_finished(w->cache, w->rt, &q->req);
-		span_end(&sp, &w->t.publish_ns, &w->t.publish_cpu_ns);
-		if (ret) {
-			/* Served and checked; only its new pages are not shared. */
-			w->t.unpublished++;
-			arbiter_failed(w, ret);
-			ret = 0;
-		}
-	}
+	ret = q->cache->cache(w, q, true);
+	span_end(&sp, &w->t.publish_ns, &w->t.publish_cpu_ns);
 	w->t.requests++;
 	w->t.prompt_tokens += w->n_prompt;
 	w->t.page_tokens += w->n_prompt / w->geom.tokens_per_page * w->geom.tokens_per_page;
@@ -448,7 +315,7 @@ static int admit(struct worker *w, unsigned int r)
 	int ret;
 
 	q->r = r;
-	q->priv = w->o->no_share;
+	q->cache = w->o->no_share ? &cache_private : &cache_shared;
 	q->fell_back = false;
 	prompt(w->o, q->tokens, w->id * 1000003ull + r + w->o->seed, w->o->burst && !r);
 	ret = w->dead ? -EAGAIN : req_prefill(w, q);
@@ -472,18 +339,19 @@ static int admit(struct worker *w, unsigned int r)
  */
 static void decode_step(struct worker *w)
 {
-	unsigned int i, n, k, priv;
+	static const struct req_cache *const caches[] = { &cache_shared, &cache_private };
+	unsigned int i, n, k, c;
 	struct span sp = span_start();
 	int ret;
 
-	for (priv = 0; priv < 2; priv++) {
+	for (c = 0; c < 2; c++) {
 		struct model_batch b = { 0 };
 		long np;
 
 		for (i = n = 0; i < w->n_active; i++) {
 			struct request *q = &w->reqs[i];
 
-			if (q->priv != priv)
+			if (q->cache != caches[c])
 				continue;
 			w->slots[n] = q->req.slot;
 			w->toks[n] = q->next;
@@ -494,8 +362,7 @@ static void decode_step(struct worker *w)
 			continue;
 		np = kv_req_table_csr(w->rt, w->slots, n, w->indptr, w->bpages,
 				      (size_t)w->o->batch * w->max_pages, w->lens);
-		b.pool_base = priv ? (void *)w->pc.base : kv_page_addr(w->pool, 0);
-		b.pool_pages = priv ? w->pc.n_pages : w->pool_pages;
+		b.pool_base = caches[c]->memory(w, &b.pool_pages);
 		b.n_reqs = n;
 		b.page_indptr = w->indptr;
 		b.pages = w->bpages;

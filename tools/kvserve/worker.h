@@ -31,10 +31,44 @@ struct private_cache {
 	uint64_t computed_pages, evicted_pages, local_hit_pages;
 };
 
+struct worker;
+struct request;
+
+/*
+ * Where a request's pages live, behind one set of calls (cache.c): the
+ * pool's prefix cache, shared through the arbiter (cache_shared), or the
+ * worker's private cache (cache_private).  A request picks one when it is
+ * admitted or falls back, and serving it calls these without asking which;
+ * only the fallback and the check of a served request look at which.
+ * A call that fails through the arbiter says so (arbiter_failed) and gives
+ * -EAGAIN: serve the request privately.
+ */
+struct req_cache {
+	/*
+	 * Match the prompt (all but its last token) against the cache and
+	 * reserve pages for the rest of the request's n_kv tokens: the tokens
+	 * matched, or -errno with the request (and its slot) released.
+	 */
+	long (*match)(struct worker *w, struct request *q);
+	/*
+	 * Cache the full pages of the first req.n_tokens tokens, or when
+	 * @finished the whole request's, giving its pages back: 0 or -errno.
+	 */
+	int (*cache)(struct worker *w, struct request *q, bool finished);
+	/* A call for the request failed with @err: release it; what to return. */
+	int (*fail)(struct worker *w, struct request *q, int err);
+	/* Give back everything the request holds (nothing if it holds nothing). */
+	void (*abort)(struct worker *w, struct request *q);
+	/* The memory the request's page indices are into, and its size in pages. */
+	void *(*memory)(const struct worker *w, uint64_t *n_pages);
+};
+
+extern const struct req_cache cache_shared, cache_private;
+
 /* A request a worker holds, from its prefill to its last token. */
 struct request {
 	unsigned int r;
-	bool priv;			/* in the private cache, not the pool */
+	const struct req_cache *cache;	/* where its pages are */
 	bool fell_back;			/* counted in fallback_requests */
 	struct kv_radix_req req;
 	uint32_t *tokens;		/* prompt, then the generated tokens */
@@ -77,6 +111,9 @@ static inline uint32_t hid_len(const struct worker *w)
 {
 	return model_hidden_size(w->model);
 }
+
+/* Set up the private cache (once; 0 if it is): 0 or -ENOMEM. */
+int pc_setup(struct worker *w);
 
 /*
  * Recompute request @q (served from the pages of @served) from scratch and
