@@ -247,6 +247,14 @@ class BlockCopier:
         if self.direction == "host":
             shape = (pool.n_pages, eng.layers, -1)
             self.pages = pool.tensor().view(shape[0], shape[1], -1)
+            # load_all's host pieces: a block of layer l is at
+            # _layer_addrs[l] + block * _block_bytes (one pool layer slab).
+            self._layer_addrs = [t.data_ptr() for t in eng.blocks]
+            self.stream_loads = True
+            self._block_bytes = eng.blocks[0].stride(0) * eng.itemsize
+            if self._block_bytes != self._layer_bytes:
+                raise ValueError("an engine block of one layer is %d bytes, a pool "
+                                 "page's layer %d" % (self._block_bytes, self._layer_bytes))
         elif self.direction == "host-cuda":
             self._register(pool)
 
@@ -293,6 +301,32 @@ class BlockCopier:
             return
         for block, page in pairs:
             blocks[block].copy_(pages[page])
+
+    def load_all(self, pairs):
+        """Pool pages -> engine blocks, every layer at once (host copies):
+        one Pool.copy_pages call, without the GIL, streaming stores, each
+        page's layer slabs to that layer's block.  Block ids are checked
+        here (copy_pages trusts host addresses), pages there."""
+        if not pairs:
+            return
+        eng = self.eng
+        blocks = [b for b, _ in pairs]
+        bad = [b for b in blocks if not 0 <= b < eng.num_blocks]
+        if bad:
+            raise ValueError("load_all: block %d out of range: the engine has %d blocks"
+                             % (bad[0], eng.num_blocks))
+        base = self._layer_addrs
+        step = self._block_bytes
+        addrs = [a + b * step for b in blocks for a in base]
+        self._pool.copy_pages([p for _, p in pairs], addrs,
+                              [self._layer_bytes] * len(addrs), False,
+                              stream=self.stream_loads)
+
+    def zero(self, blocks):
+        """Zero engine @blocks in every layer (blocks a load did not fill;
+        on the engine's device, ordered after the copies enqueued)."""
+        for t in self.eng.blocks:
+            t.index_fill_(0, torch.tensor(blocks, dtype=torch.int64, device=t.device), 0)
 
     def save(self, layer, pairs):
         """Engine blocks -> pool pages (a loop: index_copy_ into the

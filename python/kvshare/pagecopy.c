@@ -78,9 +78,9 @@ static void copy_fence(void)
 }
 #endif
 
-static void copy_piece(char *dst, const char *src, size_t n)
+static void copy_piece(char *dst, const char *src, size_t n, int stream)
 {
-	if (n >= PAGECOPY_STREAM_MIN)
+	if (stream && n >= PAGECOPY_STREAM_MIN)
 		copy_stream(dst, src, n);
 	else
 		memcpy(dst, src, n);
@@ -131,29 +131,31 @@ fail:
 }
 
 const char Pool_copy_pages__doc__[] = PyDoc_STR(
-"copy_pages(pages, addrs, sizes, to_pool)\n"
+"copy_pages(pages, addrs, sizes, to_pool, stream=True)\n"
 "\n"
 "Copy whole pages between this pool and host memory, in one call without\n"
 "the GIL, with streaming stores.  pages: n pool pages (uint32s); addrs and\n"
 "sizes: the host pieces, per page per = len(addrs) // n of them in order,\n"
 "whose sizes add up to page_bytes (SGLang's get_page_buffer_meta).\n"
 "to_pool=True copies the pieces into the pages, False the pages into the\n"
-"pieces.  The caller holds the pages (OWNED from alloc, or referenced by\n"
+"pieces.  stream=False copies through the cache (memcpy), for bytes this\n"
+"CPU reads next (a CPU engine's attention, right after a load).\n"
+"The caller holds the pages (OWNED from alloc, or referenced by\n"
 "lookup).  Checked before anything is copied: IndexError for a page out\n"
 "of range, ValueError for pieces that are not whole pages.");
 
 PyObject *Pool_copy_pages(PoolObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "pages", "addrs", "sizes", "to_pool", NULL };
+	static char *kwlist[] = { "pages", "addrs", "sizes", "to_pool", "stream", NULL };
 	PyObject *pages_o, *addrs_o, *sizes_o, *ret = NULL;
 	uint64_t *addrs = NULL, *sizes = NULL, pb;
 	Py_ssize_t n, na, ns, per, i, j;
 	struct u32in pages;
 	char *base;
-	int to_pool;
+	int to_pool, stream = 1;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOp:copy_pages", kwlist, &pages_o,
-					 &addrs_o, &sizes_o, &to_pool))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOp|p:copy_pages", kwlist, &pages_o,
+					 &addrs_o, &sizes_o, &to_pool, &stream))
 		return NULL;
 	POOL_OPEN(self, NULL);
 	if (pool_is_device(self))
@@ -213,9 +215,9 @@ PyObject *Pool_copy_pages(PoolObject *self, PyObject *args, PyObject *kw)
 			char *host = (char *)(uintptr_t)addrs[j];
 
 			if (to_pool)
-				copy_piece(page, host, sizes[j]);
+				copy_piece(page, host, sizes[j], stream);
 			else
-				copy_piece(host, page, sizes[j]);
+				copy_piece(host, page, sizes[j], stream);
 			page += sizes[j];
 		}
 	}

@@ -668,6 +668,7 @@ static PyMethodDef Pool_methods[] = {
 	{ "contains", (PyCFunction)Pool_contains, METH_O, Pool_contains__doc__ },
 	{ "copy_pages", (PyCFunction)(void (*)(void))Pool_copy_pages,
 	  METH_VARARGS | METH_KEYWORDS, Pool_copy_pages__doc__ },
+	{ "prefault", (PyCFunction)Pool_prefault, METH_VARARGS, Pool_prefault__doc__ },
 	{ "put", (PyCFunction)Pool_put, METH_O, Pool_put__doc__ },
 	{ "quota", (PyCFunction)(void (*)(void))Pool_quota, METH_VARARGS | METH_KEYWORDS,
 	  Pool_quota__doc__ },

@@ -46,4 +46,8 @@ PyObject *PoolView_make(PoolObject *pool, uint32_t start, uint32_t count);
 extern const char Pool_copy_pages__doc__[];
 PyObject *Pool_copy_pages(PoolObject *self, PyObject *args, PyObject *kw);
 
+/* prefault.c: Pool.prefault(). */
+extern const char Pool_prefault__doc__[];
+PyObject *Pool_prefault(PoolObject *self, PyObject *args);
+
 #endif /* KVPY_POOL_H */

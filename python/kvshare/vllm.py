@@ -15,9 +15,11 @@ salted with the model, the layout, the dtype and the block geometry (vLLM's
 own block hashes differ between processes), plus a request's LoRA and
 cache_salt; a LOOKUP counts the blocks present beyond vLLM's local hit and
 gives its references back at once.  Worker side: the loads planned by the
-scheduler are looked up again (a page may have gone since), copied in layer
-by layer, and every block the worker could not load is reported through
-get_block_ids_with_load_errors(), so vLLM recomputes it.  Prompt blocks the
+scheduler are looked up again (a page may have gone since) and copied in (a
+host engine's all at once, in one C call; a CUDA engine's enqueued layer by
+layer, each layer waited for before its forward), and every block the
+worker could not load is reported through get_block_ids_with_load_errors(),
+so vLLM recomputes it.  Prompt blocks the
 step completed are copied into freshly allocated pages layer by layer and
 PUBLISHed in wait_for_save(), once every layer's bytes are in.  A kvshared
 that stops answering (call deadline) or a pool error never reaches the
@@ -27,6 +29,8 @@ pool after retry_s.
 import errno
 import logging
 import os
+import threading
+import time
 
 import numpy
 
@@ -46,10 +50,14 @@ KEY_BYTES = 32
 # owner, create, pages, mode, timeout_ms, retry_s, namespace).
 OWN_OPTIONS = {
     "kv_layout": (str, "NHD or HND: required of vLLM, salted into keys"),
+    "prefault": (bool, "map the whole host pool into each worker at attach"),
 }
 # The owner: never someone else's pool unless named.
 DEFAULTS = {"pool": "vllm-kv", "owner": None, "create": False, "mode": 0o600,
-            "timeout_ms": 1000, "retry_s": 5.0, "namespace": ""}
+            "timeout_ms": 1000, "retry_s": 5.0, "namespace": "", "prefault": True}
+# Pool.prefault's step: pages entered in the page tables a call, so that
+# closing the pool waits for one step at most.
+PREFAULT_STEP_BYTES = 64 << 20
 
 
 def _options(kv_transfer_config):
@@ -113,12 +121,50 @@ def _ranks(vllm_config, role):
     return get_tensor_model_parallel_rank(), tp, get_pp_group().rank_in_group, pp
 
 
+class _Prefaulter:
+    """A thread entering every page of @pool in this process's page tables,
+    PREFAULT_STEP_BYTES a call (without the GIL); stop() returns once the
+    call in progress is done.  Failures are logged, never raised: a page
+    not prefaulted is faulted in by its first copy, as without this."""
+
+    def __init__(self, pool):
+        self._pool = pool
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kvshare-prefault",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        pool = self._pool
+        step = max(1, PREFAULT_STEP_BYTES // pool.page_bytes)
+        t = time.monotonic()
+        try:
+            for first in range(0, pool.n_pages, step):
+                if self._stop.is_set():
+                    return
+                pool.prefault(first, min(step, pool.n_pages - first))
+        except OSError as e:
+            logger.log(logging.INFO if e.errno == errno.EINVAL else logging.WARNING,
+                       "kvshare: pool %r not prefaulted (%s): its pages are faulted in "
+                       "by their first load", pool.name, e)
+            return
+        except ValueError:      # closed under us
+            return
+        logger.info("kvshare: pool %r: %d pages prefaulted in %.2f s", pool.name,
+                    pool.n_pages, time.monotonic() - t)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+
+
 class KVShareConnectorMetadata(KVConnectorMetadata):
     """What the scheduler tells the workers for one step: plain data (it is
     pickled to them).  reqs: one dict per request with a transfer,
     ``req_id``, ``block_ids`` (blocks 0..n-1 of the request), ``keys``
     (their 32-byte keys, concatenated), ``load`` and ``save``: [start, end)
-    block ranges."""
+    block ranges, and ``zero_unloaded``: True when the load's blocks were
+    taken off vLLM's zeroing (the worker zeros those it fails to load)."""
 
     def __init__(self, reqs=None):
         self.reqs = reqs or []
@@ -153,6 +199,7 @@ class KVShareConnector(KVConnectorBase_V1):
         self._pool = None
         self._reopen = adapter.Reopen(self._opts.retry_s)
         self._copier = None
+        self._prefaulter = None
         self._layers = {}
         self.stats = dict(lookups=0, hit_tokens=0, loaded_blocks=0, load_errors=0,
                           saved_blocks=0, dup_blocks=0, failures=0)
@@ -210,6 +257,7 @@ class KVShareConnector(KVConnectorBase_V1):
                 if self._copier is not None:
                     check_fits(self._pool, self._copier.eng, self._pool_name)
                     self._copier = BlockCopier(self._pool, self._copier.eng)
+                    self._start_prefault()
                 logger.info("kvshare: pool %r is back", self._pool_name)
             except (kvshare.Error, ValueError) as e:
                 self._failed(e)
@@ -226,9 +274,19 @@ class KVShareConnector(KVConnectorBase_V1):
                        " until the next call reopens it")
         self._close_pool()
 
+    def _start_prefault(self):
+        """A host pool's pages mapped into this worker in the background
+        (Pool.prefault), so that no load takes their first-touch faults."""
+        if not self._opts.prefault or self._copier.direction != "host":
+            return
+        self._prefaulter = _Prefaulter(self._pool)
+
     def _close_pool(self):
-        """Let go of the copier's views, then of the handle (the arbiter then
-        drops everything it held)."""
+        """Let go of the prefaulter, the copier's views, then of the handle
+        (the arbiter then drops everything it held)."""
+        if self._prefaulter is not None:
+            self._prefaulter.stop()
+            self._prefaulter = None
         if self._copier is not None:
             try:
                 self._copier.release()
@@ -317,7 +375,29 @@ class KVShareConnector(KVConnectorBase_V1):
                 st.block_ids.extend(new[0])
             self._plan(reqs, req_id, st, cached.num_computed_tokens[i],
                        sched.get(req_id, 0))
+        self._skip_zeroing(scheduler_output, reqs)
         return KVShareConnectorMetadata(reqs)
+
+    @staticmethod
+    def _skip_zeroing(scheduler_output, reqs):
+        """vLLM (0.32) zeros every block it allocates before the step's
+        forward (SchedulerOutput.new_block_ids_to_zero), the blocks a load
+        fills included; on a CPU that is one torch zero_() a block and
+        layer, 1024 calls and 64 MiB for an 8k-token load of 4 layers.  The
+        worker overwrites every byte of the blocks it loads and zeros those
+        it fails to load (each request marked ``zero_unloaded``), so they
+        are taken off vLLM's list."""
+        zero = getattr(scheduler_output, "new_block_ids_to_zero", None)
+        if not zero:
+            return
+        mine = set()
+        for r in reqs:
+            s, e = r["load"]
+            if s < e:
+                mine.update(r["block_ids"][s:e])
+                r["zero_unloaded"] = True
+        if mine:
+            scheduler_output.new_block_ids_to_zero = [b for b in zero if b not in mine] or None
 
     def _plan(self, reqs, req_id, st, computed, scheduled):
         bs = self._block_size
@@ -369,6 +449,7 @@ class KVShareConnector(KVConnectorBase_V1):
         self._pool = pool
         self._layers = {n: i for i, n in enumerate(names)}
         self._copier = copier
+        self._start_prefault()
 
     def _keys(self, r, start, end):
         return numpy.frombuffer(r["keys"], numpy.uint64).reshape(-1, 4)[start:end]
@@ -404,12 +485,19 @@ class KVShareConnector(KVConnectorBase_V1):
                 step["refs"].append(hits)
                 step["loads"].append(list(zip(blocks, hits.tolist())))
             if len(hits) < len(blocks):
-                self._errors.update(blocks[len(hits):])
-                step["failed"].add(r["req_id"])
-        if step["loads"]:
+                self._unloaded(r, blocks[len(hits):])
+        if not step["loads"]:
+            return
+        if self._copier.is_async:
             step["left"] = set(range(len(self._layers)))
-            if self._copier.is_async:
-                self._enqueue_loads()
+            self._enqueue_loads()
+            return
+        # Host copies are synchronous, so layer by layer buys no overlap:
+        # every layer of every load now, in one C call without the GIL.
+        try:
+            self._copier.load_all([pr for pairs in step["loads"] for pr in pairs])
+        except (kvshare.Error, OSError, ValueError) as exc:
+            self._fail_loads(exc)
 
     def _enqueue_loads(self):
         """Device copies: every layer's loads enqueued now, on the engine's
@@ -424,29 +512,35 @@ class KVShareConnector(KVConnectorBase_V1):
         except (kvshare.Error, OSError, RuntimeError) as exc:
             self._fail_loads(exc)
 
+    def _unloaded(self, r, blocks):
+        """@blocks of request @r are not loaded: reported, so that vLLM
+        recomputes them, and zeroed first where the scheduler took them
+        off vLLM's zeroing (_skip_zeroing)."""
+        self._errors.update(blocks)
+        self._step["failed"].add(r["req_id"])
+        if r.get("zero_unloaded") and self._copier is not None:
+            try:
+                self._copier.zero(blocks)
+            except (RuntimeError, ValueError) as exc:
+                logger.warning("kvshare: zeroing %d blocks it could not load: %s",
+                               len(blocks), exc)
+
     def _fail_loads(self, exc):
         """Every load of the step failed: report its blocks, drop its pages."""
         step = self._step
-        for pairs in step["loads"]:
-            self._errors.update(b for b, _ in pairs)
         for r in self._get_connector_metadata().reqs:
             s, e = r["load"]
             if s < e:
-                self._errors.update(r["block_ids"][s:e])
-                step["failed"].add(r["req_id"])
+                self._unloaded(r, r["block_ids"][s:e])
         step["loads"], step["refs"], step["left"] = [], [], set()
         self._failed(exc)
 
     def _load_layer(self, layer):
-        """Layer's blocks in place: waited for (device copies, enqueued by
-        start_load_kv) or copied now (host copies)."""
+        """Layer's device copies (enqueued by start_load_kv) waited for;
+        host copies are all done in start_load_kv."""
         self._step["left"].discard(layer)
         try:
-            if self._copier.is_async:
-                self._copier.wait(layer)
-                return
-            for pairs in self._step["loads"]:
-                self._copier.load(layer, pairs)
+            self._copier.wait(layer)
         except (kvshare.Error, OSError, RuntimeError) as exc:
             self._fail_loads(exc)
 

@@ -128,7 +128,8 @@ def test_metadata_is_plain_data(daemon, mkpool):
     reqs = [r for m in seen for r in m.reqs]
     assert reqs, "no step planned a transfer"
     for r in reqs:
-        assert set(r) == {"req_id", "block_ids", "keys", "load", "save"}
+        assert set(r) - {"zero_unloaded"} == {"req_id", "block_ids", "keys", "load", "save"}
+        assert r.get("zero_unloaded", True) is True
         assert type(r["req_id"]) is str and type(r["keys"]) is bytes
         assert all(type(b) is int for b in r["block_ids"] + r["load"] + r["save"])
         assert len(r["keys"]) == 32 * len(r["block_ids"])
@@ -191,6 +192,10 @@ def test_second_process_loads_what_the_first_saved(daemon, mkpool, layout):
     assert eng.worker.stats["loaded_blocks"] == loadable
     assert eng.computed_tokens == sum(len(p) for p in ps) - loadable * BS
     assert eng.worker.stats["load_errors"] == 0
+    # vLLM's zeroing of fresh blocks skips those loaded (overwritten
+    # whole), and only those.
+    loading = [(set(z), set(k), ld) for z, k, ld in eng.zeroing if ld]
+    assert loading and all(ld <= z and k == z - ld for z, k, ld in loading)
     for r, dig, out in zip(reqs, first["digests"], first["last"]):
         n = (len(r.prompt_token_ids) - 1) // BS
         assert eng.block_digest(r, n) == dig[:n], "loaded bytes differ from the saved"
@@ -273,8 +278,18 @@ def test_page_evicted_before_load_is_recomputed(daemon, mkpool):
         reported.append(set(errs))
         return errs
     eng.worker.get_block_ids_with_load_errors = spy
+    # The blocks it could not load were taken off vLLM's zeroing: the
+    # worker zeros them before the forward (the caches start as NaN).
+    start, zeroed = eng.worker.start_load_kv, []
+
+    def start_spy(fc):
+        start(fc)
+        if planned and not zeroed:
+            zeroed.append(all(bool((t[b] == 0).all()) for b in planned for t in eng.kv))
+    eng.worker.start_load_kv = start_spy
     reqs = serve(eng, ps)
     assert planned and set(planned) in reported, "evicted blocks not reported"
+    assert zeroed == [True], "blocks the worker could not load are not zeroed"
     assert eng.worker.stats["load_errors"] == len(planned)
     eng.close()
     for r, s in zip(reqs, scratch(daemon.socket, mkpool, "NHD", ps)):

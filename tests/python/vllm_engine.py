@@ -11,8 +11,10 @@ What is replayed per step, as vllm/v1/core/sched/scheduler.py and the
 worker's kv_connector_model_runner_mixin do:
   scheduler: get_num_new_matched_tokens(req, local_hit) for a waiting
   request, allocate blocks, update_state_after_alloc, then
-  build_connector_meta(SchedulerOutput) once, pickled to the worker;
-  worker: bind_connector_metadata, start_load_kv, per layer
+  build_connector_meta(SchedulerOutput) once (new_block_ids_to_zero: the
+  blocks allocated; the connector may take those it loads off), pickled to
+  the worker;
+  worker: zero new_block_ids_to_zero, bind_connector_metadata, start_load_kv, per layer
   wait_for_layer_load / attention / save_kv_layer, wait_for_save,
   get_finished, get_block_ids_with_load_errors, clear_connector_metadata;
   scheduler: update_connector_output(KVConnectorOutput), and with the
@@ -119,6 +121,8 @@ class Engine:
         self.free = list(range(num_blocks))
         self.waiting, self.running, self.done = [], [], []
         self.hook = None            # hook(engine, meta) between scheduler and worker
+        self.zeroing = []           # per step: (blocks to zero, kept by the connector, loaded)
+        self._new_blocks = []
         self.steps = 0
         self.computed_tokens = 0
 
@@ -203,12 +207,14 @@ class Engine:
         need = -(-ntokens // self.bs) - len(req.block_ids)
         new = [self.free.pop(0) for _ in range(max(0, need))]
         req.block_ids += new
+        self._new_blocks += new
         return new
 
     def step(self, budget=24):
         """One engine step; returns the load errors the worker reported."""
         out = self.peers.output
         so = out.SchedulerOutput.make_empty()
+        self._new_blocks = []
         sched = {}
         cached = out.CachedRequestData.make_empty()
         for req in list(self.running):
@@ -251,14 +257,26 @@ class Engine:
         so.scheduled_cached_reqs = cached
         so.num_scheduled_tokens = sched
         so.total_num_scheduled_tokens = sum(sched.values())
+        # As vLLM 0.32: every block allocated this step is zeroed by the
+        # worker before the forward, but for those a synchronous load
+        # connector took off the list (base.py allows it for blocks it
+        # overwrites whole this step).
+        zero = list(self._new_blocks)
+        so.new_block_ids_to_zero = zero or None
         before = pickle.dumps(so)
         meta = self.sched.build_connector_meta(so)
+        kept = so.new_block_ids_to_zero
+        so.new_block_ids_to_zero = zero or None
         assert pickle.dumps(so) == before, "build_connector_meta changed its argument"
+        loads = {b for r in meta.reqs for b in r["block_ids"][r["load"][0]:r["load"][1]]}
+        assert set(kept or []) <= set(zero) and set(zero) - set(kept or []) <= loads, \
+            "build_connector_meta took blocks it does not load off the zeroing"
+        self.zeroing.append((zero, list(kept or []), loads))
         so.kv_connector_metadata = meta
         meta = pickle.loads(pickle.dumps(meta))     # to the worker process
         if self.hook:
             self.hook(self, meta)
-        errors = self._worker_step(meta, sched)
+        errors = self._worker_step(meta, sched, kept or [])
         self.sched.update_connector_output(
             self.peers.KVConnectorOutput(invalid_block_ids=set(errors)))
         for req in list(self.running):
@@ -272,8 +290,11 @@ class Engine:
         self.steps += 1
         return errors
 
-    def _worker_step(self, meta, sched):
+    def _worker_step(self, meta, sched, zero):
         w = self.worker
+        for b in zero:              # the CPU model runner's _zero_block_ids
+            for t in self.kv:
+                t[b].zero_()
         fc = NS(attn_metadata={n: object() for n in self.names},
                 no_compile_layers={n: NS(kv_cache=t) for n, t in zip(self.names, self.kv)})
         w.bind_connector_metadata(meta)
