@@ -10,6 +10,7 @@
 #   scripts/engine-env.sh            build it if missing or stale; print its python
 #   scripts/engine-env.sh --path     print the python it would use, build nothing
 #   scripts/engine-env.sh --check    exit 0 if it is complete, 1 if not
+#   scripts/engine-env.sh --packages exit 0 if its packages are (kvshare may be stale)
 #
 # Where: $KVSHARE_ENGINE_ENV, else
 #   /var/cache/kvshare/engine-env-<first 16 hex of sha256 of the requirement files>
@@ -39,8 +40,9 @@ mode=build
 case "${1:-}" in
 --path) mode=path ;;
 --check) mode=check ;;
+--packages) mode=packages ;;
 "") ;;
-*) echo "usage: $0 [--path|--check]" >&2; exit 2 ;;
+*) echo "usage: $0 [--path|--check|--packages]" >&2; exit 2 ;;
 esac
 
 reqs_hash=$(cat "$req_vllm" $( [ -f "$req_sglang" ] && echo "$req_sglang") \
@@ -66,6 +68,7 @@ current() {
 case $mode in
 path) echo "$py"; exit 0 ;;
 check) current; exit ;;
+packages) complete; exit ;;
 esac
 
 if current; then

@@ -5,7 +5,8 @@ and serves many prompt sets.
 
     engine_proc.py CONFIG_JSON        (commands on stdin, replies on fd $KVS_REPLY_FD)
 
-CONFIG_JSON: {"model": dir, "dtype": ..., "kv_transfer_config": {...} or
+CONFIG_JSON: {"model": dir, "dtype": ..., "kv_cache_dtype": ... (vLLM's
+--kv-cache-dtype, "auto" unless given), "kv_transfer_config": {...} or
 null, "prefix_caching": bool, "kv_cache_bytes": n, "max_model_len": n}.
 The engine is vllm.LLM with load_format="dummy" (no weights on disk),
 skip_tokenizer_init (prompts are token ids), enforce_eager, block size 32
@@ -58,7 +59,7 @@ def main():
               kv_cache_memory_bytes=cfg.get("kv_cache_bytes", 256 << 20),
               max_model_len=cfg.get("max_model_len", 4096), seed=0,
               enable_prefix_caching=cfg.get("prefix_caching", True),
-              disable_log_stats=False)
+              disable_log_stats=False, kv_cache_dtype=cfg.get("kv_cache_dtype") or "auto")
     if cfg.get("kv_transfer_config"):
         kw["kv_transfer_config"] = cfg["kv_transfer_config"]
     t0 = time.monotonic()

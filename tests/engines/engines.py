@@ -70,9 +70,10 @@ class Engine:
 
     def __init__(self, name, model, log_dir, dtype="float32", kv_transfer_config=None,
                  prefix_caching=True, kv_cache_bytes=256 << 20, max_model_len=4096,
-                 env=None, python=sys.executable):
+                 env=None, python=sys.executable, kv_cache_dtype=None):
         self.name = name
-        self.cfg = dict(model=model, dtype=dtype, kv_transfer_config=kv_transfer_config,
+        self.cfg = dict(model=model, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
+                        kv_transfer_config=kv_transfer_config,
                         prefix_caching=prefix_caching, kv_cache_bytes=kv_cache_bytes,
                         max_model_len=max_model_len)
         self.log_path = os.path.join(log_dir, "engine-%s.log" % name)

