@@ -196,6 +196,12 @@ class KVShareConnector(KVConnectorBase_V1):
         self._pool_name = name
         model = getattr(vllm_config, "model_config", None)
         self._model = str(getattr(model, "model", "") or "")
+        # Both dtypes name the bytes a block holds: the pool's dtype alone
+        # does not (vLLM stores fp8_e4m3 and fp8_e5m2 caches both as uint8,
+        # one pool dtype "fp8"), nor does the model's under cache_dtype=fp8*.
+        cache = getattr(vllm_config, "cache_config", None)
+        self._cache_dtype = str(getattr(cache, "cache_dtype", "") or "")
+        self._model_dtype = str(getattr(model, "dtype", "") or "")
         self._pool = None
         self._reopen = adapter.Reopen(self._opts.retry_s)
         self._copier = None
@@ -230,10 +236,11 @@ class KVShareConnector(KVConnectorBase_V1):
 
     def _salt(self):
         p = self._pool
-        return adapter.salt_text("kvshare.vllm/1", [
+        return adapter.salt_text("kvshare.vllm/2", [
             ("model", self._model), ("namespace", self._opts.namespace),
             ("layout", self._layout), ("layers", p.n_layers), ("kv_heads", p.n_kv_heads),
-            ("head_dim", p.head_dim), ("block", p.tokens_per_page), ("dtype", p.dtype)])
+            ("head_dim", p.head_dim), ("block", p.tokens_per_page), ("dtype", p.dtype),
+            ("cache_dtype", self._cache_dtype), ("model_dtype", self._model_dtype)])
 
     def _open(self, create, eng=None):
         """The pool; the worker (@create, engine geometry @eng) creates it

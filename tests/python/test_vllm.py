@@ -459,7 +459,7 @@ def test_foreign_owners_pool_is_never_used(daemon, arbiter):
 def _salt_for(pool):
     """The salt the connector uses for this pool (what an attacker can
     compute too: keys are not secrets)."""
-    return ("kvshare.vllm/1|model=tiny-test|namespace=|layout=NHD|layers=%d|"
-            "kv_heads=%d|head_dim=%d|block=%d|dtype=%s" % (
+    return ("kvshare.vllm/2|model=tiny-test|namespace=|layout=NHD|layers=%d|"
+            "kv_heads=%d|head_dim=%d|block=%d|dtype=%s|cache_dtype=|model_dtype=" % (
                 pool.n_layers, pool.n_kv_heads, pool.head_dim, pool.tokens_per_page,
                 pool.dtype))
