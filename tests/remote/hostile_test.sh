@@ -56,7 +56,15 @@ fake() {
 }
 unfake() { { kill -9 "$1"; wait "$1"; } 2>/dev/null; }
 
-hwm() { awk '/^VmHWM/ { print int($2 / 1024) }' "/proc/$1/status" 2>/dev/null; }
+# hwm PID: kvshared's own peak memory in MiB: its peak RSS less the pool's
+# shared pages it has touched (RssShmem; they stay mapped until it exits).
+# Those are the pool's memory, bounded by the pool's size, and the tier
+# touches more or fewer of them as fetches land and writes are sent from
+# the pool; what a hostile store could grow is the rest.
+hwm() {
+	awk '/^VmHWM/ { h = $2 } /^RssShmem/ { s = $2 }
+	     END { if (h != "") print int((h - s) / 1024) }' "/proc/$1/status" 2>/dev/null
+}
 
 # hostile_run LABEL EXTRA-KEYS: host H with the hostile pool on the fake
 # at $fake_port and the good pool on r1, both served at once; sets
