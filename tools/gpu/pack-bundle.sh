@@ -61,6 +61,10 @@ TOOLS=(tools/gpu/gpu-checks.sh tools/gpu/gpu_table.py tools/kvshared-session.sh
 	tools/kvbench/attn_torch.py tools/kvbench/bench_attn.c tools/kvbench/vllm_bench.py
 	tools/gpu/build-pyext.sh tests/python/vllm_peers.py)
 # The copy bench's Python side: the package's sources and vLLM's peer files.
+# Those are vLLM's own interface files, kept outside the repository in
+# ../shared/peers beside the checkout (KVS_PEERS elsewhere): a bench that
+# loads the engines' interface files is the one place outside tests/ that
+# may refer there.
 PEERS=${KVS_PEERS:-$(dirname "$0")/../../../shared/peers}
 # The libraries the extension links (build-pyext.sh), besides the binaries'.
 PYEXT_LIBS=(liburing libcrypto libxxhash)
