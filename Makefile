@@ -28,13 +28,15 @@
 #   python/python.mk            the Python extension and package
 #   tools/kvctl/kvctl.mk        kvctl
 #   tools/kvbench/kvbench.mk    kvbench; sglang.mk, vllm-bench.mk: the
-#                               engines' benchmarks
+#                               engines' benchmarks; vllm_engine.mk: real
+#                               vLLM engines (make serve-vllm, make bench)
 #   tools/kvserve/kvserve.mk    kvserve, the demo server
 #   tools/gpu/gpu-bundle.mk     the GPU session's bundle
 #   tests/NAME/NAME-tests.mk    one per suite folder: attn, core, daemon,
 #                               docs, gpu (and gpu-guest.mk), install, libkv, pip,
 #                               ptx, python, radix, remote, serve, simt,
-#                               uapi, uring, vm-daemon
+#                               uapi, uring, vm-daemon; tests/engines/engines.mk:
+#                               the real engines' suites
 #   dist/install.mk             make install / make uninstall
 #
 # A fragment writes its own rules with paths relative to the repository root
