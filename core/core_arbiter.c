@@ -937,10 +937,6 @@ static int kvs_check_waiting(struct kvs_pool *pool)
 	return 0;
 }
 
-/*
- * Verify the invariants of docs/design.md section 3.9 and of this file's
- * structures.  O(n_pages); for tests and tools, not for the fast path.
- */
 /* What the page walk counts, to compare with the pool's own counters. */
 struct kvs_check_tally {
 	u64 count[4];			/* pages by state */
@@ -1056,6 +1052,11 @@ static int kvs_check_totals(struct kvs_pool *pool, const u32 *children,
 	return 0;
 }
 
+/*
+ * Verify the invariants of docs/design.md section 3.9 and of this file's
+ * structures, a named step each: the holdings, the waits, every page, the
+ * totals, the lists.  O(n_pages); for tests and tools, not for the fast path.
+ */
 int kvs_arb_check(struct kvs_pool *pool)
 {
 	struct kvs_check_tally t = {};
