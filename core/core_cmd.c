@@ -88,8 +88,11 @@ static int kvs_cmd_list(struct kvs_client *cl, void *arg, struct kvs_call *call)
 	return kvs_pool_list(arg, call);
 }
 
+/* Under pool->lock, so that the counters are one snapshot. */
 static void kvs_fill_stats(struct kvs_pool *pool, struct kvs_pool_stats *st)
 {
+	lockdep_assert_held(&pool->lock);
+
 	st->n_pages = pool->n_pages;
 	st->n_free = pool->n_state[KVS_PAGE_FREE];
 	st->n_owned = pool->n_state[KVS_PAGE_OWNED];

@@ -3,9 +3,11 @@
  * The arbiter's containers: index-linked page lists, the key index of a
  * pool and the per-client holdings table.  Both tables are open-addressed
  * with linear probing, kept at most half full, and delete by backward
- * shift so that no tombstones accumulate.  All callers hold pool->lock;
- * the key index's functions assert it (the holdings table does not know
- * its pool).
+ * shift so that no tombstones accumulate.  All callers hold pool->lock,
+ * but kvs_index_alloc()'s, which runs before the pool is published; the
+ * key index's lookups and changes assert it (its hash reads only the
+ * pool's seed, fixed at creation; the holdings table does not know its
+ * pool).
  */
 #include "core_internal.h"
 
