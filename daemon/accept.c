@@ -306,8 +306,9 @@ static uint64_t conn_bytes(const struct conn *c)
 }
 
 /*
- * A new connection: its credentials, then its client, close queue and
- * watch, each undone in reverse order when a later step fails.
+ * A new connection: its credentials, then its client, user, close queue
+ * (with a place reserved, which from then on takes the socket), groups,
+ * charge and watch, each undone in reverse order when a later step fails.
  */
 static void conn_new(int fd)
 {
@@ -394,12 +395,8 @@ free_groups:
 	free(c->groups);
 close_sock:
 	/* The place reserved in its queue takes the socket. */
-	kvs_client_free(c->cl);
 	kvsd_sock_close(c->closeq, fd);
-	kvsd_closeq_put(c->closeq);
-	kvsd_user_put(c->user);
-	free(c);
-	return;
+	fd = -1;
 put_closeq:
 	kvsd_closeq_put(c->closeq);
 put_user:
@@ -408,6 +405,9 @@ free_client:
 	kvs_client_free(c->cl);
 free_conn:
 	free(c);
+	if (fd < 0)
+		return;
+	/* Every step before the reservation fails only for want of memory. */
 oom:
 	kvsd_log("accept: out of memory (pid %d uid %u refused)", uc.pid, uc.uid);
 refuse:
