@@ -52,11 +52,28 @@ from . import _kvshare
 
 __all__ = ["EngineLayout", "BlockCopier", "DTYPE_NAMES", "memory_of"]
 
-DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16",
-               torch.float32: "float32", torch.uint8: "fp8"}
-for _n in ("float8_e4m3fn", "float8_e5m2"):
-    if hasattr(torch, _n):
-        DTYPE_NAMES[getattr(torch, _n)] = "fp8"
+# The torch dtypes an engine keeps one-byte KV in where torch has no dtype
+# of the pool's name (fp8): SGLang and vLLM store it as uint8, or as one of
+# torch's float8 types.
+_BYTE_STORAGE = ("uint8", "float8_e4m3fn", "float8_e5m2")
+
+
+def _dtype_names():
+    """torch dtype -> pool dtype name (its torch spelling), from the one
+    table of them, <kvshare/kv_layout.h>'s, as _kvshare.dtypes() gives it."""
+    names = {}
+    for _name, torch_name, _alias, itemsize in _kvshare.dtypes():
+        t = getattr(torch, torch_name, None)
+        if isinstance(t, torch.dtype):
+            names[t] = torch_name
+        elif itemsize == 1:
+            for n in _BYTE_STORAGE:
+                if hasattr(torch, n):
+                    names[getattr(torch, n)] = torch_name
+    return names
+
+
+DTYPE_NAMES = _dtype_names()
 
 
 class EngineLayout:

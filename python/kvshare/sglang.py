@@ -80,6 +80,7 @@ from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage,
 
 import kvshare
 from kvshare import adapter
+from kvshare.blockcopy import DTYPE_NAMES
 
 __all__ = ["KVShareStorage", "EnginePage", "engine_page", "pool_geometry",
            "check_pool_fits", "namespace_digest", "kvshare_keys",
@@ -94,13 +95,6 @@ CHUNK = 4096
 
 MHA_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
 MLA_LAYOUTS = ("layer_first", "page_first", "page_first_direct")
-
-# torch dtype -> kvshare dtype name.  SGLang stores fp8 KV as uint8.
-KVSHARE_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16",
-                  torch.float32: "float32", torch.uint8: "fp8"}
-for _name in ("float8_e4m3fn", "float8_e5m2"):
-    if hasattr(torch, _name):
-        KVSHARE_DTYPES[getattr(torch, _name)] = "fp8"
 
 
 class EnginePage(NamedTuple):
@@ -132,9 +126,10 @@ def engine_page(host) -> EnginePage:
     store: K and V of different head dims, decode context parallelism,
     unknown layouts or dtypes."""
     layout, ps, dtype = host.layout, int(host.page_size), host.dtype
-    if dtype not in KVSHARE_DTYPES:
+    if dtype not in DTYPE_NAMES:
+        known = ", ".join(dict.fromkeys(DTYPE_NAMES.values()))
         raise ValueError("kvshare.sglang: KV dtype %s has no kvshare equivalent "
-                         "(float16, bfloat16, float32, fp8)" % dtype)
+                         "(%s)" % (dtype, known))
     if getattr(host, "dcp_size", 1) != 1:
         raise ValueError("kvshare.sglang: decode context parallelism (dcp_size %d) "
                          "shards every page; not supported" % host.dcp_size)
@@ -170,7 +165,7 @@ def pool_geometry(page: EnginePage) -> dict:
     else:
         heads, dim = page.heads, page.head_dim
     return {"layers": page.layers, "kv_heads": heads, "head_dim": dim,
-            "tokens_per_page": page.tokens, "dtype": KVSHARE_DTYPES[page.dtype]}
+            "tokens_per_page": page.tokens, "dtype": DTYPE_NAMES[page.dtype]}
 
 
 def check_pool_fits(pool, page: EnginePage):

@@ -97,3 +97,19 @@ def test_write_seen_by_another_process(mkpool):
         assert np.array_equal(a, want.view(torch.int16).numpy().view(np.uint16))
         p.put([page])
         del t, a
+
+
+def test_engine_dtypes_are_the_c_table():
+    """The engines' torch dtype -> pool dtype map (kvshare.blockcopy) is the C
+    table's (_kvshare.dtypes()): every entry torch knows by name, the
+    one-byte entry for the engines' fp8 storage, each of the table's size."""
+    from kvshare import _kvshare
+    from kvshare.blockcopy import DTYPE_NAMES
+
+    sizes = {tname: size for _, tname, _, size in _kvshare.dtypes()}
+    assert set(DTYPE_NAMES.values()) == set(sizes)
+    for tname in ("float16", "bfloat16", "float32"):
+        assert DTYPE_NAMES[getattr(torch, tname)] == tname
+    assert DTYPE_NAMES[torch.uint8] == "fp8"
+    for t, name in DTYPE_NAMES.items():
+        assert torch.empty((), dtype=t).element_size() == sizes[name]
