@@ -80,10 +80,12 @@ static uint64_t distinct(const struct opts *o, const struct results *res, unsign
 	return n;
 }
 
+/* The pool's dtype as kvshared's configuration spells it (kv_layout.h). */
 static const char *dtype_name(uint32_t dtype)
 {
-	return dtype == KVS_DTYPE_BF16 ? "bf16" : dtype == KVS_DTYPE_F16 ? "fp16" :
-	       dtype == KVS_DTYPE_F32 ? "fp32" : "?";
+	const struct kv_dtype_name *d = kv_dtype_by_id(dtype);
+
+	return d ? d->name : "?";
 }
 
 static double per(uint64_t ns, uint64_t n, double unit)
