@@ -18,7 +18,9 @@ share them in file order:
      scheduler's lookup and the worker's load);
   N  another model of the same KV geometry on the same pool: no hit;
   E4, E5, R5  fp8_e4m3 and fp8_e5m2 KV caches on one pool (the same
-     geometry): no hit across dtypes;
+     geometry): no hit across dtypes (AVX-512 or AMX only);
+  F, H, RH  float32 and bfloat16 models over bf16 KV caches on one pool:
+     no hit across model dtypes;
   F1..F4  four engines at once on a fresh pool, two on the same new prefix.
 """
 import os
@@ -260,4 +262,42 @@ def test_real_vllm_namespace_other_dtype(models, logdir):
                 assert o["tokens"] == ref["tokens"], (o, ref)
         finally:
             for e in (e4, e5, r5):
+                e.stop()
+
+
+def test_real_vllm_namespace_model_dtype(models, logdir):
+    """Another model dtype over the same KV bytes gets no hit, on any CPU:
+    a float32 model and a bfloat16 one, both with kv_cache_dtype=bfloat16,
+    fill pages of the same geometry and dtype (bf16), so both fit one pool
+    and only the keys' salt (the model's dtype) keeps them apart.  F
+    (float32) publishes; H (bfloat16), on the same pool, gets 0 external
+    hits by vLLM's own counters, and its outputs equal those of RH, a
+    bfloat16 engine that recomputes everything."""
+    from kvshare.session import Daemon
+    from conftest import kvshared_binary
+    with Daemon(kvshared=kvshared_binary()) as d:
+        kv = engines.connector("mdtype", d.socket)
+        f = Engine("F", models["a"], logdir, dtype="float32", kv_cache_dtype="bfloat16",
+                   kv_transfer_config=kv).start()
+        h = Engine("H", models["a"], logdir, dtype="bfloat16", kv_cache_dtype="bfloat16",
+                   kv_transfer_config=kv).start()
+        rh = Engine("RH", models["a"], logdir, dtype="bfloat16", kv_cache_dtype="bfloat16",
+                    prefix_caching=False).start()
+        try:
+            engines.wait_all([f, h, rh])
+            for p in SHARED:
+                f.generate([p], MAX_TOKENS)
+            with kvshare.Arbiter(d.socket) as arb:
+                st = arb.stats("mdtype", check=True)
+            assert st["n_cached"] >= full_blocks(SHARED[0]) // BLOCK, st   # F published
+            outs = [h.generate([p], MAX_TOKENS)[0] for p in SHARED]
+            assert ext_hits(h) == 0
+            assert h.metrics().get("vllm:external_prefix_cache_queries", 0) > 0
+            assert [o["cached"] for o in outs] == [0] + [len(SYS)] * (len(SHARED) - 1)
+            refs = [rh.generate([p], MAX_TOKENS)[0] for p in SHARED]
+            assert same(outs[0], refs[0]), (outs[0], refs[0])
+            for o, ref in zip(outs, refs):
+                assert o["tokens"] == ref["tokens"], (o, ref)
+        finally:
+            for e in (f, h, rh):
                 e.stop()

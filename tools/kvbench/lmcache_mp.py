@@ -74,7 +74,7 @@ class Server:
     only) refuses ("No handler registered for operation
     register_kv_cache_engine_driven_context")."""
 
-    def __init__(self, py, log_dir, l1_gb=2, start_timeout=300):
+    def __init__(self, py, log_dir, l1_gb=1, start_timeout=300):
         self.py = py
         self.port = _free_port()
         self.http_port = _free_port()
