@@ -53,6 +53,11 @@ struct u32in {
 	Py_ssize_t n;
 };
 
+/*
+ * The ints of the fast sequence @seq as *@n unsigned ints of @width bytes
+ * (4 or 8) in a new PyMem buffer, or NULL with an exception naming @what[i].
+ */
+void *seq_uints(PyObject *seq, const char *what, size_t width, Py_ssize_t *n);
 int u32_from(PyObject *obj, struct u32in *in, const char *what);
 void u32_release(struct u32in *in);
 int keys_from(PyObject *obj, Py_buffer *view, Py_ssize_t *n);
