@@ -434,21 +434,13 @@ PyDoc_STRVAR(Prefix_insert__doc__,
 static PyObject *Prefix_insert(PrefixObject *self, PyObject *args)
 {
 	struct kv_radix_req req = { 0 };
-	PyObject *tok_o, *pg_o;
 	struct u32in tok, pg;
 	uint32_t tpp;
 	size_t present = 0;
 	long ret;
 
-	TREE_OPEN(&self->t, NULL);
-	if (!PyArg_ParseTuple(args, "OO:insert", &tok_o, &pg_o))
+	if (insert_args(&self->t, args, &tok, &pg))
 		return NULL;
-	if (u32_from(tok_o, &tok, "tokens"))
-		return NULL;
-	if (u32_from(pg_o, &pg, "pages")) {
-		u32_release(&tok);
-		return NULL;
-	}
 	tpp = kv_radix_tokens_per_page(self->t.tree);
 	if (tok.n > self->max_context || pg.n != (tok.n + tpp - 1) / tpp) {
 		PyErr_Format(PyExc_ValueError, "insert: %zd tokens need %zd pages (got %zd), "

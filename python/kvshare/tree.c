@@ -168,6 +168,26 @@ PyObject *match_result(TreeObject *t, PyObject *pages, size_t len,
 }
 
 /*
+ * insert(tokens, pages)'s arguments, on an open tree: 0 with both held
+ * (the caller releases them), or -1 with an exception.
+ */
+int insert_args(TreeObject *t, PyObject *args, struct u32in *tok, struct u32in *pg)
+{
+	PyObject *tok_o, *pg_o;
+
+	TREE_OPEN(t, -1);
+	if (!PyArg_ParseTuple(args, "OO:insert", &tok_o, &pg_o))
+		return -1;
+	if (u32_from(tok_o, tok, "tokens"))
+		return -1;
+	if (u32_from(pg_o, pg, "pages")) {
+		u32_release(tok);
+		return -1;
+	}
+	return 0;
+}
+
+/*
  * lock() and unlock(): @op on the tree's node behind Node @o, its result
  * in *@d; 0, or -1 with an exception (a closed tree, not a live Node).
  */
