@@ -506,28 +506,56 @@ fail:
 	return -1;
 }
 
+PyObject *u64_dict(const void *base, const struct u64_field *fields, size_t n)
+{
+	PyObject *d = PyDict_New();
+	size_t i;
+
+	if (!d)
+		return NULL;
+	for (i = 0; i < n; i++) {
+		PyObject *v;
+		uint64_t x;
+
+		memcpy(&x, (const char *)base + fields[i].off, sizeof(x));
+		v = PyLong_FromUnsignedLongLong(x);
+		if (!v || PyDict_SetItemString(d, fields[i].name, v)) {
+			Py_XDECREF(v);
+			Py_DECREF(d);
+			return NULL;
+		}
+		Py_DECREF(v);
+	}
+	return d;
+}
+
+#define POOL_STAT(m)	U64_FIELD(struct kvs_pool_stats, m)
+
+/* kvctl stats' counters, in its order (pool_id and flags are not counters). */
+static const struct u64_field pool_stat_fields[] = {
+	POOL_STAT(n_pages),
+	POOL_STAT(n_free),
+	POOL_STAT(n_owned),
+	POOL_STAT(n_shared),
+	POOL_STAT(n_cached),
+	POOL_STAT(n_evictable),
+	POOL_STAT(n_refs),
+	POOL_STAT(n_held),
+	POOL_STAT(n_files),
+	POOL_STAT(allocs),
+	POOL_STAT(alloc_fails),
+	POOL_STAT(publishes),
+	POOL_STAT(dup_publishes),
+	POOL_STAT(lookups),
+	POOL_STAT(hits),
+	POOL_STAT(evictions),
+	POOL_STAT(n_claimed),
+	POOL_STAT(inflight_waits),
+};
+
 PyObject *stats_dict(const struct kvs_pool_stats *st)
 {
-	return Py_BuildValue(
-		"{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}",
-		"n_pages", (unsigned long long)st->n_pages,
-		"n_free", (unsigned long long)st->n_free,
-		"n_owned", (unsigned long long)st->n_owned,
-		"n_shared", (unsigned long long)st->n_shared,
-		"n_cached", (unsigned long long)st->n_cached,
-		"n_evictable", (unsigned long long)st->n_evictable,
-		"n_refs", (unsigned long long)st->n_refs,
-		"n_held", (unsigned long long)st->n_held,
-		"n_files", (unsigned long long)st->n_files,
-		"allocs", (unsigned long long)st->allocs,
-		"alloc_fails", (unsigned long long)st->alloc_fails,
-		"publishes", (unsigned long long)st->publishes,
-		"dup_publishes", (unsigned long long)st->dup_publishes,
-		"lookups", (unsigned long long)st->lookups,
-		"hits", (unsigned long long)st->hits,
-		"evictions", (unsigned long long)st->evictions,
-		"n_claimed", (unsigned long long)st->n_claimed,
-		"inflight_waits", (unsigned long long)st->inflight_waits);
+	return u64_dict(st, pool_stat_fields, ARRAY_SIZE(pool_stat_fields));
 }
 
 PyObject *geom_dict(const struct kvs_geometry *g)
