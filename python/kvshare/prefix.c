@@ -503,25 +503,28 @@ out:
 	return NULL;
 }
 
+#define PREFIX_STAT(m)	U64_FIELD(struct kv_prefix_stats, m)
+
+static const struct u64_field prefix_stat_fields[] = {
+	PREFIX_STAT(local_hit_pages),
+	PREFIX_STAT(remote_hit_pages),
+	PREFIX_STAT(lookups),
+	PREFIX_STAT(published),
+	PREFIX_STAT(dup_published),
+	PREFIX_STAT(local_dups),
+	PREFIX_STAT(allocated),
+	PREFIX_STAT(alloc_evictions),
+	PREFIX_STAT(put_pages),
+	PREFIX_STAT(errors),
+	PREFIX_STAT(claimed),
+	PREFIX_STAT(claim_conflicts),
+};
+
 static PyObject *Prefix_get_stats(PrefixObject *self, void *c)
 {
-	const struct kv_prefix_stats *s;
-
 	TREE_OPEN(&self->t, NULL);
-	s = kv_prefix_stats(self->pc);
-	return Py_BuildValue("{sKsKsKsKsKsKsKsKsKsKsKsK}",
-			     "local_hit_pages", (unsigned long long)s->local_hit_pages,
-			     "remote_hit_pages", (unsigned long long)s->remote_hit_pages,
-			     "lookups", (unsigned long long)s->lookups,
-			     "published", (unsigned long long)s->published,
-			     "dup_published", (unsigned long long)s->dup_published,
-			     "local_dups", (unsigned long long)s->local_dups,
-			     "allocated", (unsigned long long)s->allocated,
-			     "alloc_evictions", (unsigned long long)s->alloc_evictions,
-			     "put_pages", (unsigned long long)s->put_pages,
-			     "errors", (unsigned long long)s->errors,
-			     "claimed", (unsigned long long)s->claimed,
-			     "claim_conflicts", (unsigned long long)s->claim_conflicts);
+	return u64_dict(kv_prefix_stats(self->pc), prefix_stat_fields,
+			ARRAY_SIZE(prefix_stat_fields));
 }
 
 static PyObject *Prefix_page_key(PrefixObject *self, PyObject *arg)
