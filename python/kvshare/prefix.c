@@ -283,6 +283,29 @@ static PyObject *Prefix_reserve(PrefixObject *self, PyObject *args)
 	Py_RETURN_NONE;
 }
 
+/*
+ * The Request @req_o of this cache, told the tokens @tok_o (None: no
+ * change).  For @what (NULL: abort(), which needs no tokens) every token
+ * the row holds KV of must be known; the error names @what, then @hint.
+ * NULL with an exception.
+ */
+static RequestObject *req_to_cache(PrefixObject *self, PyObject *req_o, PyObject *tok_o,
+				   const char *what, const char *hint)
+{
+	RequestObject *r = req_get(self, req_o);
+
+	if (!r)
+		return NULL;
+	if (tok_o != Py_None && req_tokens(self, r, tok_o))
+		return NULL;
+	if (what && r->n_given < r->req.n_tokens) {
+		PyErr_Format(PyExc_ValueError, "%s: the row holds KV of %u tokens but only "
+			     "%u tokens are known%s", what, r->req.n_tokens, r->n_given, hint);
+		return NULL;
+	}
+	return r;
+}
+
 /* Finish a request: cache it (finished), or abort it. */
 static PyObject *prefix_finish(PrefixObject *self, PyObject *args, int abort)
 {
@@ -294,17 +317,10 @@ static PyObject *prefix_finish(PrefixObject *self, PyObject *args, int abort)
 	if (!PyArg_ParseTuple(args, abort ? "O:abort" : "O|O:cache_finished_req", &req_o,
 			      &tok_o))
 		return NULL;
-	r = req_get(self, req_o);
+	r = req_to_cache(self, req_o, tok_o, abort ? NULL : "cache_finished_req",
+			 "; pass tokens=prompt + output");
 	if (!r)
 		return NULL;
-	if (tok_o != Py_None && req_tokens(self, r, tok_o))
-		return NULL;
-	if (!abort && r->n_given < r->req.n_tokens) {
-		PyErr_Format(PyExc_ValueError, "cache_finished_req: the row holds KV of %u "
-			     "tokens but only %u tokens are known; pass tokens=prompt + output",
-			     r->req.n_tokens, r->n_given);
-		return NULL;
-	}
 	OBJ_LOCK(self->t.lock);
 	Py_BEGIN_ALLOW_THREADS
 	if (abort)
@@ -348,16 +364,9 @@ static PyObject *Prefix_cache_unfinished(PrefixObject *self, PyObject *args)
 	TREE_OPEN(&self->t, NULL);
 	if (!PyArg_ParseTuple(args, "O|O:cache_unfinished_req", &req_o, &tok_o))
 		return NULL;
-	r = req_get(self, req_o);
+	r = req_to_cache(self, req_o, tok_o, "cache_unfinished_req", "");
 	if (!r)
 		return NULL;
-	if (tok_o != Py_None && req_tokens(self, r, tok_o))
-		return NULL;
-	if (r->n_given < r->req.n_tokens) {
-		PyErr_Format(PyExc_ValueError, "cache_unfinished_req: the row holds KV of %u "
-			     "tokens but only %u tokens are known", r->req.n_tokens, r->n_given);
-		return NULL;
-	}
 	OBJ_LOCK(self->t.lock);
 	Py_BEGIN_ALLOW_THREADS
 	ret = kv_prefix_cache_unfinished(self->pc, self->rt, &r->req);
