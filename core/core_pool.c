@@ -217,20 +217,6 @@ static bool kvs_name_valid(const char *name)
 	return true;
 }
 
-static int kvs_dtype_size(u32 dtype)
-{
-	switch (dtype) {
-	case KVS_DTYPE_F16:
-	case KVS_DTYPE_BF16:
-		return 2;
-	case KVS_DTYPE_F32:
-		return 4;
-	case KVS_DTYPE_FP8:
-		return 1;
-	}
-	return 0;
-}
-
 #define KVS_DIM_MAX		65536
 #define KVS_PAGE_BYTES_MAX	(1ull << 30)
 
@@ -238,7 +224,7 @@ static int kvs_geometry_check(struct kvs_geometry *g)
 {
 	u64 bytes = 2;
 	u32 dims[] = { g->n_layers, g->n_kv_heads, g->head_dim,
-		       g->tokens_per_page, kvs_dtype_size(g->dtype) };
+		       g->tokens_per_page, KVS_DTYPE_SIZE(g->dtype) };
 	u32 i;
 
 	if (g->pad || g->page_bytes)

@@ -18,28 +18,31 @@ void kvs_ilist_init(struct kvs_ilist *l)
 	l->len = 0;
 }
 
-void kvs_ilist_push_tail(struct kvs_page *pages, struct kvs_ilist *l, u32 i)
+/* Link page @i between @prev and @next (KVS_NO_PAGE: an end), as __list_add(). */
+static void kvs_ilist_link(struct kvs_page *pages, struct kvs_ilist *l, u32 i,
+			   u32 prev, u32 next)
 {
-	pages[i].prev = l->tail;
-	pages[i].next = KVS_NO_PAGE;
-	if (l->tail == KVS_NO_PAGE)
+	pages[i].prev = prev;
+	pages[i].next = next;
+	if (prev == KVS_NO_PAGE)
 		l->head = i;
 	else
-		pages[l->tail].next = i;
-	l->tail = i;
+		pages[prev].next = i;
+	if (next == KVS_NO_PAGE)
+		l->tail = i;
+	else
+		pages[next].prev = i;
 	l->len++;
+}
+
+void kvs_ilist_push_tail(struct kvs_page *pages, struct kvs_ilist *l, u32 i)
+{
+	kvs_ilist_link(pages, l, i, l->tail, KVS_NO_PAGE);
 }
 
 void kvs_ilist_push_head(struct kvs_page *pages, struct kvs_ilist *l, u32 i)
 {
-	pages[i].prev = KVS_NO_PAGE;
-	pages[i].next = l->head;
-	if (l->head == KVS_NO_PAGE)
-		l->tail = i;
-	else
-		pages[l->head].prev = i;
-	l->head = i;
-	l->len++;
+	kvs_ilist_link(pages, l, i, KVS_NO_PAGE, l->head);
 }
 
 void kvs_ilist_del(struct kvs_page *pages, struct kvs_ilist *l, u32 i)

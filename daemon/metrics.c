@@ -15,6 +15,7 @@
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,25 +124,66 @@ static void family(struct sbuf *sb, const char *name, const char *type,
 	sb_printf(sb, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* One family with one sample per pool, from a field of its stats. */
+/*
+ * The families with one sample per pool from its stats: a uint64_t field
+ * at @off, or POOL_MISSES (lookups - hits, which the stats do not hold).
+ * In the order they are written, after kvshare_pool_info and _pages.
+ */
+#define POOL_MISSES	SIZE_MAX
+#define POOL_STAT(field)	offsetof(struct kvs_pool_stats, field)
+
+static const struct pool_stat_family {
+	const char *name, *type, *help;
+	size_t off;
+} pool_stat_families[] = {
+	{ "kvshare_pool_size_pages", "gauge",
+	  "Pages in the pool.", POOL_STAT(n_pages) },
+	{ "kvshare_pool_evictable_pages", "gauge",
+	  "Cached pages without children (evictable now).", POOL_STAT(n_evictable) },
+	{ "kvshare_pool_refs", "gauge",
+	  "Sum of the refcounts of shared pages.", POOL_STAT(n_refs) },
+	{ "kvshare_pool_held_pages", "gauge",
+	  "References plus owned pages recorded against clients.", POOL_STAT(n_held) },
+	{ "kvshare_pool_files", "gauge",
+	  "Clients (files or connections) attached.", POOL_STAT(n_files) },
+	{ "kvshare_pool_allocs_total", "counter",
+	  "Pages allocated.", POOL_STAT(allocs) },
+	{ "kvshare_pool_alloc_fails_total", "counter",
+	  "ALLOC calls failed for lack of pages.", POOL_STAT(alloc_fails) },
+	{ "kvshare_pool_publishes_total", "counter",
+	  "Entries published.", POOL_STAT(publishes) },
+	{ "kvshare_pool_dup_publishes_total", "counter",
+	  "Published entries whose key already existed.", POOL_STAT(dup_publishes) },
+	{ "kvshare_pool_lookups_total", "counter",
+	  "Keys looked up.", POOL_STAT(lookups) },
+	{ "kvshare_pool_hits_total", "counter",
+	  "Keys looked up and found.", POOL_STAT(hits) },
+	{ "kvshare_pool_misses_total", "counter",
+	  "Keys looked up and not found.", POOL_MISSES },
+	{ "kvshare_pool_evictions_total", "counter",
+	  "Cached pages evicted.", POOL_STAT(evictions) },
+};
+
+static uint64_t pool_stat(const struct kvs_pool_stats *st, size_t off)
+{
+	uint64_t v;
+
+	if (off == POOL_MISSES)
+		return st->lookups - st->hits;
+	memcpy(&v, (const char *)st + off, sizeof(v));
+	return v;
+}
+
 static void pool_family(struct sbuf *sb, const struct pool_snap *ps, uint32_t n,
-			const char *name, const char *type, const char *help,
-			size_t off)
+			const struct pool_stat_family *f)
 {
 	uint32_t i;
 
-	family(sb, name, type, help);
-	for (i = 0; i < n; i++) {
-		uint64_t v;
-
-		memcpy(&v, (const char *)&ps[i].st + off, sizeof(v));
-		sb_printf(sb, "%s{pool=\"%s\"} %llu\n", name, ps[i].desc.name,
-			  (unsigned long long)v);
-	}
+	family(sb, f->name, f->type, f->help);
+	for (i = 0; i < n; i++)
+		sb_printf(sb, "%s{pool=\"%s\"} %llu\n", f->name, ps[i].desc.name,
+			  (unsigned long long)pool_stat(&ps[i].st, f->off));
 }
-
-#define POOL_FAMILY(sb, ps, n, name, type, help, field) \
-	pool_family(sb, ps, n, name, type, help, offsetof(struct kvs_pool_stats, field))
 
 static void pool_pages(struct sbuf *sb, const struct pool_snap *ps, uint32_t n)
 {
@@ -182,17 +224,6 @@ static void pool_info(struct sbuf *sb, const struct pool_snap *ps, uint32_t n)
 	}
 }
 
-static void pool_misses(struct sbuf *sb, const struct pool_snap *ps, uint32_t n)
-{
-	uint32_t i;
-
-	family(sb, "kvshare_pool_misses_total", "counter", "Keys looked up and not found.");
-	for (i = 0; i < n; i++)
-		sb_printf(sb, "kvshare_pool_misses_total{pool=\"%s\"} %llu\n",
-			  ps[i].desc.name,
-			  (unsigned long long)(ps[i].st.lookups - ps[i].st.hits));
-}
-
 struct client_ctx {
 	struct sbuf *sb;
 	const struct pool_snap *ps;
@@ -230,33 +261,12 @@ static void user_sample(const struct kvsd_user_info *ui, void *arg)
 
 static void pool_families(struct sbuf *sb, const struct pool_snap *ps, uint32_t n)
 {
+	size_t i;
+
 	pool_info(sb, ps, n);
 	pool_pages(sb, ps, n);
-	POOL_FAMILY(sb, ps, n, "kvshare_pool_size_pages", "gauge",
-		    "Pages in the pool.", n_pages);
-	POOL_FAMILY(sb, ps, n, "kvshare_pool_evictable_pages", "gauge",
-		    "Cached pages without children (evictable now).", n_evictable);
-	POOL_FAMILY(sb, ps, n, "kvshare_pool_refs", "gauge",
-		    "Sum of the refcounts of shared pages.", n_refs);
-	POOL_FAMILY(sb, ps, n, "kvshare_pool_held_pages", "gauge",
-		    "References plus owned pages recorded against clients.", n_held);
-	POOL_FAMILY(sb, ps, n, "kvshare_pool_files", "gauge",
-		    "Clients (files or connections) attached.", n_files);
-	POOL_FAMILY(sb, ps, n, "kvshare_pool_allocs_total", "counter",
-		    "Pages allocated.", allocs);
-	POOL_FAMILY(sb, ps, n, "kvshare_pool_alloc_fails_total", "counter",
-		    "ALLOC calls failed for lack of pages.", alloc_fails);
-	POOL_FAMILY(sb, ps, n, "kvshare_pool_publishes_total", "counter",
-		    "Entries published.", publishes);
-	POOL_FAMILY(sb, ps, n, "kvshare_pool_dup_publishes_total", "counter",
-		    "Published entries whose key already existed.", dup_publishes);
-	POOL_FAMILY(sb, ps, n, "kvshare_pool_lookups_total", "counter",
-		    "Keys looked up.", lookups);
-	POOL_FAMILY(sb, ps, n, "kvshare_pool_hits_total", "counter",
-		    "Keys looked up and found.", hits);
-	pool_misses(sb, ps, n);
-	POOL_FAMILY(sb, ps, n, "kvshare_pool_evictions_total", "counter",
-		    "Cached pages evicted.", evictions);
+	for (i = 0; i < ARRAY_SIZE(pool_stat_families); i++)
+		pool_family(sb, ps, n, &pool_stat_families[i]);
 }
 
 /* Pools we may not read (module mode, daemon not root) are left out. */

@@ -30,20 +30,15 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/venv-lib.sh
+. "$root/scripts/venv-lib.sh"
 req_vllm=$root/python/requirements/vllm.txt
 req_sglang=$root/python/requirements/sglang.txt
 base_python=${KVSHARE_ENGINE_BASE_PYTHON:-/usr/bin/python3}
 cache=/var/cache/kvshare
 wheels=${KVSHARE_WHEEL_CACHE:-$cache/wheels}
 
-mode=build
-case "${1:-}" in
---path) mode=path ;;
---check) mode=check ;;
---packages) mode=packages ;;
-"") ;;
-*) echo "usage: $0 [--path|--check|--packages]" >&2; exit 2 ;;
-esac
+venv_mode "${1:-}" --path --check --packages
 
 reqs_hash=$(cat "$req_vllm" $( [ -f "$req_sglang" ] && echo "$req_sglang") \
 	| sha256sum | cut -c1-16)
@@ -76,15 +71,8 @@ if current; then
 	exit 0
 fi
 
-# PyPI and the pins only: no pip configuration, find-links or index of
-# this machine, no user site.
-unset PIP_FIND_LINKS PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_REQUIRE_VIRTUALENV
-export PIP_CONFIG_FILE=/dev/null PYTHONNOUSERSITE=1
-
-mkdir -p "$(dirname "$env_dir")" "$wheels"
-# One builder at a time (several work trees may share the cache).
-exec 9>"$env_dir.lock"
-flock 9
+venv_pip_isolate
+venv_lock
 if current; then echo "$py"; exit 0; fi
 
 log() { echo "engine-env: $*" >&2; }
@@ -97,10 +85,7 @@ if ! complete; then
 		log "error: '$base_python -m venv' failed: install python3-venv (make setup)"; exit 1; }
 	pip=("$py" -m pip --disable-pip-version-check --no-input)
 	log "downloading wheels into $wheels (files already there are reused)"
-	"${pip[@]}" download --no-deps --require-hashes --only-binary=:all: \
-		-d "$wheels" -r "$req_vllm" >&2
-	"${pip[@]}" install --no-index --find-links "$wheels" --no-deps --require-hashes \
-		-r "$req_vllm" >&2
+	venv_pip_pinned "$py" "$req_vllm"
 	if [ -f "$req_sglang" ] && grep -qv '^[[:space:]]*\(#.*\)\?$' "$req_sglang"; then
 		"${pip[@]}" download --no-deps -d "$wheels" -r "$req_sglang" >&2
 		"${pip[@]}" install --no-index --find-links "$wheels" --no-deps \

@@ -27,18 +27,14 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/venv-lib.sh
+. "$root/scripts/venv-lib.sh"
 req_dir=$root/python/requirements
 req_lmcache=$req_dir/lmcache.txt
 cache=/var/cache/kvshare
 wheels=${KVSHARE_WHEEL_CACHE:-$cache/wheels}
 
-mode=build
-case "${1:-}" in
---path) mode=path ;;
---check) mode=check ;;
-"") ;;
-*) echo "usage: $0 [--path|--check]" >&2; exit 2 ;;
-esac
+venv_mode "${1:-}" --path --check
 
 reqs_hash=$(cat "$req_dir/vllm.txt" $( [ -f "$req_dir/sglang.txt" ] && echo "$req_dir/sglang.txt") \
 	"$req_lmcache" | sha256sum | cut -c1-16)
@@ -59,8 +55,7 @@ if complete; then
 	exit 0
 fi
 
-unset PIP_FIND_LINKS PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_REQUIRE_VIRTUALENV
-export PIP_CONFIG_FILE=/dev/null PYTHONNOUSERSITE=1
+venv_pip_isolate
 
 log() { echo "lmcache-env: $*" >&2; }
 
@@ -75,9 +70,7 @@ fi
 base_py=$("$root/scripts/engine-env.sh" --path)
 base_dir=$(dirname "$(dirname "$base_py")")
 
-mkdir -p "$(dirname "$env_dir")" "$wheels"
-exec 9>"$env_dir.lock"
-flock 9
+venv_lock
 if complete; then echo "$py"; exit 0; fi
 t0=$(date +%s)
 
@@ -92,11 +85,7 @@ for f in "$env_dir"/bin/* "$env_dir/pyvenv.cfg"; do
 	sed -i "s|$base_dir|$env_dir|g" "$f"
 done
 
-pip=("$py" -m pip --disable-pip-version-check --no-input)
-"${pip[@]}" download --no-deps --require-hashes --only-binary=:all: \
-	-d "$wheels" -r "$req_lmcache" >&2
-"${pip[@]}" install --no-index --find-links "$wheels" --no-deps --require-hashes \
-	-r "$req_lmcache" >&2
+venv_pip_pinned "$py" "$req_lmcache"
 # What the bench runs: LMCache's MP server and vLLM's connector for it.
 LMCACHE_DISABLE_BANNER=1 LMCACHE_TRACK_USAGE=false "$py" -c '
 import lmcache.v1.multiprocess.server, lmcache.integration.vllm.lmcache_mp_connector

@@ -56,16 +56,7 @@ enum kv_which {
 /* Bytes of one element of @dtype; 0 for a dtype this code does not know. */
 KV_HD uint32_t kv_dtype_size(uint32_t dtype)
 {
-	switch (dtype) {
-	case KVS_DTYPE_F16:
-	case KVS_DTYPE_BF16:
-		return 2;
-	case KVS_DTYPE_F32:
-		return 4;
-	case KVS_DTYPE_FP8:
-		return 1;
-	}
-	return 0;
+	return KVS_DTYPE_SIZE(dtype);
 }
 
 /*

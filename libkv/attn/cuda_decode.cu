@@ -473,16 +473,11 @@ extern "C" int kv_attn_decode_cuda(const struct kv_attn_kv *kv, const struct kv_
 	cudaError_t err;
 	void *ws = NULL;
 	size_t need, rows;
-	float scale;
 	int ret;
 
-	ret = kv_cuda_check(kv, b, p);
+	ret = kv_cuda_check_io(kv, b, p, q, out);
 	if (ret)
-		return ret;
-	if (!b->n_reqs)
-		return 0;
-	if (!q || !out || !kv_aligned16(q) || !kv_aligned16(out))
-		return -EINVAL;
+		return ret > 0 ? 0 : ret;
 	stream = (cudaStream_t)p->stream;
 	pl = dec_plan_for(kv, b, p);
 	/* Grids: the split kernel's x and y, and the combine's x (a block per
@@ -491,23 +486,11 @@ extern "C" int kv_attn_decode_cuda(const struct kv_attn_kv *kv, const struct kv_
 	    (uint64_t)kv->geom.n_kv_heads * pl.n_qchunks > 65535 ||
 	    (pl.n_splits > 1 && (uint64_t)b->n_reqs * p->n_q_heads > INT32_MAX))
 		return -E2BIG;
-	scale = p->scale ? p->scale : 1.0f / sqrtf((float)kv->geom.head_dim);
 
-	memset(&a, 0, sizeof(a));
-	a.L = kv_dev_layer_of(kv);
-	a.page_indptr = b->page_indptr;
-	a.pages = b->pages;
-	a.seq_lens = b->seq_lens;
-	a.q = q;
-	a.out = out;
-	a.lse = lse;
-	a.nq = p->n_q_heads;
-	a.group = p->n_q_heads / kv->geom.n_kv_heads;
+	kv_args_common(a, kv, b, p, q, out, lse);
 	a.n_qchunks = pl.n_qchunks;
 	a.n_splits = pl.n_splits;
 	a.chunk = pl.chunk;
-	a.tpp_shift = (uint32_t)__builtin_ctz(kv->geom.tokens_per_page | 1u << 31);
-	a.scale2 = scale * KV_LOG2E;
 
 	need = ws_bytes(kv, b, p, pl);
 	if (need) {

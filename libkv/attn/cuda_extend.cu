@@ -213,33 +213,16 @@ extern "C" int kv_attn_extend_cuda(const struct kv_attn_kv *kv, const struct kv_
 	struct ext_args a;
 	uint64_t max_vecs;
 	cudaError_t err;
-	float scale;
 	int ret;
 
-	ret = kv_cuda_check(kv, b, p);
+	ret = kv_cuda_check_io(kv, b, p, q, out);
 	if (ret)
-		return ret;
-	if (!b->n_reqs)
-		return 0;
-	if (!q || !out || !kv_aligned16(q) || !kv_aligned16(out))
-		return -EINVAL;
+		return ret > 0 ? 0 : ret;
 	/* The grid is sized from the bound: without it there is no grid. */
 	if (b->q_indptr && !b->max_q_len)
 		return -EINVAL;
-	scale = p->scale ? p->scale : 1.0f / sqrtf((float)kv->geom.head_dim);
-	memset(&a, 0, sizeof(a));
-	a.L = kv_dev_layer_of(kv);
-	a.page_indptr = b->page_indptr;
-	a.pages = b->pages;
-	a.seq_lens = b->seq_lens;
+	kv_args_common(a, kv, b, p, q, out, lse);
 	a.q_indptr = b->q_indptr;
-	a.q = q;
-	a.out = out;
-	a.lse = lse;
-	a.nq = p->n_q_heads;
-	a.group = p->n_q_heads / kv->geom.n_kv_heads;
-	a.tpp_shift = (uint32_t)__builtin_ctz(kv->geom.tokens_per_page | 1u << 31);
-	a.scale2 = scale * KV_LOG2E;
 	max_vecs = (uint64_t)(b->q_indptr ? b->max_q_len : 1) * a.group;
 	/*
 	 * The kernels count query vectors (n_new * group, a block's first

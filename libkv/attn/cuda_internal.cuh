@@ -78,6 +78,25 @@ static inline bool kv_aligned16(const void *p)
 	return !((uintptr_t)p & 15);
 }
 
+/*
+ * What decode and extend check first: kv_cuda_check(), then (unless the
+ * batch is empty) their q and out.  1 for an empty batch (nothing to
+ * launch), 0 to go on, or -errno.
+ */
+static inline int kv_cuda_check_io(const struct kv_attn_kv *kv, const struct kv_attn_batch *b,
+				   const struct kv_attn_params *p, const void *q, const void *out)
+{
+	int ret = kv_cuda_check(kv, b, p);
+
+	if (ret)
+		return ret;
+	if (!b->n_reqs)
+		return 1;
+	if (!q || !out || !kv_aligned16(q) || !kv_aligned16(out))
+		return -EINVAL;
+	return 0;
+}
+
 /* The pool as the kernels see one layer of it. */
 struct kv_dev_layer {
 	const char *base;
@@ -100,6 +119,32 @@ static inline struct kv_dev_layer kv_dev_layer_of(const struct kv_attn_kv *kv)
 	d.tpp = kv->geom.tokens_per_page;
 	d.n_kv = kv->geom.n_kv_heads;
 	return d;
+}
+
+/*
+ * The launch arguments decode and extend fill alike, in each one's own
+ * struct @a (zeroed first): the layer, the page tables, q, out and lse,
+ * the heads, log2 tokens_per_page and the softmax scale in base 2.
+ */
+template <typename A>
+static inline void kv_args_common(A &a, const struct kv_attn_kv *kv,
+				  const struct kv_attn_batch *b, const struct kv_attn_params *p,
+				  const void *q, void *out, float *lse)
+{
+	float scale = p->scale ? p->scale : 1.0f / sqrtf((float)kv->geom.head_dim);
+
+	memset(&a, 0, sizeof(a));
+	a.L = kv_dev_layer_of(kv);
+	a.page_indptr = b->page_indptr;
+	a.pages = b->pages;
+	a.seq_lens = b->seq_lens;
+	a.q = q;
+	a.out = out;
+	a.lse = lse;
+	a.nq = p->n_q_heads;
+	a.group = p->n_q_heads / kv->geom.n_kv_heads;
+	a.tpp_shift = (uint32_t)__builtin_ctz(kv->geom.tokens_per_page | 1u << 31);
+	a.scale2 = scale * KV_LOG2E;
 }
 
 /* Byte offset of token @t's row of KV head @h (add k_off or v_off). */

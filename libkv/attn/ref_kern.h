@@ -356,6 +356,24 @@ ALWAYS void prefetch_some(const struct kv_prefetch *pf, uint32_t j0, uint32_t j1
 }
 
 /*
+ * Tiles of @R query rows @q by @J tokens from K row *@j on, while whole
+ * ones fit (*@j ends past the last); each tile wider than one token asks
+ * for the next @step rows of the next head-block from *@pj on.
+ */
+ALWAYS void score_tiles(uint32_t dt, int R, int J, const float *q, uint32_t dim,
+			const uint8_t *const *krow, uint32_t nb, uint32_t es, float *s,
+			const struct kv_prefetch *pf, uint32_t step, uint32_t *j, uint32_t *pj)
+{
+	for (; *j + J <= nb; *j += J) {
+		if (J > 1) {
+			prefetch_some(pf, *pj, *pj + step);
+			*pj += step;
+		}
+		score_tile(dt, R, J, q, dim, krow + *j, es, s + *j);
+	}
+}
+
+/*
  * Scores of @R query vectors (rows of @dim) against @nb K rows, asking
  * for the next head-block's rows a few at a time as it goes: spread out,
  * the prefetches never pile up in the miss queue.
@@ -368,45 +386,32 @@ ALWAYS void scores(uint32_t dt, const float *q, uint32_t R, uint32_t dim,
 	uint32_t calls = (R / 4) * ((nb + SC_J4 - 1) / SC_J4) + (R % 4) * ((nb + 3) / 4) + 1;
 	uint32_t step = (pf->n + calls - 1) / calls, r = 0, j, pj = 0;
 
+	/* Four rows: SC_J4 tokens a tile (2 with 8-lane vectors), then 2, then 1. */
 	for (; r + 4 <= R; r += 4) {
 		const float *qr = q + (size_t)r * dim;
+		float *sr = s + r * TB;
 
 		j = 0;
-		for (; SC_J4 == 4 && j + 4 <= nb; j += 4) {
-			prefetch_some(pf, pj, pj + step);
-			pj += step;
-			score_tile(dt, 4, 4, qr, dim, krow + j, es, s + r * TB + j);
-		}
-		for (; j + 2 <= nb; j += 2) {
-			prefetch_some(pf, pj, pj + step);
-			pj += step;
-			score_tile(dt, 4, 2, qr, dim, krow + j, es, s + r * TB + j);
-		}
-		for (; j < nb; j++)
-			score_tile(dt, 4, 1, qr, dim, krow + j, es, s + r * TB + j);
+		score_tiles(dt, 4, SC_J4, qr, dim, krow, nb, es, sr, pf, step, &j, &pj);
+		score_tiles(dt, 4, 2, qr, dim, krow, nb, es, sr, pf, step, &j, &pj);
+		score_tiles(dt, 4, 1, qr, dim, krow, nb, es, sr, pf, step, &j, &pj);
 	}
 	/* Fewer rows left (MHA, small groups): more tokens per tile instead. */
 	for (; r + 2 <= R; r += 2) {
 		const float *qr = q + (size_t)r * dim;
+		float *sr = s + r * TB;
 
-		for (j = 0; j + 4 <= nb; j += 4) {
-			prefetch_some(pf, pj, pj + step);
-			pj += step;
-			score_tile(dt, 2, 4, qr, dim, krow + j, es, s + r * TB + j);
-		}
-		for (; j < nb; j++)
-			score_tile(dt, 2, 1, qr, dim, krow + j, es, s + r * TB + j);
+		j = 0;
+		score_tiles(dt, 2, 4, qr, dim, krow, nb, es, sr, pf, step, &j, &pj);
+		score_tiles(dt, 2, 1, qr, dim, krow, nb, es, sr, pf, step, &j, &pj);
 	}
 	for (; r < R; r++) {
 		const float *qr = q + (size_t)r * dim;
+		float *sr = s + r * TB;
 
-		for (j = 0; j + 8 <= nb; j += 8) {
-			prefetch_some(pf, pj, pj + step);
-			pj += step;
-			score_tile(dt, 1, 8, qr, dim, krow + j, es, s + r * TB + j);
-		}
-		for (; j < nb; j++)
-			score_tile(dt, 1, 1, qr, dim, krow + j, es, s + r * TB + j);
+		j = 0;
+		score_tiles(dt, 1, 8, qr, dim, krow, nb, es, sr, pf, step, &j, &pj);
+		score_tiles(dt, 1, 1, qr, dim, krow, nb, es, sr, pf, step, &j, &pj);
 	}
 	prefetch_some(pf, pj, pf->n);	/* whatever the tiles did not cover */
 }

@@ -991,26 +991,18 @@ long kv_radix_req_match(struct kv_radix *t, struct kv_req_table *rt,
 	return (long)m.len;
 }
 
-/* The row's pages [0, n) into t->scratch. */
-static void kv_row_pages(struct kv_radix *t, const struct kv_req_table *rt,
-			 int slot, uint32_t n)
-{
-	uint32_t i;
-
-	for (i = 0; i < n; i++)
-		t->scratch[i] = kv_req_page(rt, slot, i);
-}
-
 /*
  * Insert the request's first @full pages (t->scratch), through adopt()
  * for the ones the tree lacks.  The tree's pages of the part already
- * present go to t->scratch2.  -errno changes nothing in the tree (adopt
- * may have changed t->scratch).
+ * present go to t->scratch2, the node of the last page to *@last (unless
+ * NULL).  -errno changes nothing in the tree (adopt may have changed
+ * t->scratch).
  */
 static int kv_req_insert(struct kv_radix *t, const struct kv_radix_req *req,
 			 uint32_t full, unsigned int flags, size_t *present,
 			 struct kv_radix_node **last)
 {
+	struct kv_radix_node *node;
 	struct kv_ins in;
 	size_t pos;
 	int ret;
@@ -1032,7 +1024,9 @@ static int kv_req_insert(struct kv_radix *t, const struct kv_radix_req *req,
 			return ret;
 		}
 	}
-	*last = kv_ins_commit(t, &in, t->scratch + pos, flags);
+	node = kv_ins_commit(t, &in, t->scratch + pos, flags);
+	if (last)
+		*last = node;
 	*present = pos;
 	return 0;
 }
@@ -1049,14 +1043,27 @@ static void kv_release_range(struct kv_radix *t, size_t from, size_t to,
 	}
 }
 
-static int kv_req_check_args(struct kv_radix *t, struct kv_req_table *rt,
-			     const struct kv_radix_req *req)
+/*
+ * The start of both cache_*_req(): check @req, then its row's pages
+ * [0, @n) into t->scratch.  -errno leaves the request and the tree as they
+ * were.
+ */
+static int kv_req_start(struct kv_radix *t, struct kv_req_table *rt,
+			const struct kv_radix_req *req, uint32_t n)
 {
+	uint32_t i;
+	int ret;
+
 	if (!kv_req_row(rt, req->slot) || req->cached_len % t->tpp ||
 	    req->cached_len > req->n_tokens ||
 	    req->n_tokens > kv_req_table_max_context(rt))
 		return -EINVAL;
-	return kv_scratch(t, kv_div_up(req->n_tokens, t->tpp));
+	ret = kv_scratch(t, kv_div_up(req->n_tokens, t->tpp));
+	if (ret)
+		return ret;
+	for (i = 0; i < n; i++)
+		t->scratch[i] = kv_req_page(rt, req->slot, i);
+	return 0;
 }
 
 int kv_radix_cache_finished_req(struct kv_radix *t, struct kv_req_table *rt,
@@ -1065,15 +1072,13 @@ int kv_radix_cache_finished_req(struct kv_radix *t, struct kv_req_table *rt,
 	uint32_t full = req->n_tokens / t->tpp;
 	uint32_t all = kv_div_up(req->n_tokens, t->tpp);
 	uint32_t cached = req->cached_len / t->tpp;
-	struct kv_radix_node *last;
 	size_t present;
 	int ret;
 
-	ret = kv_req_check_args(t, rt, req);
+	ret = kv_req_start(t, rt, req, all);
 	if (ret)
 		return ret;
-	kv_row_pages(t, rt, req->slot, all);
-	ret = kv_req_insert(t, req, full, flags, &present, &last);
+	ret = kv_req_insert(t, req, full, flags, &present, NULL);
 	if (ret) {
 		kv_release_range(t, cached, all, flags);
 	} else {
@@ -1097,10 +1102,9 @@ int kv_radix_cache_unfinished_req(struct kv_radix *t, struct kv_req_table *rt,
 	size_t present;
 	int ret;
 
-	ret = kv_req_check_args(t, rt, req);
+	ret = kv_req_start(t, rt, req, full);
 	if (ret)
 		return ret;
-	kv_row_pages(t, rt, req->slot, full);
 	ret = kv_req_insert(t, req, full, flags, &present, &last);
 	if (ret) {
 		/* adopt may have swapped pages for canonical ones: keep them. */

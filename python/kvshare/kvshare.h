@@ -53,6 +53,11 @@ struct u32in {
 	Py_ssize_t n;
 };
 
+/*
+ * The ints of the fast sequence @seq as *@n unsigned ints of @width bytes
+ * (4 or 8) in a new PyMem buffer, or NULL with an exception naming @what[i].
+ */
+void *seq_uints(PyObject *seq, const char *what, size_t width, Py_ssize_t *n);
 int u32_from(PyObject *obj, struct u32in *in, const char *what);
 void u32_release(struct u32in *in);
 int keys_from(PyObject *obj, Py_buffer *view, Py_ssize_t *n);
@@ -85,6 +90,14 @@ void extras_free(struct extras *x);
 int extras_arg(PyObject *o, struct extras *x);
 
 /* util.c: results, methods and calls every type uses */
+/* A dict of uint64_t fields of a struct: their names and offsets. */
+struct u64_field {
+	const char *name;
+	size_t off;
+};
+#define U64_FIELD(type, member)	{ #member, offsetof(type, member) }
+#define ARRAY_SIZE(a)		(sizeof(a) / sizeof((a)[0]))
+PyObject *u64_dict(const void *base, const struct u64_field *fields, size_t n);
 PyObject *stats_dict(const struct kvs_pool_stats *st);
 PyObject *geom_dict(const struct kvs_geometry *g);
 PyObject *self_enter(PyObject *self, PyObject *Py_UNUSED(ignored));

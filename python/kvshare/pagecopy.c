@@ -91,43 +91,15 @@ static uint64_t *u64s_from(PyObject *obj, const char *what, Py_ssize_t *n)
 {
 	PyObject *seq = PySequence_Fast(obj, "");
 	uint64_t *out;
-	Py_ssize_t i;
 
 	if (!seq) {
 		PyErr_Format(PyExc_TypeError, "%s: expected a sequence of ints, not %.100s",
 			     what, Py_TYPE(obj)->tp_name);
 		return NULL;
 	}
-	*n = PySequence_Fast_GET_SIZE(seq);
-	out = PyMem_Malloc((*n ? *n : 1) * sizeof(*out));
-	if (!out) {
-		Py_DECREF(seq);
-		PyErr_NoMemory();
-		return NULL;
-	}
-	for (i = 0; i < *n; i++) {
-		PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
-		unsigned long long v;
-
-		if (!PyLong_Check(it)) {
-			PyErr_Format(PyExc_TypeError, "%s[%zd]: expected int, not %.100s",
-				     what, i, Py_TYPE(it)->tp_name);
-			goto fail;
-		}
-		v = PyLong_AsUnsignedLongLong(it);
-		if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-			PyErr_Format(PyExc_ValueError, "%s[%zd]: expected an int in 0..2**64-1, "
-				     "got %R", what, i, it);
-			goto fail;
-		}
-		out[i] = v;
-	}
+	out = seq_uints(seq, what, sizeof(*out), n);
 	Py_DECREF(seq);
 	return out;
-fail:
-	Py_DECREF(seq);
-	PyMem_Free(out);
-	return NULL;
 }
 
 const char Pool_copy_pages__doc__[] = PyDoc_STR(

@@ -283,6 +283,29 @@ static PyObject *Prefix_reserve(PrefixObject *self, PyObject *args)
 	Py_RETURN_NONE;
 }
 
+/*
+ * The Request @req_o of this cache, told the tokens @tok_o (None: no
+ * change).  For @what (NULL: abort(), which needs no tokens) every token
+ * the row holds KV of must be known; the error names @what, then @hint.
+ * NULL with an exception.
+ */
+static RequestObject *req_to_cache(PrefixObject *self, PyObject *req_o, PyObject *tok_o,
+				   const char *what, const char *hint)
+{
+	RequestObject *r = req_get(self, req_o);
+
+	if (!r)
+		return NULL;
+	if (tok_o != Py_None && req_tokens(self, r, tok_o))
+		return NULL;
+	if (what && r->n_given < r->req.n_tokens) {
+		PyErr_Format(PyExc_ValueError, "%s: the row holds KV of %u tokens but only "
+			     "%u tokens are known%s", what, r->req.n_tokens, r->n_given, hint);
+		return NULL;
+	}
+	return r;
+}
+
 /* Finish a request: cache it (finished), or abort it. */
 static PyObject *prefix_finish(PrefixObject *self, PyObject *args, int abort)
 {
@@ -294,17 +317,10 @@ static PyObject *prefix_finish(PrefixObject *self, PyObject *args, int abort)
 	if (!PyArg_ParseTuple(args, abort ? "O:abort" : "O|O:cache_finished_req", &req_o,
 			      &tok_o))
 		return NULL;
-	r = req_get(self, req_o);
+	r = req_to_cache(self, req_o, tok_o, abort ? NULL : "cache_finished_req",
+			 "; pass tokens=prompt + output");
 	if (!r)
 		return NULL;
-	if (tok_o != Py_None && req_tokens(self, r, tok_o))
-		return NULL;
-	if (!abort && r->n_given < r->req.n_tokens) {
-		PyErr_Format(PyExc_ValueError, "cache_finished_req: the row holds KV of %u "
-			     "tokens but only %u tokens are known; pass tokens=prompt + output",
-			     r->req.n_tokens, r->n_given);
-		return NULL;
-	}
 	OBJ_LOCK(self->t.lock);
 	Py_BEGIN_ALLOW_THREADS
 	if (abort)
@@ -348,16 +364,9 @@ static PyObject *Prefix_cache_unfinished(PrefixObject *self, PyObject *args)
 	TREE_OPEN(&self->t, NULL);
 	if (!PyArg_ParseTuple(args, "O|O:cache_unfinished_req", &req_o, &tok_o))
 		return NULL;
-	r = req_get(self, req_o);
+	r = req_to_cache(self, req_o, tok_o, "cache_unfinished_req", "");
 	if (!r)
 		return NULL;
-	if (tok_o != Py_None && req_tokens(self, r, tok_o))
-		return NULL;
-	if (r->n_given < r->req.n_tokens) {
-		PyErr_Format(PyExc_ValueError, "cache_unfinished_req: the row holds KV of %u "
-			     "tokens but only %u tokens are known", r->req.n_tokens, r->n_given);
-		return NULL;
-	}
 	OBJ_LOCK(self->t.lock);
 	Py_BEGIN_ALLOW_THREADS
 	ret = kv_prefix_cache_unfinished(self->pc, self->rt, &r->req);
@@ -434,21 +443,13 @@ PyDoc_STRVAR(Prefix_insert__doc__,
 static PyObject *Prefix_insert(PrefixObject *self, PyObject *args)
 {
 	struct kv_radix_req req = { 0 };
-	PyObject *tok_o, *pg_o;
 	struct u32in tok, pg;
 	uint32_t tpp;
 	size_t present = 0;
 	long ret;
 
-	TREE_OPEN(&self->t, NULL);
-	if (!PyArg_ParseTuple(args, "OO:insert", &tok_o, &pg_o))
+	if (insert_args(&self->t, args, &tok, &pg))
 		return NULL;
-	if (u32_from(tok_o, &tok, "tokens"))
-		return NULL;
-	if (u32_from(pg_o, &pg, "pages")) {
-		u32_release(&tok);
-		return NULL;
-	}
 	tpp = kv_radix_tokens_per_page(self->t.tree);
 	if (tok.n > self->max_context || pg.n != (tok.n + tpp - 1) / tpp) {
 		PyErr_Format(PyExc_ValueError, "insert: %zd tokens need %zd pages (got %zd), "
@@ -511,25 +512,28 @@ out:
 	return NULL;
 }
 
+#define PREFIX_STAT(m)	U64_FIELD(struct kv_prefix_stats, m)
+
+static const struct u64_field prefix_stat_fields[] = {
+	PREFIX_STAT(local_hit_pages),
+	PREFIX_STAT(remote_hit_pages),
+	PREFIX_STAT(lookups),
+	PREFIX_STAT(published),
+	PREFIX_STAT(dup_published),
+	PREFIX_STAT(local_dups),
+	PREFIX_STAT(allocated),
+	PREFIX_STAT(alloc_evictions),
+	PREFIX_STAT(put_pages),
+	PREFIX_STAT(errors),
+	PREFIX_STAT(claimed),
+	PREFIX_STAT(claim_conflicts),
+};
+
 static PyObject *Prefix_get_stats(PrefixObject *self, void *c)
 {
-	const struct kv_prefix_stats *s;
-
 	TREE_OPEN(&self->t, NULL);
-	s = kv_prefix_stats(self->pc);
-	return Py_BuildValue("{sKsKsKsKsKsKsKsKsKsKsKsK}",
-			     "local_hit_pages", (unsigned long long)s->local_hit_pages,
-			     "remote_hit_pages", (unsigned long long)s->remote_hit_pages,
-			     "lookups", (unsigned long long)s->lookups,
-			     "published", (unsigned long long)s->published,
-			     "dup_published", (unsigned long long)s->dup_published,
-			     "local_dups", (unsigned long long)s->local_dups,
-			     "allocated", (unsigned long long)s->allocated,
-			     "alloc_evictions", (unsigned long long)s->alloc_evictions,
-			     "put_pages", (unsigned long long)s->put_pages,
-			     "errors", (unsigned long long)s->errors,
-			     "claimed", (unsigned long long)s->claimed,
-			     "claim_conflicts", (unsigned long long)s->claim_conflicts);
+	return u64_dict(kv_prefix_stats(self->pc), prefix_stat_fields,
+			ARRAY_SIZE(prefix_stat_fields));
 }
 
 static PyObject *Prefix_page_key(PrefixObject *self, PyObject *arg)

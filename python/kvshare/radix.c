@@ -121,20 +121,12 @@ PyDoc_STRVAR(Radix_insert__doc__,
 
 static PyObject *Radix_insert(RadixObject *self, PyObject *args)
 {
-	PyObject *tok_o, *pg_o;
 	struct u32in tok, pg;
 	uint32_t tpp;
 	long ret;
 
-	TREE_OPEN(&self->t, NULL);
-	if (!PyArg_ParseTuple(args, "OO:insert", &tok_o, &pg_o))
+	if (insert_args(&self->t, args, &tok, &pg))
 		return NULL;
-	if (u32_from(tok_o, &tok, "tokens"))
-		return NULL;
-	if (u32_from(pg_o, &pg, "pages")) {
-		u32_release(&tok);
-		return NULL;
-	}
 	tpp = kv_radix_tokens_per_page(self->t.tree);
 	if (pg.n < tok.n / tpp) {
 		PyErr_Format(PyExc_ValueError, "insert: %zd tokens make %zd full pages but "

@@ -167,30 +167,59 @@ PyObject *match_result(TreeObject *t, PyObject *pages, size_t len,
 	return r;
 }
 
-PyObject *Tree_lock_node(TreeObject *self, PyObject *o)
+/*
+ * insert(tokens, pages)'s arguments, on an open tree: 0 with both held
+ * (the caller releases them), or -1 with an exception.
+ */
+int insert_args(TreeObject *t, PyObject *args, struct u32in *tok, struct u32in *pg)
+{
+	PyObject *tok_o, *pg_o;
+
+	TREE_OPEN(t, -1);
+	if (!PyArg_ParseTuple(args, "OO:insert", &tok_o, &pg_o))
+		return -1;
+	if (u32_from(tok_o, tok, "tokens"))
+		return -1;
+	if (u32_from(pg_o, pg, "pages")) {
+		u32_release(tok);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * lock() and unlock(): @op on the tree's node behind Node @o, its result
+ * in *@d; 0, or -1 with an exception (a closed tree, not a live Node).
+ */
+static int node_call(TreeObject *self, PyObject *o,
+		     long (*op)(struct kv_radix *, struct kv_radix_node *), long *d)
 {
 	struct kv_radix_node *n;
-	long d;
 
-	TREE_OPEN(self, NULL);
+	TREE_OPEN(self, -1);
 	n = node_get(self, o);
 	if (!n)
+		return -1;
+	TREE_CALL(self, *d = op(self->tree, n));
+	return 0;
+}
+
+PyObject *Tree_lock_node(TreeObject *self, PyObject *o)
+{
+	long d;
+
+	if (node_call(self, o, kv_radix_lock, &d))
 		return NULL;
-	TREE_CALL(self, d = kv_radix_lock(self->tree, n));
 	((NodeObject *)o)->locks++;
 	return PyLong_FromLong(d);
 }
 
 PyObject *Tree_unlock_node(TreeObject *self, PyObject *o)
 {
-	struct kv_radix_node *n;
 	long d;
 
-	TREE_OPEN(self, NULL);
-	n = node_get(self, o);
-	if (!n)
+	if (node_call(self, o, kv_radix_unlock, &d))
 		return NULL;
-	TREE_CALL(self, d = kv_radix_unlock(self->tree, n));
 	if (d < 0)
 		return kvpy_raise((int)d, "unlock: the node is not locked");
 	if (((NodeObject *)o)->locks)

@@ -67,6 +67,7 @@ PyObject *u32_copy(const uint32_t *src, size_t n);
 PyObject *Node_new(TreeObject *t, struct kv_radix_node *n);
 PyObject *match_result(TreeObject *t, PyObject *pages, size_t len,
 		       struct kv_radix_node *last);
+int insert_args(TreeObject *t, PyObject *args, struct u32in *tok, struct u32in *pg);
 
 PyObject *Tree_lock_node(TreeObject *self, PyObject *o);
 PyObject *Tree_unlock_node(TreeObject *self, PyObject *o);

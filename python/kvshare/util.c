@@ -27,9 +27,59 @@ static int is_int4_format(const char *f)
 	return 0;
 }
 
-int u32_from(PyObject *obj, struct u32in *in, const char *what)
+/*
+ * Each caller's exception as it was: a uint32 out of range overflows, a
+ * uint64 out of range (a negative address) is a bad value.
+ */
+static void uint_range_error(const char *what, Py_ssize_t i, PyObject *it, size_t width)
+{
+	PyErr_Clear();
+	if (width == sizeof(uint32_t))
+		PyErr_Format(PyExc_OverflowError, "%s[%zd]: not in 0..4294967295", what, i);
+	else
+		PyErr_Format(PyExc_ValueError, "%s[%zd]: expected an int in 0..2**64-1, "
+			     "got %R", what, i, it);
+}
+
+void *seq_uints(PyObject *seq, const char *what, size_t width, Py_ssize_t *n)
 {
 	Py_ssize_t i;
+	void *out;
+
+	*n = PySequence_Fast_GET_SIZE(seq);
+	out = PyMem_Malloc((*n ? *n : 1) * width);
+	if (!out) {
+		PyErr_NoMemory();
+		return NULL;
+	}
+	for (i = 0; i < *n; i++) {
+		PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
+		unsigned long long v;
+
+		if (!PyLong_Check(it)) {
+			PyErr_Format(PyExc_TypeError, "%s[%zd]: expected int, not %.100s",
+				     what, i, Py_TYPE(it)->tp_name);
+			goto fail;
+		}
+		v = PyLong_AsUnsignedLongLong(it);
+		if ((v == (unsigned long long)-1 && PyErr_Occurred()) ||
+		    (width == sizeof(uint32_t) && v > UINT32_MAX)) {
+			uint_range_error(what, i, it, width);
+			goto fail;
+		}
+		if (width == sizeof(uint32_t))
+			((uint32_t *)out)[i] = (uint32_t)v;
+		else
+			((uint64_t *)out)[i] = v;
+	}
+	return out;
+fail:
+	PyMem_Free(out);
+	return NULL;
+}
+
+int u32_from(PyObject *obj, struct u32in *in, const char *what)
+{
 	PyObject *seq;
 
 	memset(in, 0, sizeof(*in));
@@ -55,39 +105,12 @@ int u32_from(PyObject *obj, struct u32in *in, const char *what)
 			     "or a sequence of ints, not %.100s", what, Py_TYPE(obj)->tp_name);
 		return -1;
 	}
-	in->n = PySequence_Fast_GET_SIZE(seq);
-	in->copy = PyMem_Malloc((in->n ? in->n : 1) * sizeof(uint32_t));
-	if (!in->copy) {
-		Py_DECREF(seq);
-		PyErr_NoMemory();
-		return -1;
-	}
-	for (i = 0; i < in->n; i++) {
-		PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
-		unsigned long long v;
-
-		if (!PyLong_Check(it)) {
-			PyErr_Format(PyExc_TypeError, "%s[%zd]: expected int, not %.100s",
-				     what, i, Py_TYPE(it)->tp_name);
-			goto fail;
-		}
-		v = PyLong_AsUnsignedLongLong(it);
-		if ((v == (unsigned long long)-1 && PyErr_Occurred()) || v > UINT32_MAX) {
-			PyErr_Clear();
-			PyErr_Format(PyExc_OverflowError, "%s[%zd]: not in 0..4294967295",
-				     what, i);
-			goto fail;
-		}
-		in->copy[i] = (uint32_t)v;
-	}
+	in->copy = seq_uints(seq, what, sizeof(*in->copy), &in->n);
 	Py_DECREF(seq);
+	if (!in->copy)
+		return -1;
 	in->p = in->copy;
 	return 0;
-fail:
-	Py_DECREF(seq);
-	PyMem_Free(in->copy);
-	in->copy = NULL;
-	return -1;
 }
 
 void u32_release(struct u32in *in)
@@ -483,28 +506,56 @@ fail:
 	return -1;
 }
 
+PyObject *u64_dict(const void *base, const struct u64_field *fields, size_t n)
+{
+	PyObject *d = PyDict_New();
+	size_t i;
+
+	if (!d)
+		return NULL;
+	for (i = 0; i < n; i++) {
+		PyObject *v;
+		uint64_t x;
+
+		memcpy(&x, (const char *)base + fields[i].off, sizeof(x));
+		v = PyLong_FromUnsignedLongLong(x);
+		if (!v || PyDict_SetItemString(d, fields[i].name, v)) {
+			Py_XDECREF(v);
+			Py_DECREF(d);
+			return NULL;
+		}
+		Py_DECREF(v);
+	}
+	return d;
+}
+
+#define POOL_STAT(m)	U64_FIELD(struct kvs_pool_stats, m)
+
+/* kvctl stats' counters, in its order (pool_id and flags are not counters). */
+static const struct u64_field pool_stat_fields[] = {
+	POOL_STAT(n_pages),
+	POOL_STAT(n_free),
+	POOL_STAT(n_owned),
+	POOL_STAT(n_shared),
+	POOL_STAT(n_cached),
+	POOL_STAT(n_evictable),
+	POOL_STAT(n_refs),
+	POOL_STAT(n_held),
+	POOL_STAT(n_files),
+	POOL_STAT(allocs),
+	POOL_STAT(alloc_fails),
+	POOL_STAT(publishes),
+	POOL_STAT(dup_publishes),
+	POOL_STAT(lookups),
+	POOL_STAT(hits),
+	POOL_STAT(evictions),
+	POOL_STAT(n_claimed),
+	POOL_STAT(inflight_waits),
+};
+
 PyObject *stats_dict(const struct kvs_pool_stats *st)
 {
-	return Py_BuildValue(
-		"{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}",
-		"n_pages", (unsigned long long)st->n_pages,
-		"n_free", (unsigned long long)st->n_free,
-		"n_owned", (unsigned long long)st->n_owned,
-		"n_shared", (unsigned long long)st->n_shared,
-		"n_cached", (unsigned long long)st->n_cached,
-		"n_evictable", (unsigned long long)st->n_evictable,
-		"n_refs", (unsigned long long)st->n_refs,
-		"n_held", (unsigned long long)st->n_held,
-		"n_files", (unsigned long long)st->n_files,
-		"allocs", (unsigned long long)st->allocs,
-		"alloc_fails", (unsigned long long)st->alloc_fails,
-		"publishes", (unsigned long long)st->publishes,
-		"dup_publishes", (unsigned long long)st->dup_publishes,
-		"lookups", (unsigned long long)st->lookups,
-		"hits", (unsigned long long)st->hits,
-		"evictions", (unsigned long long)st->evictions,
-		"n_claimed", (unsigned long long)st->n_claimed,
-		"inflight_waits", (unsigned long long)st->inflight_waits);
+	return u64_dict(st, pool_stat_fields, ARRAY_SIZE(pool_stat_fields));
 }
 
 PyObject *geom_dict(const struct kvs_geometry *g)

@@ -360,20 +360,27 @@ test_nobody_user() {
 		nobody "$KVCTL" user 0 && grep -q EPERM "$T/err"
 }
 
-# At max_user_pools, the next CREATE says so with the numbers.
-test_nobody_quota_pools() {
+# nobody_limit USED LIMIT CAP: of user nobody's usage, USED in $have and
+# LIMIT in $max; a skip (2, $why) unless LIMIT is set and at most CAP, so
+# small enough for a test to reach.
+nobody_limit() {
 	need_nobody || return 2
 	run nobody "$KVCTL" user && [ "$rc" -eq 0 ] || return 1
-	n=$(field n_pools)
-	max=$(field max_user_pools)
-	if [ "$max" = none ] || [ "$max" -gt 16 ]; then
-		why="max_user_pools is $max"
+	have=$(field "$1")
+	max=$(field "$2")
+	if [ "$max" = none ] || [ "$max" -gt "$3" ]; then
+		why="$2 is $max"
 		return 2
 	fi
+}
+
+# At max_user_pools, the next CREATE says so with the numbers.
+test_nobody_quota_pools() {
+	nobody_limit n_pools max_user_pools 16 || return
 	q=0
-	while [ "$n" -lt "$max" ]; do
+	while [ "$have" -lt "$max" ]; do
 		q=$((q + 1))
-		n=$((n + 1))
+		have=$((have + 1))
 		run nobody "$KVCTL" pool create "${P}_q$q" --pages 1 $GEOM &&
 			[ "$rc" -eq 0 ] || return 1
 	done
@@ -391,14 +398,7 @@ test_nobody_quota_pools() {
 
 # Past max_user_pool_pages (only where it is small enough to reach).
 test_nobody_quota_pages() {
-	need_nobody || return 2
-	run nobody "$KVCTL" user && [ "$rc" -eq 0 ] || return 1
-	have=$(field pool_pages)
-	max=$(field max_user_pool_pages)
-	if [ "$max" = none ] || [ "$max" -gt 65536 ]; then
-		why="max_user_pool_pages is $max"
-		return 2
-	fi
+	nobody_limit pool_pages max_user_pool_pages 65536 || return
 	more=$((max - have + 1))
 	fails "user $NOBODY's pools have $have pages; $more more would pass the limit of $max (max_user_pool_pages)" \
 		nobody "$KVCTL" pool create "${P}_q1" --pages "$more" $GEOM &&

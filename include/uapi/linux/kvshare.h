@@ -79,6 +79,15 @@ enum kvs_dtype {
 	KVS_DTYPE_FP8	= 4,	/* e4m3 or e5m2: 1 byte, scale kept by the engine */
 };
 
+/*
+ * Bytes of one element of @d (a KVS_DTYPE_*), 0 for one not listed above:
+ * page_bytes' sizeof(dtype).  A macro, so that the module, user space and
+ * CUDA device code (kv_dtype_size() in <kvshare/kv_layout.h>) share it.
+ */
+#define KVS_DTYPE_SIZE(d) \
+	((d) == KVS_DTYPE_F16 || (d) == KVS_DTYPE_BF16 ? 2 : \
+	 (d) == KVS_DTYPE_F32 ? 4 : (d) == KVS_DTYPE_FP8 ? 1 : 0)
+
 enum kvs_page_state {
 	KVS_PAGE_FREE	= 0,
 	KVS_PAGE_OWNED	= 1,
