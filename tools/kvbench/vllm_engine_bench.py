@@ -41,6 +41,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "engines"))
 
 import engines                                   # noqa: E402
 import lmcache_mp                                # noqa: E402
+import noop_connector                            # noqa: E402
 from engines import Engine, EngineError, prompt  # noqa: E402
 from kvshare.session import Daemon               # noqa: E402
 
@@ -232,16 +233,21 @@ def main():
 def throughput(model, work, d):
     """Four engines at once, each serving 8 prompts of a shared 2k prefix
     and distinct 64-token tails, max_tokens 8: prompts/s over all four,
-    with and without the connector (fresh pool, fresh engines)."""
+    without a connector, with a connector that does nothing
+    (noop_connector.py: what vLLM itself costs an engine once
+    kv_transfer_config is set) and with kvshare's (fresh pool, fresh
+    engines each time)."""
     sysp = prompt(7, 2048)
     load = {i: [prompt(100 * i + k, 2048 + 64, sysp) for k in range(8)] for i in range(4)}
+    path = {"PYTHONPATH": os.path.dirname(os.path.abspath(__file__)) + ":" + engines.HERE}
     out = {}
-    for name, kv in (("without", None),
+    for name, kv in (("without", None), ("noop", noop_connector.CONFIG),
                      ("with", engines.connector("tput", d.socket, create_pages=1024))):
         es = [Engine("tput-%s-%d" % (name, i), model, work, kv_transfer_config=kv,
-                     max_model_len=4096).start() for i in range(4)]
+                     max_model_len=4096, env=path).start() for i in range(4)]
         try:
             engines.wait_all(es)
+            time.sleep(SETTLE_S)            # the engines' start-up spin over
             t = time.monotonic()
             for i, e in enumerate(es):
                 e.proc.stdin.write(('{"op": "generate", "max_tokens": 8, "prompts": %s}\n'
@@ -253,8 +259,10 @@ def throughput(model, work, d):
         finally:
             for e in es:
                 e.stop()
-    print("four engines, shared 2k prefix, 32 prompts: %.2f prompts/s without kvshare, "
-          "%.2f with (%.2fx)" % (out["without"], out["with"], out["with"] / out["without"]))
+    print("four engines, shared 2k prefix, 32 prompts: %.2f prompts/s without a connector, "
+          "%.2f with one that does nothing, %.2f with kvshare's (%.2fx of without, %.2fx of "
+          "the no-op)" % (out["without"], out["noop"], out["with"],
+                          out["with"] / out["without"], out["with"] / out["noop"]))
 
 
 if __name__ == "__main__":
