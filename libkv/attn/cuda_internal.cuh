@@ -169,41 +169,48 @@ static __device__ __forceinline__ float kv_ex2(float x)
 #endif
 }
 
-/* Eight elements in 16 bytes, to and from float. */
-template <typename T> struct kv_vec;
+/*
+ * Two elements in 32 bits, the first in the low half: pack() rounds two
+ * floats to them (cvt.rn), elem(w, i) is element @i (0 or 1) of @w as a
+ * float.  The one statement of each conversion, for kv_vec and kv_mma.
+ */
+template <typename T> struct kv_pair;
 
-template <> struct kv_vec<__half> {
-	static __device__ __forceinline__ void load(const uint4 &u, float f[8])
+template <> struct kv_pair<__half> {
+	static __device__ __forceinline__ uint32_t pack(float lo, float hi)
 	{
-		const uint32_t w[4] = { u.x, u.y, u.z, u.w };
-
-#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			f[2 * i] = __half2float(__ushort_as_half((unsigned short)(w[i] & 0xffff)));
-			f[2 * i + 1] = __half2float(__ushort_as_half((unsigned short)(w[i] >> 16)));
-		}
+		return (uint32_t)__half_as_ushort(__float2half_rn(lo)) |
+		       (uint32_t)__half_as_ushort(__float2half_rn(hi)) << 16;
 	}
-	static __device__ __forceinline__ uint4 store(const float f[8])
+	static __device__ __forceinline__ float elem(uint32_t w, int i)
 	{
-		uint32_t w[4];
-
-#pragma unroll
-		for (int i = 0; i < 4; i++)
-			w[i] = (uint32_t)__half_as_ushort(__float2half_rn(f[2 * i])) |
-			       (uint32_t)__half_as_ushort(__float2half_rn(f[2 * i + 1])) << 16;
-		return make_uint4(w[0], w[1], w[2], w[3]);
+		return __half2float(__ushort_as_half((unsigned short)(i ? w >> 16 : w & 0xffff)));
 	}
 };
 
-template <> struct kv_vec<__nv_bfloat16> {
+template <> struct kv_pair<__nv_bfloat16> {
+	static __device__ __forceinline__ uint32_t pack(float lo, float hi)
+	{
+		return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
+		       (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16;
+	}
+	/* A bf16 is the top half of an fp32: shifting it there is the conversion. */
+	static __device__ __forceinline__ float elem(uint32_t w, int i)
+	{
+		return __uint_as_float(i ? w & 0xffff0000u : w << 16);
+	}
+};
+
+/* Eight elements in 16 bytes, to and from float. */
+template <typename T> struct kv_vec {
 	static __device__ __forceinline__ void load(const uint4 &u, float f[8])
 	{
 		const uint32_t w[4] = { u.x, u.y, u.z, u.w };
 
 #pragma unroll
 		for (int i = 0; i < 4; i++) {
-			f[2 * i] = __uint_as_float(w[i] << 16);
-			f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+			f[2 * i] = kv_pair<T>::elem(w[i], 0);
+			f[2 * i + 1] = kv_pair<T>::elem(w[i], 1);
 		}
 	}
 	static __device__ __forceinline__ uint4 store(const float f[8])
@@ -212,8 +219,7 @@ template <> struct kv_vec<__nv_bfloat16> {
 
 #pragma unroll
 		for (int i = 0; i < 4; i++)
-			w[i] = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(f[2 * i])) |
-			       (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(f[2 * i + 1])) << 16;
+			w[i] = kv_pair<T>::pack(f[2 * i], f[2 * i + 1]);
 		return make_uint4(w[0], w[1], w[2], w[3]);
 	}
 };
@@ -248,39 +254,20 @@ template <typename T> struct kv_mma;
 	      "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]))
 #endif
 
-template <> struct kv_mma<__nv_bfloat16> {
+/* pack() and elem() (kv_pair<T>) give the fragments' elements. */
+template <> struct kv_mma<__nv_bfloat16> : kv_pair<__nv_bfloat16> {
 	static __device__ __forceinline__ void run(float d[4], const uint32_t a[4],
 						   const uint32_t b[2], const float c[4] KV_SITE_PARAM)
 	{
 		KV_MMA_16816(bf16, kv_simt::MMA_BF16, d, a, b, c);
 	}
-	/* Two floats as two elements, the first in the low half (cvt.rn). */
-	static __device__ __forceinline__ uint32_t pack(float lo, float hi)
-	{
-		return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
-		       (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16;
-	}
-	/* Element @i (0 or 1) of a packed pair, as a float. */
-	static __device__ __forceinline__ float elem(uint32_t w, int i)
-	{
-		return __uint_as_float(i ? w & 0xffff0000u : w << 16);
-	}
 };
 
-template <> struct kv_mma<__half> {
+template <> struct kv_mma<__half> : kv_pair<__half> {
 	static __device__ __forceinline__ void run(float d[4], const uint32_t a[4],
 						   const uint32_t b[2], const float c[4] KV_SITE_PARAM)
 	{
 		KV_MMA_16816(f16, kv_simt::MMA_F16, d, a, b, c);
-	}
-	static __device__ __forceinline__ uint32_t pack(float lo, float hi)
-	{
-		return (uint32_t)__half_as_ushort(__float2half_rn(lo)) |
-		       (uint32_t)__half_as_ushort(__float2half_rn(hi)) << 16;
-	}
-	static __device__ __forceinline__ float elem(uint32_t w, int i)
-	{
-		return __half2float(__ushort_as_half((unsigned short)(i ? w >> 16 : w & 0xffff)));
 	}
 };
 
