@@ -240,6 +240,8 @@ static void pool_families(struct sbuf *sb, const struct pool_snap *ps, uint32_t 
 		    "Sum of the refcounts of shared pages.", n_refs);
 	POOL_FAMILY(sb, ps, n, "kvshare_pool_held_pages", "gauge",
 		    "References plus owned pages recorded against clients.", n_held);
+	POOL_FAMILY(sb, ps, n, "kvshare_pool_claimed_pages", "gauge",
+		    "Owned pages in flight under a key (claims).", n_claimed);
 	POOL_FAMILY(sb, ps, n, "kvshare_pool_files", "gauge",
 		    "Clients (files or connections) attached.", n_files);
 	POOL_FAMILY(sb, ps, n, "kvshare_pool_allocs_total", "counter",
