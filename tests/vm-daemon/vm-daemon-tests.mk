@@ -94,5 +94,6 @@ $(BUILD)/guest/tier_storm_test: tests/vm-daemon/tier_storm_test.c tests/uapi/kvs
 
 -include $(BUILD)/guest/tier_storm_test.d
 
-# Not yet in GUEST_BINS and GUEST_TESTS: it does not pass yet (its header).
 ALL_TARGETS += $(BUILD)/guest/tier_storm_test
+GUEST_BINS  += $(BUILD)/guest/tier_storm_test
+GUEST_TESTS += tier_storm_test
