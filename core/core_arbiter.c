@@ -429,13 +429,17 @@ static void kvs_chan_published(struct kvs_pool *pool, struct kvs_chan *ch, u32 i
 }
 
 /*
- * @cl's LOOKUP stopped at keys[0]: the channel claims the keys nobody has
- * from there, up to its fetch_max, as ALLOC with KVS_ALLOC_CLAIM would
- * (so they are in flight for every file of @cl's namespace), one MISS
- * record each.  All or nothing.
+ * @cl's LOOKUP stopped at keys[0], its last hit on page @parent
+ * (KVS_NO_PAGE: none): the channel claims the keys nobody has from
+ * there, up to its fetch_max, as ALLOC with KVS_ALLOC_CLAIM would (so
+ * they are in flight for every file of @cl's namespace), one MISS record
+ * each.  All or nothing.  The first record names @parent, which the
+ * channel takes a reference on, so that the tier can publish the fetched
+ * chain under it as the compute it stands in for would; where the
+ * channel's bound has no room for that reference, the chain is a root.
  */
 static void kvs_chan_missed(struct kvs_client *cl, struct kvs_chan *ch,
-			    const struct kvs_key *keys, u32 count)
+			    const struct kvs_key *keys, u32 count, u32 parent)
 {
 	struct kvs_pool *pool = cl->pool;
 	struct kvs_client *cc = ch->cl;
@@ -460,6 +464,14 @@ static void kvs_chan_missed(struct kvs_client *cl, struct kvs_chan *ch,
 		ch->dropped_held++;
 		return;
 	}
+	/* Referenced by @cl's LOOKUP just now: SHARED, and stays so while held. */
+	if (parent != KVS_NO_PAGE && !kvs_charge(cc, 1)) {
+		kvs_ref(cc, parent);
+		cc->held++;
+		pool->n_held++;
+	} else {
+		parent = KVS_NO_PAGE;
+	}
 	for (k = 0; k < n; k++) {
 		struct kvs_event *ev = kvs_chan_push(ch, KVS_EVENT_MISS);
 
@@ -468,7 +480,7 @@ static void kvs_chan_missed(struct kvs_client *cl, struct kvs_chan *ch,
 		ev->n = n;
 		ev->ns = cl->ns;
 		ev->key = keys[k];
-		ev->parent = KVS_NO_PAGE;
+		ev->parent = k ? KVS_NO_PAGE : parent;
 		ev->uid = cl->uid;
 	}
 	ch->missed += n;
@@ -753,7 +765,8 @@ int kvs_arb_lookup(struct kvs_client *cl, const struct kvs_key *keys,
 	pool->n_held += hits;
 	*n_hit = hits;
 	if (unlikely(pool->chan) && hits < count && !cl->is_chan)
-		kvs_chan_missed(cl, pool->chan, keys + hits, count - hits);
+		kvs_chan_missed(cl, pool->chan, keys + hits, count - hits,
+				hits ? pages[hits - 1] : KVS_NO_PAGE);
 	if (n_inflight)
 		*n_inflight = kvs_lookup_inflight(cl, keys + hits, count - hits,
 						  park_ms);

@@ -144,6 +144,8 @@ static const struct pool_stat_family {
 	  "Sum of the refcounts of shared pages.", POOL_STAT(n_refs) },
 	{ "kvshare_pool_held_pages", "gauge",
 	  "References plus owned pages recorded against clients.", POOL_STAT(n_held) },
+	{ "kvshare_pool_claimed_pages", "gauge",
+	  "Owned pages in flight under a key (claims).", POOL_STAT(n_claimed) },
 	{ "kvshare_pool_files", "gauge",
 	  "Clients (files or connections) attached.", POOL_STAT(n_files) },
 	{ "kvshare_pool_allocs_total", "counter",

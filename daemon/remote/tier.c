@@ -121,8 +121,17 @@ static struct job *job_new(uint32_t n, bool fetch)
 		return NULL;
 	j->n = n;
 	j->fetch = fetch;
+	j->parent = KVS_NO_PAGE;
 	j->pages = (uint32_t *)(j->keys + n);
 	return j;
+}
+
+/* A fetch's reference on the page its chain follows, given back. */
+static void put_parent(struct tier *t, struct job *j)
+{
+	if (j->parent != KVS_NO_PAGE)
+		chan_put(t, &j->parent, 1);
+	j->parent = KVS_NO_PAGE;
 }
 
 static void job_queue(struct tier *t, struct job *j)
@@ -319,10 +328,14 @@ drop_uid:
 	uid_fetching(t, j->uid, -1);
 drop:
 	chan_put(t, j->pages, claimed);
+	put_parent(t, j);
 	free(j);
 }
 
-/* One MISS record: the k-th of a miss's n, in chain order, one after the other. */
+/*
+ * One MISS record: the k-th of a miss's n, in chain order, one after the
+ * other; the first names the page the chain follows (held for us).
+ */
 static void missed(struct tier *t, const struct kvs_event *ev)
 {
 	struct job *j = t->miss;
@@ -330,6 +343,7 @@ static void missed(struct tier *t, const struct kvs_event *ev)
 	if (!ev->k) {
 		if (j) {	/* never completed: cannot be, but hold nothing for it */
 			chan_put(t, j->pages, t->miss_have);
+			put_parent(t, j);
 			free(j);
 		}
 		j = t->miss = ev->n ? job_new(ev->n, true) : NULL;
@@ -337,6 +351,9 @@ static void missed(struct tier *t, const struct kvs_event *ev)
 		if (j) {
 			j->uid = ev->uid;
 			j->ns = ev->ns;
+			j->parent = ev->parent;
+		} else if (ev->parent != KVS_NO_PAGE) {
+			chan_put(t, &ev->parent, 1);
 		}
 	}
 	if (!j || ev->k != t->miss_have || ev->n != j->n || ev->ns != j->ns) {
@@ -352,8 +369,9 @@ static void missed(struct tier *t, const struct kvs_event *ev)
 }
 
 /*
- * A fetch came back: publish the valid run on the channel (the first page
- * a root: a MISS record names no parent), give the rest back.
+ * A fetch came back: publish the valid run on the channel, its first page
+ * under the miss's last hit as the client's own compute would have, and
+ * give the rest back, that hit's reference last.
  */
 static void fetch_done(struct tier *t, struct job *j)
 {
@@ -368,7 +386,7 @@ static void fetch_done(struct tier *t, struct job *j)
 		n_ok = 0;
 	for (i = 0; i < n_ok; i++) {
 		e[i].page = j->pages[i];
-		e[i].parent = i ? KVS_PARENT_PREV : KVS_NO_PAGE;
+		e[i].parent = i ? KVS_PARENT_PREV : j->parent;
 		e[i].key = j->keys[i];
 	}
 	pub.count = n_ok;
@@ -382,6 +400,7 @@ static void fetch_done(struct tier *t, struct job *j)
 	for (i = 0; i < n_ok; i++)
 		j->pages[i] = e[i].result;
 	chan_put(t, j->pages, j->n);	/* references, then the unfilled claims */
+	put_parent(t, j);
 	/*
 	 * A miss, or a failure (a dead master, CLUSTERDOWN): either way the
 	 * chain is not asked again for a while, or every waiter woken by

@@ -80,6 +80,7 @@ struct job {
 	struct tns *tns;
 	uint32_t n, n_ok;
 	uint64_t ns;			/* fetch: the claims' namespace */
+	uint32_t parent;		/* fetch: the miss's last hit, held, or KVS_NO_PAGE */
 	uint64_t t0_ms;
 	uint32_t *pages;
 	struct kvs_key keys[];

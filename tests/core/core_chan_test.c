@@ -204,7 +204,7 @@ TEST_F(ch, miss_claims_the_rest_of_the_chain)
 	struct kvs_event ev[8];
 	struct kvs_key keys[6];
 	struct kvs_publish_entry e[3];
-	__u32 pages[6], n_hit = 9, i, n;
+	__u32 pages[6], n_hit = 9, i, n, last_hit;
 	struct kvs_lookup l;
 
 	OPEN(16, 3);
@@ -212,11 +212,16 @@ TEST_F(ch, miss_claims_the_rest_of_the_chain)
 	ASSERT_EQ(2, kvs_chan_read(self->chan, ev, 8));
 	ASSERT_EQ(0, kt_put(self->t, (__u32[]){ ev[0].page, ev[1].page }, 2));
 
-	/* a misses after 2 hits: keys 2, 3, 4 (fetch_max 3) go to the channel. */
+	/*
+	 * a misses after 2 hits: keys 2, 3, 4 (fetch_max 3) go to the
+	 * channel, the first record naming the last hit, which the channel
+	 * holds a reference on.
+	 */
 	for (i = 0; i < 6; i++)
 		keys[i] = kt_key(2, i);
 	ASSERT_EQ(0, kt_lookup(self->a, keys, 6, pages, &n_hit));
 	EXPECT_EQ(2, n_hit);
+	last_hit = pages[1];
 	n = kvs_chan_read(self->chan, ev, 8);
 	ASSERT_EQ(3, n);
 	for (i = 0; i < 3; i++) {
@@ -224,10 +229,13 @@ TEST_F(ch, miss_claims_the_rest_of_the_chain)
 		EXPECT_EQ(i, ev[i].k);
 		EXPECT_EQ(3, ev[i].n);
 		EXPECT_EQ(NS_A, ev[i].ns);
+		EXPECT_EQ(i ? KVS_NO_PAGE : last_hit, ev[i].parent);
 		EXPECT_TRUE(kt_key_eq(&keys[2 + i], &ev[i].key));
 		KT_EXPECT_PAGE(self->v, self->pool, ev[i].page, KVS_PAGE_OWNED, 0);
 	}
-	EXPECT_EQ(3, chan_stats(self->chan).held);
+	/* a's publish and hit, and the channel's. */
+	KT_EXPECT_PAGE(self->v, self->pool, last_hit, KVS_PAGE_SHARED, 3);
+	EXPECT_EQ(4, chan_stats(self->chan).held);
 	CHECK();
 
 	/* b waits: the claimed keys are in flight, and no second miss. */
@@ -243,11 +251,14 @@ TEST_F(ch, miss_claims_the_rest_of_the_chain)
 	EXPECT_FALSE(kvs_chan_ready(self->chan));
 	CHECK();
 
-	/* The tier fetched them: PUBLISH on the channel, in the claims' namespace. */
+	/*
+	 * The tier fetched them: PUBLISH on the channel, in the claims'
+	 * namespace, under the last hit as a's compute would have.
+	 */
 	memset(e, 0, sizeof(e));
 	for (i = 0; i < 3; i++) {
 		e[i].page = ev[i].page;
-		e[i].parent = i ? KVS_PARENT_PREV : KVS_NO_PAGE;
+		e[i].parent = i ? KVS_PARENT_PREV : ev[0].parent;
 		e[i].key = ev[i].key;
 	}
 	ASSERT_EQ(0, kt_publish(self->t, e, 3, NULL));
@@ -255,7 +266,12 @@ TEST_F(ch, miss_claims_the_rest_of_the_chain)
 	EXPECT_FALSE(kvs_client_waiting(self->b->cl));
 	/* Its own publish is no record for it. */
 	EXPECT_FALSE(kvs_chan_ready(self->chan));
-	ASSERT_EQ(0, kt_put(self->t, (__u32[]){ e[0].result, e[1].result, e[2].result }, 3));
+	EXPECT_EQ(last_hit, kt_desc(self->v, self->pool, e[0].result).parent);
+	EXPECT_EQ(1, kt_desc(self->v, self->pool, last_hit).n_children);
+	ASSERT_EQ(0, kt_put(self->t, (__u32[]){ e[0].result, e[1].result, e[2].result,
+						last_hit }, 4));
+	EXPECT_EQ(0, chan_stats(self->chan).held);
+	KT_EXPECT_PAGE(self->v, self->pool, last_hit, KVS_PAGE_SHARED, 2);
 	ASSERT_EQ(0, kt_lookup(self->b, keys, 5, pages, &n_hit));
 	EXPECT_EQ(5, n_hit);
 	EXPECT_EQ(3, chan_stats(self->chan).missed);
@@ -361,6 +377,38 @@ TEST_F(ch, holding_bound_drops_and_counts)
 	st = chan_stats(self->chan);
 	EXPECT_EQ(5, st.dropped_held);
 	EXPECT_EQ(0, st.missed);
+	CHECK();
+}
+
+/* A miss whose claims fill the bound: no room for its parent's reference, a root. */
+TEST_F(ch, miss_at_the_bound_names_no_parent)
+{
+	struct kvs_event ev[CH_QUOTA + 2];
+	__u32 pages[CH_QUOTA], n_hit = 9, i, n;
+
+	OPEN(CH_QUOTA + 2, 2);
+	/* The channel holds CH_QUOTA - 2 references: two of chain 12, the rest singles. */
+	ASSERT_EQ(0, publish_chain(self->a, 12, 2, pages));
+	ASSERT_EQ(0, kt_put(self->a, pages, 2));
+	for (i = 0; i < CH_QUOTA - 4; i++) {
+		ASSERT_EQ(0, publish_chain(self->a, 100 + i, 1, pages));
+		ASSERT_EQ(0, kt_put(self->a, pages, 1));
+	}
+	EXPECT_EQ(CH_QUOTA - 2, chan_stats(self->chan).held);
+	ASSERT_EQ(CH_QUOTA - 2, kvs_chan_read(self->chan, ev, CH_QUOTA + 2));
+
+	ASSERT_EQ(0, kt_lookup_chain(self->a, 12, 0, 4, pages, &n_hit));
+	EXPECT_EQ(2, n_hit);
+	n = kvs_chan_read(self->chan, ev, CH_QUOTA + 2);
+	ASSERT_EQ(2, n);
+	for (i = 0; i < n; i++) {
+		EXPECT_EQ(KVS_EVENT_MISS, ev[i].type);
+		EXPECT_EQ(KVS_NO_PAGE, ev[i].parent);
+	}
+	EXPECT_EQ(CH_QUOTA, chan_stats(self->chan).held);
+	EXPECT_EQ(0, chan_stats(self->chan).dropped_held);
+	/* The channel's reference of its PUBLISHED record and a's hit: no third. */
+	KT_EXPECT_PAGE(self->v, self->pool, pages[1], KVS_PAGE_SHARED, 2);
 	CHECK();
 }
 

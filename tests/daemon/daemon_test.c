@@ -1768,6 +1768,7 @@ TEST_F(kvd, metrics_match_stats)
 	struct kv_pool *m;
 	const char *cur;
 	char *text, *body;
+	struct kvs_key key;
 	__u32 p[3], q[3], r[2];
 	int sync[2], lines;
 	pid_t x;
@@ -1867,6 +1868,22 @@ TEST_F(kvd, metrics_match_stats)
 	ASSERT_SAMPLE(strstr(text, "\r\n\r\n") + 4, st.n_cached, "kvshare_pool_pages{pool=\"%s\",state=\"cached\"}", POOL);
 	ASSERT_EQ(2, st.n_shared);	/* x's chain, still referenced by m */
 	ASSERT_EQ(3, st.n_held);
+	ASSERT_SAMPLE(strstr(text, "\r\n\r\n") + 4, 0, "kvshare_pool_claimed_pages{pool=\"%s\"}", POOL);
+	free(text);
+
+	/* m claims a key: the claimed gauge counts it until m puts it. */
+	key = make_key(73, 0);
+	ASSERT_EQ(0, kv_alloc_claim(kv_pool_arbiter(m), &key, 1, p));
+	stats(_metadata, self, self->pool_id, &st);
+	ASSERT_EQ(1, st.n_claimed);
+	text = scrape(&self->d, "GET", "/metrics");
+	ASSERT_NE(NULL, text);
+	ASSERT_SAMPLE(strstr(text, "\r\n\r\n") + 4, 1, "kvshare_pool_claimed_pages{pool=\"%s\"}", POOL);
+	free(text);
+	ASSERT_EQ(0, kv_put(kv_pool_arbiter(m), p, 1));
+	text = scrape(&self->d, "GET", "/metrics");
+	ASSERT_NE(NULL, text);
+	ASSERT_SAMPLE(strstr(text, "\r\n\r\n") + 4, 0, "kvshare_pool_claimed_pages{pool=\"%s\"}", POOL);
 	free(text);
 	kv_pool_close(m);
 	assert_all_gone(_metadata, self, self->pool_id);

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * Helpers of the suites of the pool event channel (KVS_IOC_CHAN_OPEN):
- * chan_test, chan_hostile_test and chan_storm_test.  Module only: the
- * channel is an anon-inode file of kvshare.ko.  Include after kvs_test.h.
+ * chan_test, chan_hostile_test, chan_storm_test and tests/vm-daemon's
+ * tier_storm_test.  Module only: the channel is an anon-inode file of
+ * kvshare.ko.  Include after kvs_test.h.
  *
  * A channel's fd wrapped in a struct kvs_conn (chan_conn()) takes the
  * ordinary PUT and PUBLISH helpers of kvs_test.h: those are the two
@@ -85,6 +86,20 @@ static inline int lookup_wait(struct kvs_conn *c, __u32 chain, __u32 first, __u3
 	*n_hit = l.n_hit;
 	*n_inflight = l.n_inflight;
 	return ret;
+}
+
+/* The module's reference count (its open files), or -1. */
+static inline long kvs_module_refcnt(void)
+{
+	FILE *f = fopen("/sys/module/kvshare/refcnt", "r");
+	long n = -1;
+
+	if (!f)
+		return -1;
+	if (fscanf(f, "%ld", &n) != 1)
+		n = -1;
+	fclose(f);
+	return n;
 }
 
 /* Each test's pool: CH_PAGES pages, CH_QUOTA a file (the channel's max_held). */

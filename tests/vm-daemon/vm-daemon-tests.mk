@@ -83,3 +83,17 @@ ALL_TARGETS    += $(BUILD)/guest/kvserve $(BUILD)/guest/remote_module_test
 GUEST_BINS     += $(BUILD)/guest/remote_module_test
 GUEST_DYN_BINS += $(BUILD)/guest/kvserve
 GUEST_TESTS    += remote_module_test
+
+# The crash storm of the module-mode tier: kvshared itself (the static
+# /bin/kvshared) killed -9 mid-fetch 1,000 times, its tier to the guest's
+# redis-server through a relay of the test's own that holds the fetch.
+$(BUILD)/guest/tier_storm_test: tests/vm-daemon/tier_storm_test.c tests/uapi/kvs_test.h \
+		tests/uapi/kvs_chan.h $(KSFT_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(DEPFLAGS) -I$(KSFT_DIR) -static -pthread -o $@ $<
+
+-include $(BUILD)/guest/tier_storm_test.d
+
+ALL_TARGETS += $(BUILD)/guest/tier_storm_test
+GUEST_BINS  += $(BUILD)/guest/tier_storm_test
+GUEST_TESTS += tier_storm_test

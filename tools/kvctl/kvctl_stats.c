@@ -24,6 +24,7 @@ static const struct {
 	STAT(n_cached), STAT(n_evictable), STAT(n_refs), STAT(n_held),
 	STAT(n_files), STAT(allocs), STAT(alloc_fails), STAT(publishes),
 	STAT(dup_publishes), STAT(lookups), STAT(hits), STAT(evictions),
+	STAT(n_claimed), STAT(inflight_waits),
 };
 #define N_STATS	(sizeof(stat_fields) / sizeof(stat_fields[0]))
 

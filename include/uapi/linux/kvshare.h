@@ -867,8 +867,13 @@ struct kvs_wait_fd {
  *   PUBLISHes them on the channel (the namespace is the claim's), or PUTs
  *   them: a key whose claim is PUT unfilled is not claimed again by a
  *   miss for 500 ms, so the LOOKUPs that PUT woke see nothing in flight
- *   and compute it.  parent is KVS_NO_PAGE: the first fetched page is
- *   published as a root.  KVS_LOOKUP_PEEK makes no miss.
+ *   and compute it.  The first record (k 0) names in parent the page of
+ *   the LOOKUP's last hit, which the channel holds one reference on (PUT
+ *   it on the channel, once the fetched pages are published with it as
+ *   the first one's parent, as the compute would have); parent is
+ *   KVS_NO_PAGE in the other records, and in the first when the LOOKUP
+ *   had no hit or that reference would pass max_held (the fetched chain is
+ *   then a root).  KVS_LOOKUP_PEEK makes no miss.
  * - KVS_EVENT_POOL_GONE: the pool was destroyed; always the last record.
  *
  * Bounds: the channel never blocks or fails a client's call.  A record
@@ -928,7 +933,8 @@ struct kvs_event {
 	__u32 n;			/* MISS: keys the miss claimed */
 	__u64 ns;			/* the key's namespace */
 	struct kvs_key key;
-	__u32 parent;			/* PUBLISHED: the page's parent or KVS_NO_PAGE */
+	__u32 parent;			/* PUBLISHED: the page's parent; MISS k 0: the
+					 * last hit, held; else KVS_NO_PAGE */
 	__u32 uid;			/* MISS: whose LOOKUP missed; else 0 */
 	__u64 reserved;
 };
