@@ -88,20 +88,6 @@ static inline int lookup_wait(struct kvs_conn *c, __u32 chain, __u32 first, __u3
 	return ret;
 }
 
-/* The module's reference count (its open files), or -1. */
-static inline long kvs_module_refcnt(void)
-{
-	FILE *f = fopen("/sys/module/kvshare/refcnt", "r");
-	long n = -1;
-
-	if (!f)
-		return -1;
-	if (fscanf(f, "%ld", &n) != 1)
-		n = -1;
-	fclose(f);
-	return n;
-}
-
 /* Each test's pool: CH_PAGES pages, CH_QUOTA a file (the channel's max_held). */
 #define CH_PAGES	32
 #define CH_QUOTA	16

@@ -99,6 +99,20 @@ struct kvs_conn {
 	int fd;				/* -1 when closed */
 };
 
+/* The module's reference count (its open files), or -1. */
+static inline long kvs_module_refcnt(void)
+{
+	FILE *f = fopen("/sys/module/kvshare/refcnt", "r");
+	long n = -1;
+
+	if (!f)
+		return -1;
+	if (fscanf(f, "%ld", &n) != 1)
+		n = -1;
+	fclose(f);
+	return n;
+}
+
 static inline const char *kvs_dev_path(void)
 {
 	const char *p = getenv("KVS_DEV");

@@ -21,20 +21,6 @@ static int unload(void)
 	return syscall(__NR_delete_module, "kvshare", O_NONBLOCK) ? -errno : 0;
 }
 
-/* The module's reference count, or -1 if it cannot be read. */
-static long module_refcnt(void)
-{
-	FILE *f = fopen("/sys/module/kvshare/refcnt", "r");
-	long n = -1;
-
-	if (!f)
-		return -1;
-	if (fscanf(f, "%ld", &n) != 1)
-		n = -1;
-	fclose(f);
-	return n;
-}
-
 #define ASSERT_UNLOAD_REFUSED() do { \
 	int __r = unload(); \
 	ASSERT_TRUE(__r == -EWOULDBLOCK || __r == -EAGAIN || __r == -EBUSY) \
@@ -84,13 +70,13 @@ TEST_F(unload, refused_while_open_then_reload)
 	kfd = open(ko, O_RDONLY | O_CLOEXEC);
 	if (kfd < 0)
 		SKIP(return, "cannot reload the module afterwards: %s: %s", ko, strerror(errno));
-	r0 = module_refcnt();
+	r0 = kvs_module_refcnt();
 	if (r0 < 0)
 		SKIP(return, "kvshare is not an unloadable module (no /sys/module/kvshare/refcnt)");
 
 	/* One file open: refused, and the file still works. */
 	ASSERT_EQ(0, kvs_conn_open(&c));
-	ASSERT_EQ(r0 + 1, module_refcnt());
+	ASSERT_EQ(r0 + 1, kvs_module_refcnt());
 	ASSERT_UNLOAD_REFUSED();
 	ASSERT_EQ(0, kvs_info(&c, &in1));
 
@@ -109,9 +95,9 @@ TEST_F(unload, refused_while_open_then_reload)
 
 	/* Two files, then only the second. */
 	ASSERT_EQ(0, kvs_conn_open(&d));
-	ASSERT_EQ(r0 + 2, module_refcnt());
+	ASSERT_EQ(r0 + 2, kvs_module_refcnt());
 	kvs_conn_close(&c);
-	ASSERT_EQ(r0 + 1, module_refcnt());
+	ASSERT_EQ(r0 + 1, kvs_module_refcnt());
 	ASSERT_UNLOAD_REFUSED();
 	kvs_conn_close(&d);
 
@@ -134,11 +120,11 @@ TEST_F(unload, refused_while_open_then_reload)
 	close(sync[1]);
 	ASSERT_EQ(0, kvs_sync_read(sync[0], &ch, 1));
 	close(sync[0]);
-	ASSERT_EQ(r0 + 1, module_refcnt());
+	ASSERT_EQ(r0 + 1, kvs_module_refcnt());
 	ASSERT_UNLOAD_REFUSED();
 	ASSERT_KILL9(pid);
 	self->child = 0;
-	ASSERT_EQ(r0, module_refcnt());
+	ASSERT_EQ(r0, kvs_module_refcnt());
 
 	/* Nothing open: the idle pool does not keep the module. */
 	gid = kvs_dev_group();
