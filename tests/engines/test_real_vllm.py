@@ -220,6 +220,26 @@ def test_real_vllm_four_processes_at_once(roles, models, logdir):
                 e.stop()
 
 
+def check_no_hit_across(socket, pool, pub, other, ref):
+    """@pub publishes SHARED into @pool; @other, on the same pool, gets 0
+    external hits by vLLM's own counters (only its own cache: the system
+    prefix, after the first prompt), and its outputs equal those of @ref,
+    an engine like @other that recomputes everything."""
+    for p in SHARED:
+        pub.generate([p], MAX_TOKENS)
+    with kvshare.Arbiter(socket) as arb:
+        st = arb.stats(pool, check=True)
+    assert st["n_cached"] >= full_blocks(SHARED[0]) // BLOCK, st   # pub published
+    outs = [other.generate([p], MAX_TOKENS)[0] for p in SHARED]
+    assert ext_hits(other) == 0
+    assert other.metrics().get("vllm:external_prefix_cache_queries", 0) > 0
+    assert [o["cached"] for o in outs] == [0] + [len(SYS)] * (len(SHARED) - 1)
+    refs = [ref.generate([p], MAX_TOKENS)[0] for p in SHARED]
+    assert same(outs[0], refs[0]), (outs[0], refs[0])     # both computed whole
+    for o, r in zip(outs, refs):
+        assert o["tokens"] == r["tokens"], (o, r)
+
+
 def test_real_vllm_namespace_other_dtype(models, logdir):
     """Another KV dtype of the same pool geometry gets no hit: vLLM keeps
     fp8_e4m3 and fp8_e5m2 KV caches both as uint8, so both engines fit a
@@ -246,20 +266,7 @@ def test_real_vllm_namespace_other_dtype(models, logdir):
                     pytest.skip("vLLM runs no FP8 KV cache on this CPU: %s"
                                 % "FP8 KV cache on CPU requires x86 with AVX-512 or AMX")
                 raise
-            for p in SHARED:
-                e4.generate([p], MAX_TOKENS)
-            with kvshare.Arbiter(d.socket) as arb:
-                st = arb.stats("dtype", check=True)
-            assert st["n_cached"] >= full_blocks(SHARED[0]) // BLOCK, st   # E4 published
-            outs = [e5.generate([p], MAX_TOKENS)[0] for p in SHARED]
-            assert ext_hits(e5) == 0
-            assert e5.metrics().get("vllm:external_prefix_cache_queries", 0) > 0
-            # Only E5's own cache: the system prefix, after the first prompt.
-            assert [o["cached"] for o in outs] == [0] + [len(SYS)] * (len(SHARED) - 1)
-            refs = [r5.generate([p], MAX_TOKENS)[0] for p in SHARED]
-            assert same(outs[0], refs[0]), (outs[0], refs[0])     # both computed whole
-            for o, ref in zip(outs, refs):
-                assert o["tokens"] == ref["tokens"], (o, ref)
+            check_no_hit_across(d.socket, "dtype", e4, e5, r5)
         finally:
             for e in (e4, e5, r5):
                 e.stop()
@@ -285,19 +292,7 @@ def test_real_vllm_namespace_model_dtype(models, logdir):
                     prefix_caching=False).start()
         try:
             engines.wait_all([f, h, rh])
-            for p in SHARED:
-                f.generate([p], MAX_TOKENS)
-            with kvshare.Arbiter(d.socket) as arb:
-                st = arb.stats("mdtype", check=True)
-            assert st["n_cached"] >= full_blocks(SHARED[0]) // BLOCK, st   # F published
-            outs = [h.generate([p], MAX_TOKENS)[0] for p in SHARED]
-            assert ext_hits(h) == 0
-            assert h.metrics().get("vllm:external_prefix_cache_queries", 0) > 0
-            assert [o["cached"] for o in outs] == [0] + [len(SYS)] * (len(SHARED) - 1)
-            refs = [rh.generate([p], MAX_TOKENS)[0] for p in SHARED]
-            assert same(outs[0], refs[0]), (outs[0], refs[0])
-            for o, ref in zip(outs, refs):
-                assert o["tokens"] == ref["tokens"], (o, ref)
+            check_no_hit_across(d.socket, "mdtype", f, h, rh)
         finally:
             for e in (f, h, rh):
                 e.stop()
