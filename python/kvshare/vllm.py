@@ -19,7 +19,9 @@ scheduler are looked up again (a page may have gone since) and copied in (a
 host engine's all at once, in one C call; a CUDA engine's enqueued layer by
 layer, each layer waited for before its forward), and every block the
 worker could not load is reported through get_block_ids_with_load_errors(),
-so vLLM recomputes it.  Prompt blocks the
+so vLLM recomputes it.  A host engine's loads begin at the step's first
+hook (handle_preemptions), on a copy thread, so that the copy overlaps
+the model runner's preparation of the step.  Prompt blocks the
 step completed are copied into freshly allocated pages layer by layer and
 PUBLISHed in wait_for_save(), once every layer's bytes are in.  A kvshared
 that stops answering (call deadline) or a pool error never reaches the
@@ -31,6 +33,7 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy
 
@@ -206,6 +209,7 @@ class KVShareConnector(KVConnectorBase_V1):
         self._reopen = adapter.Reopen(self._opts.retry_s)
         self._copier = None
         self._prefaulter = None
+        self._loader = None             # the host loads' copy thread
         self._layers = {}
         self.stats = dict(lookups=0, hit_tokens=0, loaded_blocks=0, load_errors=0,
                           saved_blocks=0, dup_blocks=0, failures=0)
@@ -294,6 +298,9 @@ class KVShareConnector(KVConnectorBase_V1):
         if self._prefaulter is not None:
             self._prefaulter.stop()
             self._prefaulter = None
+        copy = self._step.pop("copy", None) if self._step else None
+        if copy is not None and copy.exception() is not None:
+            self._loads_lost()          # waited for: the mapping outlives it
         if self._copier is not None:
             try:
                 self._copier.release()
@@ -456,21 +463,55 @@ class KVShareConnector(KVConnectorBase_V1):
         self._pool = pool
         self._layers = {n: i for i, n in enumerate(names)}
         self._copier = copier
+        if not copier.is_async:
+            self._loader = ThreadPoolExecutor(1, thread_name_prefix="kvshare-load")
         self._start_prefault()
 
     def _keys(self, r, start, end):
         return numpy.frombuffer(r["keys"], numpy.uint64).reshape(-1, 4)[start:end]
 
+    def _begin_step(self, meta):
+        """The step of @meta begins, unless it has (handle_preemptions came
+        first); a step that began and was never cleared (the engine failed
+        between the two hooks) gives back what it holds first."""
+        step = self._step
+        if step is not None and step["meta"] is meta:
+            return
+        if step is not None:
+            step["saved"] = set()
+            self.wait_for_save()
+        self._step = dict(meta=meta, loads=[], refs=[], left=set(), saves=None,
+                          saved=set(), failed=set(), load_started=False, copy=None)
+
+    def handle_preemptions(self, kv_connector_metadata):
+        """vLLM (>= 0.32) calls this first in a worker's step, before the
+        model runner prepares the step's inputs (execute_model): a host
+        engine's loads begin here, their copy on the copy thread (one C
+        call, without the GIL), so that it overlaps that preparation;
+        wait_for_layer_load waits for it before the first layer reads the
+        blocks.  The blocks are the step's own: vLLM allocated them for
+        these loads and zeros only others (_skip_zeroing).  Nothing else is
+        preempted here: every save is done within its step."""
+        if self._loader is None:
+            return
+        self._begin_step(kv_connector_metadata)
+        self._start_loads(kv_connector_metadata, early=True)
+
     def bind_connector_metadata(self, connector_metadata):
-        # The step begins here, not at start_load_kv: vLLM >= 0.32 calls
-        # start_load_kv after the forward (so after save_kv_layer) on steps
-        # without synchronous loads (SchedulerOutput.has_sync_kv_loads).
+        # The step begins here (or at handle_preemptions), not at
+        # start_load_kv: vLLM >= 0.32 calls start_load_kv after the forward
+        # (so after save_kv_layer) on steps without synchronous loads
+        # (SchedulerOutput.has_sync_kv_loads).
         super().bind_connector_metadata(connector_metadata)
-        self._step = dict(loads=[], refs=[], left=set(), saves=None, saved=set(),
-                          failed=set(), load_started=False)
+        self._begin_step(connector_metadata)
 
     def start_load_kv(self, forward_context, **kwargs):
-        meta = self._get_connector_metadata()
+        self._start_loads(self._get_connector_metadata())
+
+    def _start_loads(self, meta, early=False):
+        """The step's loads looked up and started (once a step): device
+        copies enqueued, host copies done, or begun on the copy thread when
+        @early."""
         step = self._step
         if step is None or step["load_started"]:
             return
@@ -499,12 +540,29 @@ class KVShareConnector(KVConnectorBase_V1):
             step["left"] = set(range(len(self._layers)))
             self._enqueue_loads()
             return
-        # Host copies are synchronous, so layer by layer buys no overlap:
-        # every layer of every load now, in one C call without the GIL.
+        # Host copies: every layer of every load at once, in one C call
+        # without the GIL (copies a layer would take the CPU the layers'
+        # forwards need: they buy no overlap).
+        pairs = [pr for pairs in step["loads"] for pr in pairs]
+        if early:
+            step["copy"] = self._loader.submit(self._copier.load_all, pairs)
+            return
         try:
-            self._copier.load_all([pr for pairs in step["loads"] for pr in pairs])
+            self._copier.load_all(pairs)
         except (kvshare.Error, OSError, ValueError) as exc:
             self._fail_loads(exc)
+
+    def _wait_copy(self):
+        """The step's host copy begun at handle_preemptions, waited for."""
+        copy = self._step.pop("copy", None) if self._step else None
+        if copy is None:
+            return
+        exc = copy.exception()
+        if exc is None:
+            return
+        if not isinstance(exc, (kvshare.Error, OSError, ValueError)):
+            raise exc
+        self._fail_loads(exc)
 
     def _enqueue_loads(self):
         """Device copies: every layer's loads enqueued now, on the engine's
@@ -534,13 +592,18 @@ class KVShareConnector(KVConnectorBase_V1):
 
     def _fail_loads(self, exc):
         """Every load of the step failed: report its blocks, drop its pages."""
+        self._loads_lost()
+        self._failed(exc)
+
+    def _loads_lost(self):
+        """Every load of the step is reported, none is put back: the pool
+        is failing, and closing it drops the step's references."""
         step = self._step
-        for r in self._get_connector_metadata().reqs:
+        for r in step["meta"].reqs:
             s, e = r["load"]
             if s < e:
                 self._unloaded(r, r["block_ids"][s:e])
         step["loads"], step["refs"], step["left"] = [], [], set()
-        self._failed(exc)
 
     def _load_layer(self, layer):
         """Layer's device copies (enqueued by start_load_kv) waited for;
@@ -555,6 +618,7 @@ class KVShareConnector(KVConnectorBase_V1):
         step = self._step
         if step is not None and not step["load_started"]:
             self.start_load_kv(None)    # loads must precede the forward
+        self._wait_copy()
         layer = self._layers.get(layer_name)
         if step is not None and layer in step["left"]:
             self._load_layer(layer)
@@ -627,6 +691,7 @@ class KVShareConnector(KVConnectorBase_V1):
         step = self._step
         if step is None:
             return
+        self._wait_copy()
         for layer in sorted(step["left"]):
             self._load_layer(layer)
         pool = self._pool
@@ -673,3 +738,6 @@ class KVShareConnector(KVConnectorBase_V1):
 
     def shutdown(self):
         self._close_pool()
+        if self._loader is not None:
+            self._loader.shutdown()
+            self._loader = None

@@ -21,6 +21,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -291,6 +292,63 @@ def test_page_evicted_before_load_is_recomputed(daemon, mkpool):
     assert planned and set(planned) in reported, "evicted blocks not reported"
     assert zeroed == [True], "blocks the worker could not load are not zeroed"
     assert eng.worker.stats["load_errors"] == len(planned)
+    eng.close()
+    for r, s in zip(reqs, scratch(daemon.socket, mkpool, "NHD", ps)):
+        assert torch.equal(last(r), last(s))
+
+
+def test_host_loads_overlap_the_step_and_are_waited_for(daemon, mkpool):
+    """A host engine's loads begin at handle_preemptions (vLLM 0.32: first
+    in execute_model), on the copy thread, and the first layer waits for
+    them.  The copy is held back 0.2 s: handle_preemptions returns before
+    it is done, and the outputs are still those of a recomputation (the
+    caches start as NaN: a layer that read a block before its copy would
+    change them)."""
+    name = mkpool(**geometry("NHD"))
+    ps = prompts(40)
+    other_process(daemon.socket, name, "NHD", ps)
+    eng = Engine(daemon.socket, name, "NHD")
+    w, copies, returned = eng.worker, [], []
+    load_all = w._copier.load_all
+
+    def slow_load_all(pairs):
+        time.sleep(0.2)
+        load_all(pairs)
+        copies.append((threading.current_thread().name, time.monotonic()))
+    w._copier.load_all = slow_load_all
+    handle = w.handle_preemptions
+
+    def handle_spy(meta):
+        handle(meta)
+        if any(r["load"][0] < r["load"][1] for r in meta.reqs):
+            returned.append(time.monotonic())
+    w.handle_preemptions = handle_spy
+    reqs = serve(eng, ps)
+    assert copies and len(copies) == len(returned)
+    assert all(n.startswith("kvshare-load") for n, _ in copies), copies
+    assert all(t > r for (_, t), r in zip(copies, returned)), "the copy did not overlap"
+    assert w.stats["loaded_blocks"] == sum((len(p) - 1) // BS for p in ps)
+    assert w.stats["load_errors"] == 0
+    eng.close()
+    for r, s in zip(reqs, scratch(daemon.socket, mkpool, "NHD", ps)):
+        assert torch.equal(last(r), last(s))
+
+
+def test_host_copy_failing_on_the_copy_thread_is_recomputed(daemon, mkpool):
+    """The copy thread's failure reaches the step: its blocks are reported
+    (vLLM recomputes them), the connector serves on, and the outputs are
+    those of a recomputation."""
+    name = mkpool(**geometry("NHD"))
+    ps = prompts(50)
+    other_process(daemon.socket, name, "NHD", ps)
+    eng = Engine(daemon.socket, name, "NHD")
+    w = eng.worker
+
+    def broken(pairs):
+        raise ValueError("load_all: injected")
+    w._copier.load_all = broken
+    reqs = serve(eng, ps)
+    assert w.stats["load_errors"] > 0 and w.stats["failures"] > 0
     eng.close()
     for r, s in zip(reqs, scratch(daemon.socket, mkpool, "NHD", ps)):
         assert torch.equal(last(r), last(s))

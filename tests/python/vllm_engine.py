@@ -14,7 +14,8 @@ worker's kv_connector_model_runner_mixin do:
   build_connector_meta(SchedulerOutput) once (new_block_ids_to_zero: the
   blocks allocated; the connector may take those it loads off), pickled to
   the worker;
-  worker: zero new_block_ids_to_zero, bind_connector_metadata, start_load_kv, per layer
+  worker: handle_preemptions, zero new_block_ids_to_zero, bind_connector_metadata,
+  start_load_kv, per layer
   wait_for_layer_load / attention / save_kv_layer, wait_for_save,
   get_finished, get_block_ids_with_load_errors, clear_connector_metadata;
   scheduler: update_connector_output(KVConnectorOutput), and with the
@@ -292,6 +293,7 @@ class Engine:
 
     def _worker_step(self, meta, sched, zero):
         w = self.worker
+        w.handle_preemptions(meta)  # vLLM 0.32: first in execute_model
         for b in zero:              # the CPU model runner's _zero_block_ids
             for t in self.kv:
                 t[b].zero_()
