@@ -1,14 +1,23 @@
 # SPDX-License-Identifier: GPL-2.0
-"""A vLLM KV connector that does nothing: it never matches, loads or
-saves.  The engine bench runs it beside kvshare.vllm so that what vLLM
+"""Two vLLM KV connectors for the engine bench, controls beside
+kvshare.vllm:
+
+NoopConnector does nothing: it never matches, loads or saves.  What vLLM
 itself costs an engine configured with any connector (its scheduling and
 worker paths change once kv_transfer_config is set) is told apart from
 what kvshare's connector costs.
 
+ClaimConnector claims every full prompt block beyond vLLM's local hit as
+loaded and copies nothing (its outputs are wrong: a control, never a
+connector to serve with).  A request then costs what vLLM itself pays for
+an external hit (blocks allocated for it, the step's sync-load path, the
+blocks cached when it ends) under a load that takes no time: the floor
+under any connector's TTFT for that prompt.
+
     --kv-transfer-config '{"kv_connector": "NoopConnector",
                            "kv_connector_module_path": "noop_connector",
                            "kv_role": "kv_both"}'
-(this directory on PYTHONPATH)."""
+(this directory on PYTHONPATH; "ClaimConnector" the same way)."""
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1, KVConnectorMetadata)
 
@@ -42,5 +51,19 @@ class NoopConnector(KVConnectorBase_V1):
         return NoopConnectorMetadata()
 
 
+class ClaimConnector(NoopConnector):
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        bs = self._vllm_config.cache_config.block_size
+        full = (len(request.prompt_token_ids) - 1) // bs * bs
+        return max(0, full - num_computed_tokens), False
+
+    def build_connector_meta(self, scheduler_output):
+        # As kvshare.vllm does for the blocks it loads: no zeroing of
+        # blocks a load overwrites whole.
+        scheduler_output.new_block_ids_to_zero = None
+        return NoopConnectorMetadata()
+
+
 CONFIG = {"kv_connector": "NoopConnector", "kv_connector_module_path": "noop_connector",
           "kv_role": "kv_both"}
+CLAIM_CONFIG = dict(CONFIG, kv_connector="ClaimConnector")

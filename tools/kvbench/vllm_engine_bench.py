@@ -9,6 +9,10 @@ measured four ways side by side in one run:
         engine B (connector) serves it;
   (ii') a hit in B's own prefix cache (B runs the connector): separates
         what loading costs from what a connector engine costs per request;
+  (f)   the floor: engine F's connector (noop_connector.ClaimConnector)
+        claims the prefix as loaded and copies nothing, so F pays what
+        vLLM itself costs an external hit under a load that takes no time;
+        (iii)/(f) is what kvshare adds to it;
   (iv)  LMCache: engine LA (LMCacheMPConnector, `lmcache server` in its
         multi-process mode) computed the prompt and exited, engine LB
         serves it (tools/kvbench/lmcache_mp.py; the LMCache environment,
@@ -21,7 +25,8 @@ step queue (shm_broadcast's SpinCondition, sched_yield) for 1 s after
 each step, so with fewer cores than engines a request sent at once
 shares the CPU with the engine served before it (on two cores that
 added about 300 ms to whichever engine came second).  Printed: each median,
-(iii)/(ii) (goal <= 1.2), (i)/(iii), (iii)/(iv) (check (iii) <= (iv)).  --throughput adds
+(iii)/(ii) (goal <= 1.2), (f)/(ii), (iii)/(f), (i)/(iii), (iii)/(iv)
+(check (iii) <= (iv)).  --throughput adds
 four engines at once on a shared-prefix workload, with and without the
 connector (prompts/s over all four).  --demo prints only TTFT with and
 without kvshare (make serve-vllm).
@@ -72,6 +77,8 @@ BENCH_MODEL = dict(hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
 
 # vLLM 0.32's SpinCondition busy_loop_s (1 s), plus a margin.
 SETTLE_S = 1.5
+# An engine's environment where the controls (noop_connector.py) import.
+CONTROL_PATH = {"PYTHONPATH": os.path.dirname(os.path.abspath(__file__)) + ":" + engines.HERE}
 # The warm-up prompts: seeds no bench prompt uses, two blocks and a token.
 WARM_UP_SEED, WARM_UP_TOKENS = 1 << 30, 65
 
@@ -173,11 +180,16 @@ def main():
         b = Engine("bench-B", model, work, kv_transfer_config=kv, kv_cache_bytes=kvb,
                    max_model_len=max_len).start()
         r = Engine("bench-R", model, work, kv_cache_bytes=kvb, max_model_len=max_len).start()
+        f = None if args.demo else Engine(
+            "bench-F", model, work, kv_transfer_config=noop_connector.CLAIM_CONFIG,
+            kv_cache_bytes=kvb, max_model_len=max_len, env=CONTROL_PATH).start()
+        timed = [e for e in (a, b, r, f) if e is not None]
         try:
-            engines.wait_all([a, b, r])
-            print("engines started in %.0f / %.0f / %.0f s (A, B, R)"
-                  % (a.start_s, b.start_s, r.start_s))
-            warm_up([a, b, r])
+            engines.wait_all(timed)
+            print("engines started in %s s (%s)" % (
+                " / ".join("%.0f" % e.start_s for e in timed),
+                ", ".join(e.name[len("bench-"):] for e in timed)))
+            warm_up(timed)
             if la is not None:
                 try:
                     engines.wait_all([la, lb])
@@ -201,26 +213,29 @@ def main():
                 la.stop()
             res, lm_res = {}, {}
             for L, ps in sets.items():
-                rec, loc, ext, bloc, lmc = [], [], [], [], []
+                rec, loc, ext, bloc, flo, lmc = [], [], [], [], [], []
                 hit = (len(ps[0]) - 1) // engines.BLOCK * engines.BLOCK
                 for p in ps:                  # side by side, interleaved
                     rec.append(ttft(r, p, 0, args.settle))         # (i): R's first sight
                     loc.append(ttft(r, p, hit, args.settle))       # (ii): R's own cache
                     ext.append(ttft(b, p, hit, args.settle))       # (iii): from A's pages
+                    if f is not None:                              # (f): no copy at all
+                        flo.append(ttft(f, p, hit, args.settle))
                     bloc.append(ttft(b, p, hit, args.settle))      # (ii'): B's own cache
                     if lb is not None:                             # (iv): from LA's, by LMCache
                         try:
                             lmc.append(lmcache_ttft(lb, p, hit, args.settle))
                         except lmcache_mp.LMCacheError as e:
                             lm_why, lb = str(e), None
-                res[L] = [statistics.median(x) for x in (rec, loc, ext, bloc)]
+                res[L] = [statistics.median(x) if x else None
+                          for x in (rec, loc, ext, bloc, flo)]
                 if lb is not None:
                     lm_res[L] = statistics.median(lmc)
         finally:
-            for e in [a, b, r] + lm_engines:
+            for e in timed + lm_engines:
                 e.stop()
         if args.demo:
-            for L, (rec, loc, ext, _) in res.items():
+            for L, (rec, loc, ext, _, _) in res.items():
                 print("vLLM TTFT, %d-token prefix another process computed: without kvshare "
                       "%.1f ms, with kvshare %.1f ms (%.1fx)" % (L, rec * 1e3, ext * 1e3,
                                                                   rec / ext))
@@ -231,20 +246,22 @@ def main():
         print("(iv) is LMCache %s's MP server with vLLM's LMCacheMPConnector: %s" % (
             lmcache_mp.version(lm_py) if lm_py else "", "measured" if lm_res else
             "not run: " + (lm_why or "LMCache served no length")))
-        print("%6s %14s %14s %14s %14s %14s %10s %10s %10s %10s" % (
-            "L", "(i) recompute", "(ii) local", "(iii) kvshare", "(ii') B local",
-            "(iv) LMCache", "iii/ii", "iii/ii'", "i/iii", "iii/iv"))
-        for L, (rec, loc, ext, bloc) in res.items():
+        print("%6s %14s %14s %14s %14s %10s %14s %8s %8s %8s %8s %8s" % (
+            "L", "(i) recompute", "(ii) local", "(iii) kvshare", "(ii') B local", "(f) floor",
+            "(iv) LMCache", "iii/ii", "f/ii", "iii/f", "i/iii", "iii/iv"))
+        for L, (rec, loc, ext, bloc, flo) in res.items():
             lmt = lm_res.get(L)
-            print("%6d %14.1f %14.1f %14.1f %14.1f %14s %10.2f %10.2f %10.2f %10s" % (
-                L, rec * 1e3, loc * 1e3, ext * 1e3, bloc * 1e3,
-                "%.1f" % (lmt * 1e3) if lmt else "-", ext / loc, ext / bloc, rec / ext,
-                "%.2f" % (ext / lmt) if lmt else "-"))
+            print("%6d %14.1f %14.1f %14.1f %14.1f %10.1f %14s %8.2f %8.2f %8.2f %8.2f %8s" % (
+                L, rec * 1e3, loc * 1e3, ext * 1e3, bloc * 1e3, flo * 1e3,
+                "%.1f" % (lmt * 1e3) if lmt else "-", ext / loc, flo / loc, ext / flo,
+                rec / ext, "%.2f" % (ext / lmt) if lmt else "-"))
             if lmt:
                 print("  check (iii) <= (iv) at %d (kvshare no slower than LMCache): %s"
                       % (L, "met" if ext <= lmt else "NOT met"))
             print("  goal (iii) <= 1.2 x (ii) at %d: %s" % (
                 L, "met" if ext <= 1.2 * loc else "NOT met"))
+            print("  floor at %d: an external hit costs vLLM %.2f x (ii) with no copy at all; "
+                  "kvshare's load adds %.2f x to that" % (L, flo / loc, ext / flo))
             # A connector must cost nothing on a request it has nothing to load.
             print("  check (ii') <= 1.2 x (ii) at %d (no per-request cost of the "
                   "connector): %s" % (L, "met" if bloc <= 1.2 * loc else "NOT met"))
@@ -262,12 +279,11 @@ def throughput(model, work, d):
     engines each time)."""
     sysp = prompt(7, 2048)
     load = {i: [prompt(100 * i + k, 2048 + 64, sysp) for k in range(8)] for i in range(4)}
-    path = {"PYTHONPATH": os.path.dirname(os.path.abspath(__file__)) + ":" + engines.HERE}
     out = {}
     for name, kv in (("without", None), ("noop", noop_connector.CONFIG),
                      ("with", engines.connector("tput", d.socket, create_pages=1024))):
         es = [Engine("tput-%s-%d" % (name, i), model, work, kv_transfer_config=kv,
-                     max_model_len=4096, env=path).start() for i in range(4)]
+                     max_model_len=4096, env=CONTROL_PATH).start() for i in range(4)]
         try:
             engines.wait_all(es)
             warm_up(es)
