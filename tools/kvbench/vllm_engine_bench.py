@@ -16,7 +16,12 @@ measured four ways side by side in one run:
   (iv)  LMCache: engine LA (LMCacheMPConnector, `lmcache server` in its
         multi-process mode) computed the prompt and exited, engine LB
         serves it (tools/kvbench/lmcache_mp.py; the LMCache environment,
-        scripts/lmcache-env.sh; else the line says why not).
+        scripts/lmcache-env.sh; else the line says why not).  Measured
+        after the other rows, once their engines are gone: in the two runs
+        with LMCache's server and LB resident beside them, (iii)/(ii) was
+        1.41-1.59 at 2k and F's copy-free external hit 1.70-1.78x (ii),
+        while local hits were unchanged; in the runs without, (iii)/(ii)
+        was 0.99-1.02 and (f)/(ii) 0.71-0.89.
 
 TTFT is the wall time of one generate() of max_tokens=1 for the prompt,
 a new prompt each repetition (median of --reps), each started --settle
@@ -135,6 +140,86 @@ def lmcache_ttft(eng, p, hit, settle):
     return r["wall"]
 
 
+def kvshare_rows(args, sets, model, work, d, kvb, max_len):
+    """Rows (i), (ii), (iii), (ii') and (f), measured interleaved:
+    {L: their medians} (f None under --demo)."""
+    # Room for every prompt's blocks and the warm-ups': nothing A saves
+    # is evicted before B loads it.
+    pages = sum(len(p) // engines.BLOCK for ps in sets.values() for p in ps) + 16
+    kv = engines.connector("bench", d.socket, create_pages=pages)
+    a = Engine("bench-A", model, work, kv_transfer_config=kv, kv_cache_bytes=kvb,
+               max_model_len=max_len).start()
+    b = Engine("bench-B", model, work, kv_transfer_config=kv, kv_cache_bytes=kvb,
+               max_model_len=max_len).start()
+    r = Engine("bench-R", model, work, kv_cache_bytes=kvb, max_model_len=max_len).start()
+    f = None if args.demo else Engine(
+        "bench-F", model, work, kv_transfer_config=noop_connector.CLAIM_CONFIG,
+        kv_cache_bytes=kvb, max_model_len=max_len, env=CONTROL_PATH).start()
+    timed = [e for e in (a, b, r, f) if e is not None]
+    res = {}
+    try:
+        engines.wait_all(timed)
+        print("engines started in %s s (%s)" % (
+            " / ".join("%.0f" % e.start_s for e in timed),
+            ", ".join(e.name[len("bench-"):] for e in timed)))
+        warm_up(timed)
+        for ps in sets.values():          # A computes and saves every prompt
+            for p in ps:
+                ttft(a, p, settle=0)
+        a.stop()
+        for L, ps in sets.items():
+            rec, loc, ext, bloc, flo = [], [], [], [], []
+            hit = (len(ps[0]) - 1) // engines.BLOCK * engines.BLOCK
+            for p in ps:                  # side by side, interleaved
+                rec.append(ttft(r, p, 0, args.settle))         # (i): R's first sight
+                loc.append(ttft(r, p, hit, args.settle))       # (ii): R's own cache
+                ext.append(ttft(b, p, hit, args.settle))       # (iii): from A's pages
+                if f is not None:                              # (f): no copy at all
+                    flo.append(ttft(f, p, hit, args.settle))
+                bloc.append(ttft(b, p, hit, args.settle))      # (ii'): B's own cache
+            res[L] = [statistics.median(x) if x else None
+                      for x in (rec, loc, ext, bloc, flo)]
+    finally:
+        for e in timed:
+            e.stop()
+    return res
+
+
+def lmcache_rows(args, sets, py, model, work, kvb, max_len):
+    """Row (iv), once the other rows' engines are gone (module doc):
+    ({L: median}, None), or what was measured and why the rest was not."""
+    res = {}
+    with contextlib.ExitStack() as stack:
+        try:
+            la, lb = start_lmcache(stack, py, model, work, kv_cache_bytes=kvb,
+                                   max_model_len=max_len)
+        except lmcache_mp.LMCacheError as e:
+            return res, str(e)
+        try:
+            try:
+                engines.wait_all([la, lb])
+                print("LMCache engines started in %.0f / %.0f s (LA, LB)"
+                      % (la.start_s, lb.start_s))
+                warm_up([la, lb])
+            except EngineError as e:
+                return res, "an engine with LMCacheMPConnector did not start: %s" % (
+                    str(e)[:300])
+            for ps in sets.values():      # LA computes and saves every prompt
+                for p in ps:
+                    lmcache_ttft(la, p, 0, 0)
+            la.stop()
+            for L, ps in sets.items():
+                hit = (len(ps[0]) - 1) // engines.BLOCK * engines.BLOCK
+                res[L] = statistics.median([lmcache_ttft(lb, p, hit, args.settle)
+                                            for p in ps])
+        except lmcache_mp.LMCacheError as e:
+            return res, str(e)
+        finally:
+            la.stop()
+            lb.stop()
+    return res, None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lengths", default="2048,8192")
@@ -160,80 +245,11 @@ def main():
     # The prompts: per length and repetition, L shared tokens and a short tail.
     sets = {L: [prompt(1000 * L + r, L + 8) for r in range(args.reps)] for L in lengths}
     lm_py, lm_why = lmcache_status(args)
-    with Daemon(kvshared=kvshared(), args=["--max-pools", "16"]) as d, \
-            contextlib.ExitStack() as stack:
-        la = lb = None
-        lm_engines = []             # to stop, whatever happens to la, lb
+    with Daemon(kvshared=kvshared(), args=["--max-pools", "16"]) as d:
+        res = kvshare_rows(args, sets, model, work, d, kvb, max_len)
+        lm_res = {}
         if lm_py:
-            try:
-                lm_engines = start_lmcache(stack, lm_py, model, work, kv_cache_bytes=kvb,
-                                           max_model_len=max_len)
-                la, lb = lm_engines
-            except lmcache_mp.LMCacheError as e:
-                lm_why = str(e)
-        # Room for every prompt's blocks and the warm-ups': nothing A saves
-        # is evicted before B loads it.
-        pages = sum(len(p) // engines.BLOCK for ps in sets.values() for p in ps) + 16
-        kv = engines.connector("bench", d.socket, create_pages=pages)
-        a = Engine("bench-A", model, work, kv_transfer_config=kv, kv_cache_bytes=kvb,
-                   max_model_len=max_len).start()
-        b = Engine("bench-B", model, work, kv_transfer_config=kv, kv_cache_bytes=kvb,
-                   max_model_len=max_len).start()
-        r = Engine("bench-R", model, work, kv_cache_bytes=kvb, max_model_len=max_len).start()
-        f = None if args.demo else Engine(
-            "bench-F", model, work, kv_transfer_config=noop_connector.CLAIM_CONFIG,
-            kv_cache_bytes=kvb, max_model_len=max_len, env=CONTROL_PATH).start()
-        timed = [e for e in (a, b, r, f) if e is not None]
-        try:
-            engines.wait_all(timed)
-            print("engines started in %s s (%s)" % (
-                " / ".join("%.0f" % e.start_s for e in timed),
-                ", ".join(e.name[len("bench-"):] for e in timed)))
-            warm_up(timed)
-            if la is not None:
-                try:
-                    engines.wait_all([la, lb])
-                    print("LMCache engines started in %.0f / %.0f s (LA, LB)"
-                          % (la.start_s, lb.start_s))
-                    warm_up([la, lb])
-                except EngineError as e:
-                    lm_why = "an engine with LMCacheMPConnector did not start: %s" % (
-                        str(e)[:300])
-                    la = lb = None
-            for ps in sets.values():          # A (and LA) compute and save every prompt
-                for p in ps:
-                    ttft(a, p, settle=0)
-                    if la is not None:
-                        try:
-                            lmcache_ttft(la, p, 0, 0)
-                        except lmcache_mp.LMCacheError as e:
-                            lm_why, la, lb = str(e), None, None
-            a.stop()
-            if la is not None:
-                la.stop()
-            res, lm_res = {}, {}
-            for L, ps in sets.items():
-                rec, loc, ext, bloc, flo, lmc = [], [], [], [], [], []
-                hit = (len(ps[0]) - 1) // engines.BLOCK * engines.BLOCK
-                for p in ps:                  # side by side, interleaved
-                    rec.append(ttft(r, p, 0, args.settle))         # (i): R's first sight
-                    loc.append(ttft(r, p, hit, args.settle))       # (ii): R's own cache
-                    ext.append(ttft(b, p, hit, args.settle))       # (iii): from A's pages
-                    if f is not None:                              # (f): no copy at all
-                        flo.append(ttft(f, p, hit, args.settle))
-                    bloc.append(ttft(b, p, hit, args.settle))      # (ii'): B's own cache
-                    if lb is not None:                             # (iv): from LA's, by LMCache
-                        try:
-                            lmc.append(lmcache_ttft(lb, p, hit, args.settle))
-                        except lmcache_mp.LMCacheError as e:
-                            lm_why, lb = str(e), None
-                res[L] = [statistics.median(x) if x else None
-                          for x in (rec, loc, ext, bloc, flo)]
-                if lb is not None:
-                    lm_res[L] = statistics.median(lmc)
-        finally:
-            for e in timed + lm_engines:
-                e.stop()
+            lm_res, lm_why = lmcache_rows(args, sets, lm_py, model, work, kvb, max_len)
         if args.demo:
             for L, (rec, loc, ext, _, _) in res.items():
                 print("vLLM TTFT, %d-token prefix another process computed: without kvshare "
