@@ -101,6 +101,12 @@ def ttft(eng, p, want_cached=None, settle=SETTLE_S):
     return r["wall"]
 
 
+def full_hit(p):
+    """Tokens of prompt @p a hit covers: its full blocks, the last token
+    left to compute."""
+    return (len(p) - 1) // engines.BLOCK * engines.BLOCK
+
+
 def warm_up(engines_):
     """One untimed request per engine, each its own prompt (module doc)."""
     for i, e in enumerate(engines_):
@@ -169,7 +175,7 @@ def kvshare_rows(args, sets, model, work, d, kvb, max_len):
         a.stop()
         for L, ps in sets.items():
             rec, loc, ext, bloc, flo = [], [], [], [], []
-            hit = (len(ps[0]) - 1) // engines.BLOCK * engines.BLOCK
+            hit = full_hit(ps[0])
             for p in ps:                  # side by side, interleaved
                 rec.append(ttft(r, p, 0, args.settle))         # (i): R's first sight
                 loc.append(ttft(r, p, hit, args.settle))       # (ii): R's own cache
@@ -209,7 +215,7 @@ def lmcache_rows(args, sets, py, model, work, kvb, max_len):
                     lmcache_ttft(la, p, 0, 0)
             la.stop()
             for L, ps in sets.items():
-                hit = (len(ps[0]) - 1) // engines.BLOCK * engines.BLOCK
+                hit = full_hit(ps[0])
                 res[L] = statistics.median([lmcache_ttft(lb, p, hit, args.settle)
                                             for p in ps])
         except lmcache_mp.LMCacheError as e:
