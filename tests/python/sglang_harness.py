@@ -158,27 +158,42 @@ class HostPool:
         page = self._page(int(index))
         page.copy_(data_page.reshape(page.shape))
 
+    def _pieces(self, slot):
+        """The contiguous pieces of the page at host slot @slot, in meta
+        order: per layer in layer_first, one K and one V block (MHA) or one
+        block (MLA) otherwise."""
+        page = self._page(slot)
+        if self.layout == "layer_first":
+            pieces = ([page[l] for l in range(self.layer_num)] if self.is_mla else
+                      [page[kv, l] for l in range(self.layer_num) for kv in (0, 1)])
+        elif self.is_mla:
+            pieces = [page]
+        else:
+            pieces = [page[0], page[1]]
+        assert all(p.is_contiguous() for p in pieces)
+        return [p.data_ptr() for p in pieces], [p.numel() * p.element_size() for p in pieces]
+
     def get_page_buffer_meta(self, indices):
-        """Per page, the contiguous pieces of its K and V (MHA) or vectors
-        (MLA): per layer in layer_first, one K and one V block (MHA) or one
-        block (MLA) otherwise.  Addresses and byte counts, as Python ints."""
+        """Per page, its pieces' addresses and byte counts, as Python ints.
+        By arithmetic, as SGLang's own host pools do it: page 0's pieces
+        (from its views), moved by the distance from one page to the next,
+        which the views of page 1 must agree with."""
         assert len(indices) % self.page_size == 0
-        ptrs, sizes = [], []
         ps = self.page_size
+        if not hasattr(self, "_meta"):
+            ptrs0, sizes = self._pieces(0)
+            step = 0
+            if self.page_num > 1:
+                ptrs1, _ = self._pieces(ps)
+                step = ptrs1[0] - ptrs0[0]
+                assert ptrs1 == [p + step for p in ptrs0]
+            self._meta = ptrs0, sizes, step
+        ptrs0, sizes, step = self._meta
+        ptrs = []
         for first in indices.tolist()[::ps]:
-            page = self._page(first)
-            if self.layout == "layer_first":
-                pieces = ([page[l] for l in range(self.layer_num)] if self.is_mla else
-                          [page[kv, l] for l in range(self.layer_num) for kv in (0, 1)])
-            elif self.is_mla:
-                pieces = [page]
-            else:
-                pieces = [page[0], page[1]]
-            for piece in pieces:
-                assert piece.is_contiguous()
-                ptrs.append(piece.data_ptr())
-                sizes.append(piece.numel() * piece.element_size())
-        return ptrs, sizes
+            at = first // ps * step
+            ptrs += [p + at for p in ptrs0]
+        return ptrs, sizes * (len(ptrs) // len(ptrs0))
 
 
 def page_keys(tokens, page_size, prior=None):
