@@ -15,7 +15,14 @@
  * read again soon by this CPU (the host pool's next reader is the GPU's
  * DMA, the pool's another process), so caching the destination buys
  * nothing: pieces of PAGECOPY_STREAM_MIN bytes and more are stored with
- * MOVNTDQ, smaller ones with memcpy.
+ * non-temporal stores, smaller ones with memcpy.
+ *
+ * The stores are 32 bytes wide (AVX2): on a 2-vCPU EPYC, 256 MiB in 1 MiB
+ * pieces moved at 15.1-16.1 GB/s, against 14.3-14.7 for one 256 MiB
+ * memcpy (glibc's own non-temporal loop) and 13.6-13.9 with 16-byte SSE2
+ * stores.  Four vectors (two lines) an iteration did best; eight did worse
+ * (12-13 GB/s), and so did prefetching the source in software (the
+ * hardware prefetcher already follows a linear read).
  *
  * The host addresses are the engine's (SGLang's get_page_buffer_meta): like
  * ctypes.memmove, this trusts them.  What is checked, before anything is
@@ -24,7 +31,7 @@
  */
 #include <string.h>
 #if defined(__x86_64__)
-#include <emmintrin.h>
+#include <immintrin.h>
 #endif
 
 #include "pool.h"
@@ -34,13 +41,40 @@
 
 #if defined(__x86_64__)
 /*
- * memcpy(@dst, @src, @n) with non-temporal stores (SSE2, in every x86-64):
- * the head up to a 64-byte boundary of @dst and the tail go through memcpy,
- * the body 64 bytes (one line) at a time.  The caller fences (sfence).
+ * The body of a piece, from a 64-byte boundary of @dst on, with 32-byte
+ * non-temporal stores: the bytes left, fewer than 128, are the caller's.
+ * The caller fences (sfence) once, after the last piece.
  */
+__attribute__((target("avx2")))
+static size_t stream_avx2(char *dst, const char *src, size_t n)
+{
+	for (; n >= 128; n -= 128, dst += 128, src += 128) {
+		__m256i a = _mm256_loadu_si256((const __m256i *)src);
+		__m256i b = _mm256_loadu_si256((const __m256i *)(src + 32));
+		__m256i c = _mm256_loadu_si256((const __m256i *)(src + 64));
+		__m256i d = _mm256_loadu_si256((const __m256i *)(src + 96));
+
+		_mm256_stream_si256((__m256i *)dst, a);
+		_mm256_stream_si256((__m256i *)(dst + 32), b);
+		_mm256_stream_si256((__m256i *)(dst + 64), c);
+		_mm256_stream_si256((__m256i *)(dst + 96), d);
+	}
+	return n;
+}
+
+/*
+ * Whether this CPU streams: every x86-64 server since 2013 has AVX2.  One
+ * without copies every piece through memcpy, as small ones are.
+ */
+static int cpu_streams(void)
+{
+	return __builtin_cpu_supports("avx2");
+}
+
+/* memcpy(@dst, @src, @n) with non-temporal stores for the body. */
 static void copy_stream(char *dst, const char *src, size_t n)
 {
-	size_t head = (64 - ((uintptr_t)dst & 63)) & 63;
+	size_t head = (64 - ((uintptr_t)dst & 63)) & 63, left;
 
 	if (head) {
 		memcpy(dst, src, head);
@@ -48,19 +82,9 @@ static void copy_stream(char *dst, const char *src, size_t n)
 		src += head;
 		n -= head;
 	}
-	for (; n >= 64; n -= 64, dst += 64, src += 64) {
-		__m128i a = _mm_loadu_si128((const __m128i *)src);
-		__m128i b = _mm_loadu_si128((const __m128i *)(src + 16));
-		__m128i c = _mm_loadu_si128((const __m128i *)(src + 32));
-		__m128i d = _mm_loadu_si128((const __m128i *)(src + 48));
-
-		_mm_stream_si128((__m128i *)dst, a);
-		_mm_stream_si128((__m128i *)(dst + 16), b);
-		_mm_stream_si128((__m128i *)(dst + 32), c);
-		_mm_stream_si128((__m128i *)(dst + 48), d);
-	}
-	if (n)
-		memcpy(dst, src, n);
+	left = stream_avx2(dst, src, n);
+	if (left)
+		memcpy(dst + n - left, src + n - left, left);
 }
 
 static void copy_fence(void)
@@ -68,6 +92,11 @@ static void copy_fence(void)
 	_mm_sfence();
 }
 #else
+static int cpu_streams(void)
+{
+	return 0;
+}
+
 static void copy_stream(char *dst, const char *src, size_t n)
 {
 	memcpy(dst, src, n);
@@ -178,6 +207,7 @@ PyObject *Pool_copy_pages(PoolObject *self, PyObject *args, PyObject *kw)
 		}
 	}
 	base = kv_page_addr(self->pool, 0);
+	stream = stream && cpu_streams();
 	self->busy++;
 	Py_BEGIN_ALLOW_THREADS
 	for (i = 0; i < n; i++) {
