@@ -334,10 +334,10 @@ def test_host_loads_overlap_the_step_and_are_waited_for(daemon, mkpool):
         assert torch.equal(last(r), last(s))
 
 
-def test_host_copy_failing_on_the_copy_thread_is_recomputed(daemon, mkpool):
+def test_host_copy_failing_on_the_copy_thread_is_recomputed(daemon, mkpool, arbiter):
     """The copy thread's failure reaches the step: its blocks are reported
-    (vLLM recomputes them), the connector serves on, and the outputs are
-    those of a recomputation."""
+    (vLLM recomputes them), the references its LOOKUP took are put back,
+    the connector serves on, and the outputs are those of a recomputation."""
     name = mkpool(**geometry("NHD"))
     ps = prompts(50)
     other_process(daemon.socket, name, "NHD", ps)
@@ -349,6 +349,7 @@ def test_host_copy_failing_on_the_copy_thread_is_recomputed(daemon, mkpool):
     w._copier.load_all = broken
     reqs = serve(eng, ps)
     assert w.stats["load_errors"] > 0 and w.stats["failures"] > 0
+    assert arbiter.stats(name)["n_held"] == 0, "a failed load kept its pages"
     eng.close()
     for r, s in zip(reqs, scratch(daemon.socket, mkpool, "NHD", ps)):
         assert torch.equal(last(r), last(s))
