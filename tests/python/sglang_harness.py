@@ -116,6 +116,7 @@ class HostPool:
                     "page_head": (2, P, H, ps, L, D)}[layout]
         self.kv_buffer = torch.zeros(dims, dtype=dtype)
         self.free_pages = list(range(self.page_num))
+        self._meta = self._page_layout()
 
     @property
     def is_mla(self):
@@ -173,21 +174,23 @@ class HostPool:
         assert all(p.is_contiguous() for p in pieces)
         return [p.data_ptr() for p in pieces], [p.numel() * p.element_size() for p in pieces]
 
+    def _page_layout(self):
+        """Page 0's pieces (from its views) and the distance from one page
+        to the next, which the views of page 1 must agree with."""
+        ptrs0, sizes = self._pieces(0)
+        step = 0
+        if self.page_num > 1:
+            ptrs1, _ = self._pieces(self.page_size)
+            step = ptrs1[0] - ptrs0[0]
+            assert ptrs1 == [p + step for p in ptrs0]
+        return ptrs0, sizes, step
+
     def get_page_buffer_meta(self, indices):
         """Per page, its pieces' addresses and byte counts, as Python ints.
         By arithmetic, as SGLang's own host pools do it: page 0's pieces
-        (from its views), moved by the distance from one page to the next,
-        which the views of page 1 must agree with."""
+        moved by the page step (_page_layout)."""
         assert len(indices) % self.page_size == 0
         ps = self.page_size
-        if not hasattr(self, "_meta"):
-            ptrs0, sizes = self._pieces(0)
-            step = 0
-            if self.page_num > 1:
-                ptrs1, _ = self._pieces(ps)
-                step = ptrs1[0] - ptrs0[0]
-                assert ptrs1 == [p + step for p in ptrs0]
-            self._meta = ptrs0, sizes, step
         ptrs0, sizes, step = self._meta
         ptrs = []
         for first in indices.tolist()[::ps]:
