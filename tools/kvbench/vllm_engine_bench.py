@@ -17,11 +17,9 @@ measured four ways side by side in one run:
         multi-process mode) computed the prompt and exited, engine LB
         serves it (tools/kvbench/lmcache_mp.py; the LMCache environment,
         scripts/lmcache-env.sh; else the line says why not).  Measured
-        after the other rows, once their engines are gone: in the two runs
-        with LMCache's server and LB resident beside them, (iii)/(ii) was
-        1.41-1.59 at 2k and F's copy-free external hit 1.70-1.78x (ii),
-        while local hits were unchanged; in the runs without, (iii)/(ii)
-        was 0.99-1.02 and (f)/(ii) 0.71-0.89.
+        after the other rows, once their engines are gone: with LMCache's
+        server and LB resident beside them, every external hit slowed,
+        F's copy-free one too (docs/engines.md has the runs).
 
 TTFT is the wall time of one generate() of max_tokens=1 for the prompt,
 a new prompt each repetition (median of --reps), each started --settle
