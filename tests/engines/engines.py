@@ -51,7 +51,7 @@ def connector(pool, socket, create_pages=256, module="kvshare.vllm", **extra):
 
 def engine_env():
     """Environment of an engine process: offline, quiet, this directory
-    importable (kvshare_fault), two OpenMP threads."""
+    importable (kvshare_fault).  vLLM binds its OpenMP threads itself."""
     env = dict(os.environ)
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1",
                VLLM_DO_NOT_TRACK="1", TOKENIZERS_PARALLELISM="false",

@@ -43,6 +43,22 @@ first recompute was 1.2 s slower than its others), which would otherwise
 land on whichever way is measured first.  B's warm-up loads nothing, so
 what a first load costs the connector stays in (iii).
 
+The timed engines (B, R, F and LB) then write every block of their KV
+cache once, as an engine that has served traffic has, with prompts of
+their own (cycle()): vLLM zero-fills its cache at start, and on a host
+that merges identical pages (this VM: a buffer of zeros left for 300 s
+took writes at 0.4 GB/s, one of distinct data at 7 GB/s, measured side
+by side) the first write to each page pays a copy below the guest.  A
+load writes the blocks it fills and a local hit writes nothing, so in a
+fresh engine that once-per-page cost lands on (iii) alone.  Their caches
+hold one longest prompt and a few blocks (CYCLED_SPARE_BLOCKS), so that
+writing them is cheap.  --fresh-cache measures the first writes instead:
+no cycling, and caches of 1 GiB, which no bench prompt fills.
+
+Every engine is bound to the cores vLLM gives an engine with a KV
+connector (SAME_CORES): by default vLLM gives an engine without one a
+core more, or here, on two cores, one OpenMP thread against two.
+
 Run with the engine environment's python (scripts/engine-env.sh); the
 model is tests/engines' small Llama with vLLM's dummy weights."""
 import argparse
@@ -80,10 +96,34 @@ BENCH_MODEL = dict(hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
 
 # vLLM 0.32's SpinCondition busy_loop_s (1 s), plus a margin.
 SETTLE_S = 1.5
+# Every engine gets the cores vLLM gives one with a KV connector: its CPU
+# backend reserves one core more for an engine with any kv_transfer_config
+# (ompmultiprocessing.py: for NIXL), so on its own it bound R's and the
+# throughput's "without" engines to one OpenMP thread, and every connector
+# engine to two, on two cores (the reserve exceeds them: vLLM takes them
+# all).  R's 8k local hit took 43 ms, B's 32 ms.
+SAME_CORES = {"VLLM_CPU_NUM_OF_RESERVED_CPU": "2"}
 # An engine's environment where the controls (noop_connector.py) import.
-CONTROL_PATH = {"PYTHONPATH": os.path.dirname(os.path.abspath(__file__)) + ":" + engines.HERE}
+CONTROL_PATH = dict(SAME_CORES, PYTHONPATH=os.path.dirname(os.path.abspath(__file__))
+                    + ":" + engines.HERE)
 # The warm-up prompts: seeds no bench prompt uses, two blocks and a token.
 WARM_UP_SEED, WARM_UP_TOKENS = 1 << 30, 65
+# The cycling prompts' seeds (cycle()), one range per engine.
+CYCLE_SEED = 1 << 29
+# Blocks a timed engine's cache holds beyond one longest prompt's.
+CYCLED_SPARE_BLOCKS = 8
+
+
+def kv_bytes_per_block():
+    """Bytes of float32 K and V one block of BENCH_MODEL takes."""
+    m = BENCH_MODEL
+    return (2 * m["num_hidden_layers"] * m["num_key_value_heads"] * m["head_dim"] * 4
+            * engines.BLOCK)
+
+
+def cycled_blocks(max_len):
+    """Blocks of a timed engine's KV cache (the module doc)."""
+    return -(-max_len // engines.BLOCK) + CYCLED_SPARE_BLOCKS
 
 
 def ttft(eng, p, want_cached=None, settle=SETTLE_S):
@@ -112,6 +152,23 @@ def warm_up(engines_):
                max_tokens=1, timeout=600)
 
 
+def cycle(engines_, max_len):
+    """Each engine writes every block of its cache (cycled_blocks()) once,
+    untimed (the module doc): vLLM hands out free blocks in order, those
+    never used first, so distinct prompts of as many tokens as the cache
+    holds, in full blocks, reach every block; two spare blocks more leave
+    no doubt."""
+    total = (cycled_blocks(max_len) + 2) * engines.BLOCK
+    longest = (max_len - 1) // engines.BLOCK * engines.BLOCK
+    for i, e in enumerate(engines_):
+        left, k = total, 0
+        while left > 0:
+            n = min(left, longest)
+            e.call(op="generate", prompts=[prompt(CYCLE_SEED + 64 * i + k, n)],
+                   max_tokens=1, timeout=600)
+            left, k = left - n, k + 1
+
+
 def lmcache_status(args):
     """(python of the LMCache environment, None), or (None, why (iv) is
     not measured)."""
@@ -120,13 +177,16 @@ def lmcache_status(args):
     return lmcache_mp.environment()
 
 
-def start_lmcache(stack, py, model, work, **kw):
-    """LMCache's MP server and engines LA, LB with vLLM's LMCacheMPConnector
-    (started, not yet ready), or raises LMCacheError saying why not."""
+def start_lmcache(stack, py, model, work, kvb, lb_kvb, max_len):
+    """LMCache's MP server and engines LA (@kvb of KV cache) and LB
+    (@lb_kvb) with vLLM's LMCacheMPConnector (started, not yet ready),
+    or raises LMCacheError saying why not."""
     srv = stack.enter_context(lmcache_mp.Server(py, work))
     kv = lmcache_mp.connector(srv.port)
-    return [Engine(n, model, work, kv_transfer_config=kv, env=lmcache_mp.ENV, python=py,
-                   **kw).start() for n in ("bench-LA", "bench-LB")]
+    return [Engine(n, model, work, kv_transfer_config=kv, env=dict(lmcache_mp.ENV, **SAME_CORES),
+                   python=py,
+                   kv_cache_bytes=b, max_model_len=max_len).start()
+            for n, b in (("bench-LA", kvb), ("bench-LB", lb_kvb))]
 
 
 def lmcache_ttft(eng, p, hit, settle):
@@ -144,21 +204,23 @@ def lmcache_ttft(eng, p, hit, settle):
     return r["wall"]
 
 
-def kvshare_rows(args, sets, model, work, d, kvb, max_len):
+def kvshare_rows(args, sets, model, work, d, kvb, timed_kvb, max_len):
     """Rows (i), (ii), (iii), (ii') and (f), measured interleaved:
-    {L: their medians} (f None under --demo)."""
+    {L: their medians} (f None under --demo).  A's cache is @kvb, the
+    timed engines' @timed_kvb."""
     # Room for every prompt's blocks and the warm-ups': nothing A saves
     # is evicted before B loads it.
     pages = sum(len(p) // engines.BLOCK for ps in sets.values() for p in ps) + 16
     kv = engines.connector("bench", d.socket, create_pages=pages)
     a = Engine("bench-A", model, work, kv_transfer_config=kv, kv_cache_bytes=kvb,
-               max_model_len=max_len).start()
-    b = Engine("bench-B", model, work, kv_transfer_config=kv, kv_cache_bytes=kvb,
-               max_model_len=max_len).start()
-    r = Engine("bench-R", model, work, kv_cache_bytes=kvb, max_model_len=max_len).start()
+               max_model_len=max_len, env=SAME_CORES).start()
+    b = Engine("bench-B", model, work, kv_transfer_config=kv, kv_cache_bytes=timed_kvb,
+               max_model_len=max_len, env=SAME_CORES).start()
+    r = Engine("bench-R", model, work, kv_cache_bytes=timed_kvb, max_model_len=max_len,
+               env=SAME_CORES).start()
     f = None if args.demo else Engine(
         "bench-F", model, work, kv_transfer_config=noop_connector.CLAIM_CONFIG,
-        kv_cache_bytes=kvb, max_model_len=max_len, env=CONTROL_PATH).start()
+        kv_cache_bytes=timed_kvb, max_model_len=max_len, env=CONTROL_PATH).start()
     timed = [e for e in (a, b, r, f) if e is not None]
     res = {}
     try:
@@ -167,6 +229,8 @@ def kvshare_rows(args, sets, model, work, d, kvb, max_len):
             " / ".join("%.0f" % e.start_s for e in timed),
             ", ".join(e.name[len("bench-"):] for e in timed)))
         warm_up(timed)
+        if not args.fresh_cache:
+            cycle([e for e in timed if e is not a], max_len)
         for ps in sets.values():          # A computes and saves every prompt
             for p in ps:
                 ttft(a, p, settle=0)
@@ -189,14 +253,13 @@ def kvshare_rows(args, sets, model, work, d, kvb, max_len):
     return res
 
 
-def lmcache_rows(args, sets, py, model, work, kvb, max_len):
+def lmcache_rows(args, sets, py, model, work, kvb, timed_kvb, max_len):
     """Row (iv), once the other rows' engines are gone (module doc):
     ({L: median}, None), or what was measured and why the rest was not."""
     res = {}
     with contextlib.ExitStack() as stack:
         try:
-            la, lb = start_lmcache(stack, py, model, work, kv_cache_bytes=kvb,
-                                   max_model_len=max_len)
+            la, lb = start_lmcache(stack, py, model, work, kvb, timed_kvb, max_len)
         except lmcache_mp.LMCacheError as e:
             return res, str(e)
         try:
@@ -205,6 +268,8 @@ def lmcache_rows(args, sets, py, model, work, kvb, max_len):
                 print("LMCache engines started in %.0f / %.0f s (LA, LB)"
                       % (la.start_s, lb.start_s))
                 warm_up([la, lb])
+                if not args.fresh_cache:
+                    cycle([lb], max_len)
             except EngineError as e:
                 return res, "an engine with LMCacheMPConnector did not start: %s" % (
                     str(e)[:300])
@@ -234,6 +299,8 @@ def main():
     ap.add_argument("--throughput", action="store_true")
     ap.add_argument("--throughput-only", action="store_true")
     ap.add_argument("--no-lmcache", action="store_true", help="skip (iv)")
+    ap.add_argument("--fresh-cache", action="store_true",
+                    help="time the engines on caches never written (the module doc)")
     args = ap.parse_args()
     if args.throughput_only:
         work = tempfile.mkdtemp(prefix="kvshare-vllm-bench-")
@@ -246,14 +313,18 @@ def main():
     model = engines.write_model(os.path.join(work, "llama"), **BENCH_MODEL)
     max_len = max(lengths) + 64
     kvb = 1 << 30
+    # --fresh-cache: the timed engines as large as A, so that no bench prompt
+    # reaches a block written before.
+    timed_kvb = kvb if args.fresh_cache else cycled_blocks(max_len) * kv_bytes_per_block()
     # The prompts: per length and repetition, L shared tokens and a short tail.
     sets = {L: [prompt(1000 * L + r, L + 8) for r in range(args.reps)] for L in lengths}
     lm_py, lm_why = lmcache_status(args)
     with Daemon(kvshared=kvshared(), args=["--max-pools", "16"]) as d:
-        res = kvshare_rows(args, sets, model, work, d, kvb, max_len)
+        res = kvshare_rows(args, sets, model, work, d, kvb, timed_kvb, max_len)
         lm_res = {}
         if lm_py:
-            lm_res, lm_why = lmcache_rows(args, sets, lm_py, model, work, kvb, max_len)
+            lm_res, lm_why = lmcache_rows(args, sets, lm_py, model, work, kvb, timed_kvb,
+                                          max_len)
         if args.demo:
             for L, (rec, loc, ext, _, _) in res.items():
                 print("vLLM TTFT, %d-token prefix another process computed: without kvshare "
