@@ -12,7 +12,10 @@ loaded and copies nothing (its outputs are wrong: a control, never a
 connector to serve with).  A request then costs what vLLM itself pays for
 an external hit (blocks allocated for it, the step's sync-load path, the
 blocks cached when it ends) under a load that takes no time: the floor
-under any connector's TTFT for that prompt.
+under any connector's TTFT for that prompt.  Its first
+kv_connector_extra_config "claim_after" requests (default 0) it claims
+nothing of, so that they compute and write the engine's blocks (the
+bench's untimed warm-up and cycling ones).
 
     --kv-transfer-config '{"kv_connector": "NoopConnector",
                            "kv_connector_module_path": "noop_connector",
@@ -53,6 +56,13 @@ class NoopConnector(KVConnectorBase_V1):
 
 class ClaimConnector(NoopConnector):
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        # The scheduler asks again for a request that waits: the first
+        # claim_after requests are remembered, not counted twice.
+        computed = self.__dict__.setdefault("_computed", set())
+        extra = self._vllm_config.kv_transfer_config.kv_connector_extra_config or {}
+        if request.request_id in computed or len(computed) < int(extra.get("claim_after", 0)):
+            computed.add(request.request_id)
+            return 0, False
         bs = self._vllm_config.cache_config.block_size
         full = (len(request.prompt_token_ids) - 1) // bs * bs
         return max(0, full - num_computed_tokens), False

@@ -10,7 +10,8 @@ measured four ways side by side in one run:
   (ii') a hit in B's own prefix cache (B runs the connector): separates
         what loading costs from what a connector engine costs per request;
   (f)   the floor: engine F's connector (noop_connector.ClaimConnector)
-        claims the prefix as loaded and copies nothing, so F pays what
+        claims the prefix as loaded and copies nothing (its untimed
+        requests it computes: claim_after), so F pays what
         vLLM itself costs an external hit under a load that takes no time;
         (iii)/(f) is what kvshare adds to it;
   (iv)  LMCache: engine LA (LMCacheMPConnector, `lmcache server` in its
@@ -152,21 +153,32 @@ def warm_up(engines_):
                max_tokens=1, timeout=600)
 
 
-def cycle(engines_, max_len):
-    """Each engine writes every block of its cache (cycled_blocks()) once,
-    untimed (the module doc): vLLM hands out free blocks in order, those
-    never used first, so distinct prompts of as many tokens as the cache
-    holds, in full blocks, reach every block; two spare blocks more leave
-    no doubt."""
-    total = (cycled_blocks(max_len) + 2) * engines.BLOCK
+def cycle_lengths(max_len):
+    """Lengths of the prompts with which cycle() writes a timed engine's
+    cache: vLLM hands out free blocks in order, those never used first, so
+    distinct prompts of as many tokens as the cache holds
+    (cycled_blocks()), in full blocks, reach every block; two spare blocks
+    more leave no doubt."""
+    left = (cycled_blocks(max_len) + 2) * engines.BLOCK
     longest = (max_len - 1) // engines.BLOCK * engines.BLOCK
+    out = []
+    while left > 0:
+        out.append(min(left, longest))
+        left -= out[-1]
+    return out
+
+
+def cycle(engines_, max_len):
+    """Each engine writes every block of its cache once, untimed (the
+    module doc)."""
     for i, e in enumerate(engines_):
-        left, k = total, 0
-        while left > 0:
-            n = min(left, longest)
-            e.call(op="generate", prompts=[prompt(CYCLE_SEED + 64 * i + k, n)],
-                   max_tokens=1, timeout=600)
-            left, k = left - n, k + 1
+        for k, n in enumerate(cycle_lengths(max_len)):
+            r = e.call(op="generate", prompts=[prompt(CYCLE_SEED + 64 * i + k, n)],
+                       max_tokens=1, timeout=600)
+            if r["outputs"][0]["cached"]:
+                sys.exit("vllm_engine_bench: engine %s computed %d of %d cycling tokens: "
+                         "its blocks are not all written" % (
+                             e.name, n - r["outputs"][0]["cached"], n))
 
 
 def lmcache_status(args):
@@ -208,9 +220,10 @@ def kvshare_rows(args, sets, model, work, d, kvb, timed_kvb, max_len):
     """Rows (i), (ii), (iii), (ii') and (f), measured interleaved:
     {L: their medians} (f None under --demo).  A's cache is @kvb, the
     timed engines' @timed_kvb."""
-    # Room for every prompt's blocks and the warm-ups': nothing A saves
-    # is evicted before B loads it.
-    pages = sum(len(p) // engines.BLOCK for ps in sets.values() for p in ps) + 16
+    # Room for every prompt's blocks, the warm-ups' and B's cycling ones:
+    # nothing A saves is evicted before B loads it.
+    pages = (sum(len(p) // engines.BLOCK for ps in sets.values() for p in ps) + 16
+             + sum(cycle_lengths(max_len)) // engines.BLOCK)
     kv = engines.connector("bench", d.socket, create_pages=pages)
     a = Engine("bench-A", model, work, kv_transfer_config=kv, kv_cache_bytes=kvb,
                max_model_len=max_len, env=SAME_CORES).start()
@@ -218,8 +231,12 @@ def kvshare_rows(args, sets, model, work, d, kvb, timed_kvb, max_len):
                max_model_len=max_len, env=SAME_CORES).start()
     r = Engine("bench-R", model, work, kv_cache_bytes=timed_kvb, max_model_len=max_len,
                env=SAME_CORES).start()
+    # F computes its warm-up and cycling requests, so that they write its
+    # blocks; it claims every later one.
+    untimed = 1 + (0 if args.fresh_cache else len(cycle_lengths(max_len)))
     f = None if args.demo else Engine(
-        "bench-F", model, work, kv_transfer_config=noop_connector.CLAIM_CONFIG,
+        "bench-F", model, work, kv_transfer_config=dict(
+            noop_connector.CLAIM_CONFIG, kv_connector_extra_config={"claim_after": untimed}),
         kv_cache_bytes=timed_kvb, max_model_len=max_len, env=CONTROL_PATH).start()
     timed = [e for e in (a, b, r, f) if e is not None]
     res = {}
