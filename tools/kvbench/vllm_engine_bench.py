@@ -35,10 +35,9 @@ alone: a load's bytes copied as the connector copies them, outside the
 engines, once they are idle (copy_ms()), into buffers written just
 before and into buffers left idle for the time between two of B's
 loads.  On this VM the first write to a page idle for seconds costs
-more, a cost below the guest with no page fault in it (64 MiB: 4.1 ms
-warm, 10.1 ms after 30 s idle, 93 ms after 120 s, in one process on
-2026-12-03), and a load writes B's blocks while a local hit only reads
-its own.  --throughput adds
+more, below the guest, with no page fault in it (docs/engines.md has the
+figures), and a load writes B's blocks while a local hit only reads its
+own.  --throughput adds
 four engines at once on a shared-prefix workload, with and without the
 connector (prompts/s over all four).  --demo prints only TTFT with and
 without kvshare (make serve-vllm).
